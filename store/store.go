@@ -1,0 +1,246 @@
+// Package store is the contract between leasehold and a lease store.
+//
+// It plays the part database/sql/driver plays for database/sql: users of
+// leasehold see concrete types (an Elector, a Lock, a fence) and never call a
+// Store directly; store authors implement the small [Store] interface below,
+// and run the conformance suite in package storetest against a real server.
+// Validation, retries, jitter, timing and logging live once, above the store.
+//
+// Every call is stateless and names its term explicitly: a [Term] is
+// (lease name, holder, token), and Renew and Release act on exactly that term
+// or on nothing. Durations cross the contract, never absolute times: the store
+// judges expiry on its own clock and reports the time remaining.
+//
+// # Errors
+//
+// Each method documents the errors it may return that have a definite meaning:
+// [ErrHeld], [ErrNotHeld], [ErrNotFound], [ErrClosed], and [ErrInvalid] for
+// bad input. Any other error (a timeout, a dropped connection, a cancelled
+// context) means "outcome unknown": the write may or may not have happened.
+// Callers treat an Acquire whose outcome is unknown as possibly granted.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The definite answers a store gives. Implementations return them (possibly
+// wrapped, checked with errors.Is) and nothing else for these cases.
+var (
+	// ErrHeld: Acquire found another live term. The returned Record is that term.
+	ErrHeld = errors.New("leasehold: lease held by another holder")
+	// ErrNotHeld: Renew or Release named a term that is not the live term:
+	// it expired, was released, or a newer term replaced it. Nothing was changed.
+	ErrNotHeld = errors.New("leasehold: lease not held by this term")
+	// ErrNotFound: Get found no record: the lease was never granted.
+	ErrNotFound = errors.New("leasehold: lease not found")
+	// ErrClosed: the store was closed. Nothing was changed.
+	ErrClosed = errors.New("leasehold: store closed")
+	// ErrInvalid: an argument broke the rules below (name, holder, TTL,
+	// metadata). Nothing was changed. The wrapped message names what was wrong.
+	ErrInvalid = errors.New("leasehold: invalid argument")
+)
+
+// Limits every store accepts, and every caller is held to by [ValidateName],
+// [ValidateHolder] and [ValidateMetadata]. They are small on purpose: they fit
+// a Kubernetes object name, a Redis key, an etcd key and a SQL text column.
+const (
+	// MaxNameLen is the longest lease name, in bytes.
+	MaxNameLen = 128
+	// MaxHolderLen is the longest holder identity, in bytes.
+	MaxHolderLen = 253
+	// MaxMetadataLen is the longest holder metadata, in bytes.
+	MaxMetadataLen = 1024
+)
+
+// Term names one grant of a lease: the lease, the holder it was granted to,
+// and the fencing token of that grant. Renew and Release act on a Term and on
+// nothing else, so a late call from an old term cannot touch a newer one.
+type Term struct {
+	Name   string
+	Holder string
+	// Token is the fencing token. It is at least 1 and strictly greater than
+	// every token granted for Name before, on every store.
+	Token int64
+}
+
+func (t Term) String() string {
+	return fmt.Sprintf("%s/%s#%d", t.Name, t.Holder, t.Token)
+}
+
+// Record is what a store knows of a lease.
+type Record struct {
+	Term
+	// Remaining is the time left before the term expires, as judged by the
+	// store's clock at the moment the store answered. It is zero or negative
+	// when the term has expired or was released.
+	Remaining time.Duration
+	// TTL is the duration the term was last granted or renewed for.
+	TTL time.Duration
+	// Metadata is optional, opaque holder data (such as the leader's address),
+	// set by Acquire and kept by Renew.
+	Metadata string
+}
+
+// Live reports whether the record is a term that has not expired and was not
+// released. A record with an empty Holder is free; its Token is still the last
+// token granted, and the next grant gets a higher one.
+func (r Record) Live() bool { return r.Holder != "" && r.Remaining > 0 }
+
+// Store is a lease store. Implementations are safe for concurrent use by
+// multiple goroutines, and many Store values (in one process or many) may share
+// the same underlying data.
+type Store interface {
+	// Acquire grants the lease name to holder for ttl if it is free, expired,
+	// or live but held by this same holder. The grant is a new term whose token
+	// is strictly greater than every token granted before for name (previous
+	// token + 1 where the store keeps a counter). A live term of the same holder
+	// is replaced by the new term: this is how a caller whose earlier Acquire
+	// answer was lost gets a term it knows.
+	//
+	// If another holder's term is live, Acquire changes nothing and returns
+	// that term's Record with an error matching ErrHeld.
+	// It returns ErrInvalid for a bad name, holder, ttl or metadata.
+	Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (Record, error)
+
+	// Renew extends exactly the term t, if it is live, to expire ttl from now on
+	// the store's clock. The token and metadata are kept. If t is not the live
+	// term (expired, released, or replaced), Renew changes nothing and returns
+	// an error matching ErrNotHeld. An expired term is never revived.
+	Renew(ctx context.Context, t Term, ttl time.Duration) (Record, error)
+
+	// Release ends exactly the term t early, if it is live. The token counter
+	// survives: the next grant still gets a higher token. If t is not the live
+	// term, Release changes nothing and returns an error matching ErrNotHeld.
+	Release(ctx context.Context, t Term) error
+
+	// Get returns the current record of name: the live term, or the last term
+	// (expired or released, with an empty Holder or Remaining <= 0) with the
+	// last token granted. It returns ErrNotFound if name was never granted.
+	Get(ctx context.Context, name string) (Record, error)
+
+	// Close releases the store's own resources (connections, watchers). It does
+	// not release any lease. It is idempotent; calls after Close return ErrClosed.
+	Close() error
+}
+
+// Watcher is an optional capability of a Store: it pushes changes so that a
+// waiting candidate wakes as soon as a lease is released or taken over,
+// instead of at its next poll. Callers find it by type assertion and fall back
+// to polling without it.
+//
+// Expiry of a crashed holder's term is usually not an event a store can push;
+// callers wake for it on their own timer, set from Record.Remaining.
+type Watcher interface {
+	// Watch returns a channel that receives a value (coalesced: at most one
+	// pending) soon after the named lease may have changed. The store closes
+	// the channel when ctx ends or the watch breaks; the caller then polls and
+	// may call Watch again. A spurious wake-up is allowed; a missed change is
+	// not, while the channel is open.
+	Watch(ctx context.Context, name string) (<-chan struct{}, error)
+}
+
+// BatchRenewer is an optional capability of a Store that holds many leases
+// for one process: it renews many terms in one round trip. Each term is still
+// renewed exactly as Renew would, and each answer stands alone.
+type BatchRenewer interface {
+	// RenewMany renews each term in terms for ttl. It returns one Record and one
+	// error per term, in the same order; a per-term error is ErrNotHeld or
+	// ErrInvalid. A non-nil final error means the outcome of the whole batch is
+	// unknown.
+	RenewMany(ctx context.Context, terms []Term, ttl time.Duration) ([]Record, []error, error)
+}
+
+// ValidateName checks a lease name: 1 to MaxNameLen bytes of ASCII letters,
+// digits, '-', '_', '.', and '/', not starting with '/' or '.'. The set is
+// what every store can use as a key, a row id and part of an object name.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: lease name is empty", ErrInvalid)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: lease name is %d bytes, the limit is %d", ErrInvalid, len(name), MaxNameLen)
+	}
+	if name[0] == '/' || name[0] == '.' {
+		return fmt.Errorf("%w: lease name %q starts with %q", ErrInvalid, name, name[0])
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-', c == '_', c == '.', c == '/':
+		default:
+			return fmt.Errorf("%w: lease name %q has %q at byte %d; allowed are letters, digits, '-', '_', '.', '/'", ErrInvalid, name, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateHolder checks a holder identity: 1 to MaxHolderLen bytes of
+// printable ASCII without spaces.
+func ValidateHolder(holder string) error {
+	if holder == "" {
+		return fmt.Errorf("%w: holder identity is empty", ErrInvalid)
+	}
+	if len(holder) > MaxHolderLen {
+		return fmt.Errorf("%w: holder identity is %d bytes, the limit is %d", ErrInvalid, len(holder), MaxHolderLen)
+	}
+	for i := 0; i < len(holder); i++ {
+		if c := holder[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: holder identity %q has byte %#x at %d; allowed is printable ASCII without spaces", ErrInvalid, holder, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateMetadata checks holder metadata: at most MaxMetadataLen bytes.
+func ValidateMetadata(metadata string) error {
+	if len(metadata) > MaxMetadataLen {
+		return fmt.Errorf("%w: metadata is %d bytes, the limit is %d", ErrInvalid, len(metadata), MaxMetadataLen)
+	}
+	return nil
+}
+
+// ValidateTTL checks a lease duration against the store's smallest
+// granularity: it must be positive and at least min.
+func ValidateTTL(ttl, min time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: ttl %v is not positive", ErrInvalid, ttl)
+	}
+	if ttl < min {
+		return fmt.Errorf("%w: ttl %v is below this store's minimum %v", ErrInvalid, ttl, min)
+	}
+	return nil
+}
+
+// ValidateTerm checks the name and holder of a term and that its token is at
+// least 1.
+func ValidateTerm(t Term) error {
+	if err := ValidateName(t.Name); err != nil {
+		return err
+	}
+	if err := ValidateHolder(t.Holder); err != nil {
+		return err
+	}
+	if t.Token < 1 {
+		return fmt.Errorf("%w: token %d is below 1", ErrInvalid, t.Token)
+	}
+	return nil
+}
+
+// ValidateAcquire checks the arguments of Acquire.
+func ValidateAcquire(name, holder string, ttl, minTTL time.Duration, metadata string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if err := ValidateHolder(holder); err != nil {
+		return err
+	}
+	if err := ValidateTTL(ttl, minTTL); err != nil {
+		return err
+	}
+	return ValidateMetadata(metadata)
+}
