@@ -1,0 +1,148 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// contender tries to acquire one lease for one holder, and waits between
+// tries: a jittered RetryPeriod, cut short when the current holder's term
+// expires (the store says how long it has left) or when the store's watch says
+// the lease changed.
+type contender struct {
+	*holdConfig
+	watcher  store.Watcher // nil: poll
+	name     string
+	holder   string
+	metadata string
+	// unknown is set while an acquire whose outcome is unknown may have granted
+	// this holder a term that it does not know the token of.
+	unknown bool
+	// lastHolder is the last other holder this contender saw, for EventLeaderObserved.
+	lastHolder string
+}
+
+// errTooSlow: a grant arrived after its own safeUntil; it was given back.
+var errTooSlow = errors.New("leasehold: acquire answered after its safe deadline; term given back")
+
+// try sends one acquire request. On success it returns the term's record and
+// the time the request was sent. An error matching store.ErrHeld comes with
+// the live record.
+func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
+	t := c.timings
+	sent := c.clock.Now()
+	// A grant that takes longer than RenewDeadline is useless: it would be past
+	// its own safeUntil on arrival.
+	actx, cancel := context.WithTimeout(ctx, t.RenewDeadline)
+	rec, err := c.store.Acquire(actx, c.name, c.holder, t.LeaseDuration, c.metadata)
+	cancel()
+	rtt := c.clock.Now().Sub(sent)
+	c.emit(Event{Kind: EventAcquireAttempt, Name: c.name, Term: rec.Term, Record: rec, Latency: rtt, Err: err})
+	switch {
+	case err == nil:
+		c.unknown = false
+		if rtt >= t.RenewDeadline-t.WindDown {
+			c.release(ctx, rec.Term)
+			return store.Record{}, sent, errTooSlow
+		}
+		return rec, sent, nil
+	case errors.Is(err, store.ErrHeld):
+		// Another term is live, so no grant of ours is.
+		c.unknown = false
+		if rec.Holder != c.lastHolder {
+			c.lastHolder = rec.Holder
+			c.emit(Event{Kind: EventLeaderObserved, Name: c.name, Record: rec})
+		}
+		return rec, sent, err
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrClosed):
+		return rec, sent, err
+	default:
+		c.unknown = true
+		return rec, sent, err
+	}
+}
+
+// acquire tries until it holds the lease or ctx ends. With ctx ended it gives
+// back any term an unknown outcome may have granted, and returns ctx's error.
+func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error) {
+	var watch <-chan struct{}
+	stopWatch := func() {}
+	defer func() { stopWatch() }()
+	for {
+		if err := ctx.Err(); err != nil {
+			c.giveBackUnknown(ctx)
+			return store.Record{}, time.Time{}, err
+		}
+		if watch == nil && c.watcher != nil {
+			wctx, cancel := context.WithCancel(ctx)
+			if ch, err := c.watcher.Watch(wctx, c.name); err == nil {
+				watch, stopWatch = ch, cancel
+			} else {
+				cancel()
+			}
+		}
+		rec, sent, err := c.try(ctx)
+		if err == nil {
+			return rec, sent, nil
+		}
+		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
+			c.giveBackUnknown(ctx)
+			return store.Record{}, time.Time{}, err
+		}
+		wait := c.retryWait()
+		if errors.Is(err, store.ErrHeld) && rec.Remaining > 0 && rec.Remaining < wait {
+			// Wake exactly when the holder's term expires on the store's clock.
+			wait = rec.Remaining
+		}
+		timer := c.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-timer.C():
+		case _, ok := <-watch:
+			if !ok {
+				watch = nil
+				stopWatch()
+			}
+		}
+		timer.Stop()
+	}
+}
+
+// retryWait is RetryPeriod plus up to Jitter × RetryPeriod at random.
+func (c *contender) retryWait() time.Duration {
+	t := c.timings
+	return t.RetryPeriod + time.Duration(rand.Float64()*t.Jitter*float64(t.RetryPeriod))
+}
+
+// release gives back term with a detached context bounded by RenewDeadline:
+// waiting longer than that is pointless, the lease will soon expire anyway.
+func (c *contender) release(ctx context.Context, term store.Term) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timings.RenewDeadline)
+	defer cancel()
+	sent := c.clock.Now()
+	err := c.store.Release(rctx, term)
+	c.emit(Event{Kind: EventReleased, Name: term.Name, Term: term, Latency: c.clock.Now().Sub(sent), Err: err})
+	return err
+}
+
+// giveBackUnknown ends a term that an acquire with an unknown outcome may have
+// granted: if the store shows this holder's live term, release exactly it.
+func (c *contender) giveBackUnknown(ctx context.Context) {
+	if !c.unknown {
+		return
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timings.RenewDeadline)
+	defer cancel()
+	rec, err := c.store.Get(gctx, c.name)
+	if err != nil {
+		return // unreachable: the term, if granted, expires on its own
+	}
+	c.unknown = false
+	if rec.Holder == c.holder && rec.Live() {
+		c.release(gctx, rec.Term)
+	}
+}

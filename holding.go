@@ -1,0 +1,171 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// holdConfig is what holding a term needs; Elector and Lock both fill it.
+type holdConfig struct {
+	store     store.Store
+	clock     Clock
+	timings   Timings // with defaults, validated
+	keepAlive bool
+	onEvent   func(Event)
+}
+
+func (c *holdConfig) emit(e Event) {
+	if c.onEvent != nil {
+		c.onEvent(e)
+	}
+}
+
+// holding keeps one term: it renews it every RenewInterval (if keepAlive),
+// retries a failed renewal every RetryPeriod, and cancels ctx at
+// safeUntil - WindDown, where safeUntil = (send time of the last successful
+// acquire or renew) + RenewDeadline, on the holder's own clock. One goroutine
+// (loop) owns the timers and the renewal in flight; stop asks it to end and
+// waits for it.
+type holding struct {
+	cfg  *holdConfig
+	term store.Term
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	safeUntil time.Time
+
+	stopc    chan struct{}
+	stopOnce sync.Once
+	done     chan struct{} // closed by loop when it has ended
+	cause    error         // why it ended; written by loop before done closes
+}
+
+type renewResult struct {
+	sentAt time.Time
+	rec    store.Record
+	err    error
+	rtt    time.Duration
+}
+
+// startHolding begins holding term, granted by a request sent at sentAt. The
+// term's context derives from parent.
+func startHolding(parent context.Context, cfg *holdConfig, term store.Term, sentAt time.Time) *holding {
+	ctx, cancel := context.WithCancelCause(parent)
+	h := &holding{
+		cfg:       cfg,
+		term:      term,
+		ctx:       ctx,
+		cancel:    cancel,
+		safeUntil: sentAt.Add(cfg.timings.RenewDeadline),
+		stopc:     make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	go h.loop(sentAt)
+	return h
+}
+
+// SafeUntil is the current local deadline of the term.
+func (h *holding) SafeUntil() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.safeUntil
+}
+
+// stop ends the holding (cancelling its context with ErrReleased if it is
+// still live), waits for its goroutine, and returns why it ended.
+func (h *holding) stop() error {
+	h.stopOnce.Do(func() { close(h.stopc) })
+	<-h.done
+	return h.cause
+}
+
+func (h *holding) loop(sentAt time.Time) {
+	defer close(h.done)
+	t := h.cfg.timings
+	clock := h.cfg.clock
+
+	cancelAt := func(safeUntil time.Time) time.Duration {
+		return safeUntil.Add(-t.WindDown).Sub(clock.Now())
+	}
+	deadline := clock.NewTimer(cancelAt(h.SafeUntil()))
+	defer deadline.Stop()
+
+	var renewC <-chan time.Time
+	var renewTimer Timer
+	if h.cfg.keepAlive {
+		renewTimer = clock.NewTimer(sentAt.Add(t.RenewInterval).Sub(clock.Now()))
+		defer renewTimer.Stop()
+		renewC = renewTimer.C()
+	}
+
+	results := make(chan renewResult, 1)
+	var inflight context.CancelFunc // non-nil while a renewal is in flight
+	finish := func(cause error) {
+		h.cancel(cause)
+		if inflight != nil {
+			inflight()
+			<-results
+		}
+		h.cause = context.Cause(h.ctx)
+	}
+
+	for {
+		select {
+		case <-h.stopc:
+			finish(ErrReleased)
+			h.cfg.emit(Event{Kind: EventLost, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Err: h.cause})
+			return
+		case <-h.ctx.Done():
+			finish(context.Cause(h.ctx))
+			h.cfg.emit(Event{Kind: EventLost, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Err: h.cause})
+			return
+		case <-deadline.C():
+			// Stop trusting the term now, whatever a renewal in flight may say.
+			finish(ErrSafeUntilPassed)
+			h.cfg.emit(Event{Kind: EventLost, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Err: h.cause})
+			return
+		case <-renewC:
+			renewC = nil // one renewal in flight at a time
+			sent := clock.Now()
+			rctx, cancel := context.WithTimeout(h.ctx, t.RetryPeriod)
+			inflight = cancel
+			go func() {
+				rec, err := h.cfg.store.Renew(rctx, h.term, t.LeaseDuration)
+				results <- renewResult{sentAt: sent, rec: rec, err: err, rtt: clock.Now().Sub(sent)}
+			}()
+		case r := <-results:
+			inflight()
+			inflight = nil
+			switch {
+			case r.err == nil:
+				su := r.sentAt.Add(t.RenewDeadline)
+				h.mu.Lock()
+				if su.After(h.safeUntil) {
+					h.safeUntil = su
+				}
+				su = h.safeUntil
+				h.mu.Unlock()
+				deadline.Reset(cancelAt(su))
+				h.cfg.emit(Event{Kind: EventRenewed, Name: h.term.Name, Term: h.term, Record: r.rec, SafeUntil: su, Latency: r.rtt})
+				renewTimer.Reset(r.sentAt.Add(t.RenewInterval).Sub(clock.Now()))
+			case errors.Is(r.err, store.ErrNotHeld):
+				h.cfg.emit(Event{Kind: EventRenewFailed, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Latency: r.rtt, Err: r.err})
+				h.cancel(ErrLeaseLost)
+				h.cause = ErrLeaseLost
+				h.cfg.emit(Event{Kind: EventLost, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Err: h.cause})
+				return
+			default:
+				// Outcome unknown: try again a retry period after this one was sent.
+				h.cfg.emit(Event{Kind: EventRenewFailed, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Latency: r.rtt, Err: r.err})
+				renewTimer.Reset(r.sentAt.Add(t.RetryPeriod).Sub(clock.Now()))
+			}
+			renewC = renewTimer.C()
+		}
+	}
+}

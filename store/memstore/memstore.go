@@ -1,0 +1,287 @@
+// Package memstore is the in-memory lease store: the reference
+// implementation of the store contract, and the double used by leasehold's
+// own unit tests. It judges expiry on its own clock (injectable), is safe for
+// concurrent use, and pushes changes to watchers.
+//
+// Several Store handles can share one Backend, the way several processes
+// share one database; closing a handle does not touch the backend.
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Backend holds the leases. It is the "server" that Store handles talk to.
+type Backend struct {
+	now func() time.Time
+
+	mu       sync.Mutex
+	leases   map[string]*lease
+	watchers map[string]map[chan struct{}]struct{}
+}
+
+type lease struct {
+	holder    string
+	token     int64
+	expiresAt time.Time
+	ttl       time.Duration
+	metadata  string
+}
+
+// NewBackend returns an empty backend whose clock is now (time.Now if nil).
+// The clock must carry a monotonic reading or be otherwise steady.
+func NewBackend(now func() time.Time) *Backend {
+	if now == nil {
+		now = time.Now
+	}
+	return &Backend{now: now, leases: map[string]*lease{}, watchers: map[string]map[chan struct{}]struct{}{}}
+}
+
+// Store is one handle on a Backend.
+type Store struct {
+	b       *Backend
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{} // closed by Close: ends this handle's watches
+}
+
+var (
+	_ store.Store        = (*Store)(nil)
+	_ store.Watcher      = (*Store)(nil)
+	_ store.BatchRenewer = (*Store)(nil)
+)
+
+// New returns a handle on a new, empty backend that uses the system clock.
+func New() *Store { return Open(NewBackend(nil)) }
+
+// Open returns a new handle on b.
+func Open(b *Backend) *Store { return &Store{b: b, closing: make(chan struct{})} }
+
+// Backend returns the backend this handle talks to.
+func (s *Store) Backend() *Backend { return s.b }
+
+func (s *Store) check(ctx context.Context) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return store.ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (b *Backend) record(name string, l *lease, now time.Time) store.Record {
+	return store.Record{
+		Term:      store.Term{Name: name, Holder: l.holder, Token: l.token},
+		Remaining: l.expiresAt.Sub(now),
+		TTL:       l.ttl,
+		Metadata:  l.metadata,
+	}
+}
+
+// notify wakes the watchers of name. Called with b.mu held.
+func (b *Backend) notify(name string) {
+	for ch := range b.watchers[name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// MinTTL is the smallest TTL this store accepts.
+const MinTTL = time.Millisecond
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := store.ValidateAcquire(name, holder, ttl, MinTTL, metadata); err != nil {
+		return store.Record{}, err
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	l := b.leases[name]
+	if l == nil {
+		l = &lease{}
+		b.leases[name] = l
+	}
+	if l.holder != "" && l.holder != holder && now.Before(l.expiresAt) {
+		return b.record(name, l, now), fmt.Errorf("memstore: acquire %q: %w", name, store.ErrHeld)
+	}
+	l.holder, l.token, l.expiresAt, l.ttl, l.metadata = holder, l.token+1, now.Add(ttl), ttl, metadata
+	b.notify(name)
+	return b.record(name, l, now), nil
+}
+
+// live returns the lease if t is its live term. Called with b.mu held.
+func (b *Backend) live(t store.Term, now time.Time) *lease {
+	l := b.leases[t.Name]
+	if l == nil || l.holder != t.Holder || l.token != t.Token || !now.Before(l.expiresAt) {
+		return nil
+	}
+	return l
+}
+
+// Renew implements store.Store.
+func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := store.ValidateTerm(t); err != nil {
+		return store.Record{}, err
+	}
+	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+		return store.Record{}, err
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.renew(t, ttl, b.now())
+}
+
+func (b *Backend) renew(t store.Term, ttl time.Duration, now time.Time) (store.Record, error) {
+	l := b.live(t, now)
+	if l == nil {
+		return store.Record{}, fmt.Errorf("memstore: renew %s: %w", t, store.ErrNotHeld)
+	}
+	l.expiresAt, l.ttl = now.Add(ttl), ttl
+	return b.record(t.Name, l, now), nil
+}
+
+// RenewMany implements store.BatchRenewer.
+func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Duration) ([]store.Record, []error, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, nil, err
+	}
+	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+		return nil, nil, err
+	}
+	recs := make([]store.Record, len(terms))
+	errs := make([]error, len(terms))
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	for i, t := range terms {
+		if errs[i] = store.ValidateTerm(t); errs[i] == nil {
+			recs[i], errs[i] = b.renew(t, ttl, now)
+		}
+	}
+	return recs, errs, nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, t store.Term) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := store.ValidateTerm(t); err != nil {
+		return err
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	l := b.live(t, now)
+	if l == nil {
+		return fmt.Errorf("memstore: release %s: %w", t, store.ErrNotHeld)
+	}
+	l.holder, l.expiresAt, l.metadata = "", now, ""
+	b.notify(t.Name)
+	return nil
+}
+
+// ForceRelease ends whatever term of name is live, as an operator would. The
+// token counter is kept. It reports whether a live term was ended.
+func (b *Backend) ForceRelease(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	l := b.leases[name]
+	if l == nil || l.holder == "" || !now.Before(l.expiresAt) {
+		return false
+	}
+	l.holder, l.expiresAt, l.metadata = "", now, ""
+	b.notify(name)
+	return true
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := store.ValidateName(name); err != nil {
+		return store.Record{}, err
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.leases[name]
+	if l == nil {
+		return store.Record{}, fmt.Errorf("memstore: get %q: %w", name, store.ErrNotFound)
+	}
+	return b.record(name, l, b.now()), nil
+}
+
+// Watch implements store.Watcher: the channel receives a value after each
+// grant and each release of name (not after renewals).
+func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateName(name); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	b := s.b
+	b.mu.Lock()
+	if b.watchers[name] == nil {
+		b.watchers[name] = map[chan struct{}]struct{}{}
+	}
+	b.watchers[name][ch] = struct{}{}
+	b.mu.Unlock()
+	out := make(chan struct{}, 1)
+	go func() {
+		defer close(out)
+		defer func() {
+			b.mu.Lock()
+			delete(b.watchers[name], ch)
+			b.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.closing:
+				return
+			case <-ch:
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Close implements store.Store. It closes only this handle.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.closing)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package leasehold
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error; the message names
+// the rule that failed.
+var ErrInvalidConfig = errors.New("leasehold: invalid config")
+
+// The default timings: a 15 s lease, renewed every 5 s (a third of the lease),
+// trusted for 10 s after each successful renewal was sent, and retried every
+// 2 s when a renewal fails. They are the arithmetic of the Kubernetes
+// controller manager. With them:
+//
+//   - a holder that stops hearing from the store stops its work at most 10 s
+//     after it sent its last successful renewal, while a rival may take over no
+//     earlier than 15 s after that renewal reached the store: 5 s of margin for
+//     clock-rate drift and for the holder's own reaction;
+//   - a renewal that fails is retried twice (at 2 s intervals) before the
+//     holder gives up, since 5 s separate the scheduled renewal from the 10 s
+//     deadline;
+//   - a crashed holder's lease is taken over once it expires, up to 15 s later
+//     (plus one retry period where the store cannot tell waiters of expiry).
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRenewInterval = 5 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+	DefaultJitter        = 0.2
+)
+
+// Timings are the durations of a lease and of its renewal. Zero fields take a
+// default: with every field zero, the Default constants; with only
+// LeaseDuration set, the others scale with it in the same proportions
+// (2/3, 1/3, 2/15 of the lease).
+type Timings struct {
+	// LeaseDuration is the TTL the store grants: the time after the store last
+	// renewed a term when a rival may legally take it over.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long after sending its last successful acquire or
+	// renew request the holder still trusts its term (safeUntil). It must be
+	// below LeaseDuration: the gap is the safety margin.
+	RenewDeadline time.Duration
+	// RenewInterval is how long after a successful renewal was sent the next
+	// one is sent.
+	RenewInterval time.Duration
+	// RetryPeriod is how often a candidate tries to acquire, and how soon a
+	// failed renewal is tried again.
+	RetryPeriod time.Duration
+	// Jitter is the largest fraction of RetryPeriod added at random to each
+	// candidate's wait, so that candidates do not retry in lockstep; in [0, 1].
+	// Zero means DefaultJitter.
+	Jitter float64
+	// WindDown is how long before safeUntil the guarded work's context is
+	// cancelled, so that work which stops within WindDown has returned by
+	// safeUntil. Zero: the context is cancelled at safeUntil itself. It must be
+	// below RenewDeadline - RenewInterval, or a healthy term would be cut short.
+	WindDown time.Duration
+}
+
+// DefaultTimings returns the default timings.
+func DefaultTimings() Timings {
+	return Timings{
+		LeaseDuration: DefaultLeaseDuration,
+		RenewDeadline: DefaultRenewDeadline,
+		RenewInterval: DefaultRenewInterval,
+		RetryPeriod:   DefaultRetryPeriod,
+		Jitter:        DefaultJitter,
+	}
+}
+
+// WithDefaults returns t with its zero fields filled in, as described on Timings.
+func (t Timings) WithDefaults() Timings {
+	if t.LeaseDuration == 0 {
+		t.LeaseDuration = DefaultLeaseDuration
+	}
+	ld := t.LeaseDuration
+	if t.RenewDeadline == 0 {
+		t.RenewDeadline = ld * 2 / 3
+	}
+	if t.RenewInterval == 0 {
+		t.RenewInterval = ld / 3
+	}
+	if t.RetryPeriod == 0 {
+		t.RetryPeriod = ld * 2 / 15
+	}
+	if t.Jitter == 0 {
+		t.Jitter = DefaultJitter
+	}
+	return t
+}
+
+// Validate checks the rules of SAFETY.md: leaseDuration > renewDeadline >
+// renewInterval > 0, retryPeriod > 0 and below renewDeadline, jitter in [0, 1],
+// 0 <= windDown < renewDeadline - renewInterval. Zero fields are checked after
+// their defaults are filled in.
+func (t Timings) Validate() error {
+	t = t.WithDefaults()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case t.LeaseDuration < 0:
+		return bad("leaseDuration %v is negative", t.LeaseDuration)
+	case t.RenewInterval <= 0:
+		return bad("renewInterval %v must be > 0 (rule leaseDuration > renewDeadline > renewInterval > 0)", t.RenewInterval)
+	case t.RenewDeadline <= t.RenewInterval:
+		return bad("renewDeadline %v must be greater than renewInterval %v (rule leaseDuration > renewDeadline > renewInterval > 0)", t.RenewDeadline, t.RenewInterval)
+	case t.LeaseDuration <= t.RenewDeadline:
+		return bad("leaseDuration %v must be greater than renewDeadline %v (rule leaseDuration > renewDeadline > renewInterval > 0): the gap is the safety margin", t.LeaseDuration, t.RenewDeadline)
+	case t.RetryPeriod <= 0:
+		return bad("retryPeriod %v must be > 0", t.RetryPeriod)
+	case t.RetryPeriod >= t.RenewDeadline:
+		return bad("retryPeriod %v must be less than renewDeadline %v, or a failed renewal is never retried", t.RetryPeriod, t.RenewDeadline)
+	case t.Jitter < 0 || t.Jitter > 1:
+		return bad("jitter %v must be in [0, 1]", t.Jitter)
+	case t.WindDown < 0:
+		return bad("windDown %v is negative", t.WindDown)
+	case t.WindDown >= t.RenewDeadline-t.RenewInterval:
+		return bad("windDown %v must be less than renewDeadline - renewInterval = %v, or a healthy term is cut short", t.WindDown, t.RenewDeadline-t.RenewInterval)
+	}
+	return nil
+}
