@@ -244,3 +244,43 @@ func ValidateAcquire(name, holder string, ttl, minTTL time.Duration, metadata st
 	}
 	return ValidateMetadata(metadata)
 }
+
+// Lister is an optional capability: List returns the record of every lease
+// the store knows (live or not), ordered by name. `leasehold status` uses it.
+type Lister interface {
+	List(ctx context.Context) ([]Record, error)
+}
+
+// ForceReleaser is an optional capability for operators: ForceRelease ends
+// whatever term of name is live, whoever holds it, and returns the record as
+// it was. The token counter is kept, so the next grant still gets a higher
+// token; the evicted holder's renewals get ErrNotHeld. ErrNotFound if name was
+// never granted; ErrNotHeld if no term was live.
+type ForceReleaser interface {
+	ForceRelease(ctx context.Context, name string) (Record, error)
+}
+
+// Migrator is an optional capability of stores with a schema (the SQL
+// stores): Migrate creates what the store needs (the lease table) if it is
+// missing. It is idempotent and changes no lease.
+type Migrator interface {
+	Migrate(ctx context.Context) error
+}
+
+// HistoryEntry is one past change of a lease, for display.
+type HistoryEntry struct {
+	Term
+	// Event is "acquired", "released", "expired-takeover" or "force-released"
+	// (stores may record fewer kinds; they document which).
+	Event string
+	// At is the store's wall-clock time of the change, for display only:
+	// nothing in leasehold subtracts it from another clock.
+	At       time.Time
+	Metadata string
+}
+
+// Historian is an optional capability: History returns the most recent
+// changes of name, newest first, at most limit of them.
+type Historian interface {
+	History(ctx context.Context, name string, limit int) ([]HistoryEntry, error)
+}
