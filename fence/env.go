@@ -1,0 +1,72 @@
+package fence
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+)
+
+// The environment `leasehold run` gives its child: the lease it holds, the
+// holder identity, and the fencing token of the term.
+const (
+	EnvLease  = "LEASEHOLD_LEASE"
+	EnvToken  = "LEASEHOLD_TOKEN"
+	EnvHolder = "LEASEHOLD_HOLDER"
+)
+
+// Term is the term a child of `leasehold run` runs under, read by FromEnv.
+type Term struct {
+	Lease  string
+	Holder string
+	Token  int64
+}
+
+// Source returns the term's token as a TokenSource.
+func (t Term) Source() TokenSource { return StaticToken(t.Token) }
+
+// FromEnv reads the term from LEASEHOLD_LEASE, LEASEHOLD_TOKEN and
+// LEASEHOLD_HOLDER. It fails, naming the variable, if the lease or token is
+// missing or the token is not an integer >= 1; the holder is optional.
+//
+// The token does not change for the life of the child: `leasehold run` stops
+// the child (SIGTERM, then SIGKILL) before its term could pass to another node,
+// and starts a new child for a new term.
+func FromEnv() (Term, error) {
+	return fromLookup(os.LookupEnv)
+}
+
+func fromLookup(lookup func(string) (string, bool)) (Term, error) {
+	var t Term
+	var ok bool
+	if t.Lease, ok = lookup(EnvLease); !ok || t.Lease == "" {
+		return Term{}, fmt.Errorf("%w: %s is not set: not running under `leasehold run`?", ErrInvalid, EnvLease)
+	}
+	v, ok := lookup(EnvToken)
+	if !ok || v == "" {
+		return Term{}, fmt.Errorf("%w: %s is not set: not running under `leasehold run`?", ErrInvalid, EnvToken)
+	}
+	tok, err := ParseToken([]string{v})
+	if err != nil {
+		return Term{}, fmt.Errorf("%w: %s=%q is not a fencing token (an integer >= 1)", ErrInvalid, EnvToken, v)
+	}
+	t.Token = tok
+	t.Holder, _ = lookup(EnvHolder)
+	return t, nil
+}
+
+// EnvTransport returns a Transport for the child of `leasehold run`: it
+// stamps every request with the token and lease from the environment.
+// base nil means http.DefaultTransport.
+func EnvTransport(base http.RoundTripper) (*Transport, error) {
+	t, err := FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return &Transport{Base: base, Lease: t.Lease, Source: t.Source()}, nil
+}
+
+// String formats the term for logs.
+func (t Term) String() string {
+	return t.Lease + "/" + t.Holder + "#" + strconv.FormatInt(t.Token, 10)
+}
