@@ -1,0 +1,130 @@
+package redis_test
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storetest"
+	lhredis "github.com/leasehold/leasehold/store/redis"
+)
+
+// conformanceMinTTL is the TTL the suite waits out; Redis honours 1 ms.
+const conformanceMinTTL = 50 * time.Millisecond
+
+// TestConformance runs the store contract's suite against the real Redis,
+// each subtest under its own key prefix, each handle with its own client, as
+// separate processes would.
+func TestConformance(t *testing.T) {
+	addr := redisAddr(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			prefix := freshPrefix(t, addr)
+			u, err := url.Parse(storeURL(addr, prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() (store.Store, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				return lhredis.OpenURL(ctx, u)
+			}
+		},
+		MinTTL: conformanceMinTTL,
+	})
+}
+
+// aclCommands is the least a leasehold user needs, and what the README
+// gives. The scripts' own commands are checked by Redis against the ACL too.
+var aclCommands = []string{
+	"-@all",
+	"+ping", "+hello", "+auth",
+	"+eval", "+evalsha",
+	"+get", "+set", "+incr", "+del", "+hset", "+hget", "+hmget", "+pexpire", "+pttl",
+	"+publish", "+subscribe", "+unsubscribe",
+	"+scan",
+}
+
+// aclUser creates a Redis ACL user limited to keys and channels under
+// prefix, with aclCommands, and deletes it when the test ends. It returns
+// the user's name and password.
+func aclUser(t *testing.T, addr, prefix string) (user, password string) {
+	t.Helper()
+	c := admin(t, addr)
+	user = "lhtest-" + randHex(6)
+	password = "pw-" + randHex(12)
+	rules := []any{"ACL", "SETUSER", user, "reset", "on", ">" + password,
+		"resetkeys", "~" + prefix + "*", "resetchannels", "&" + prefix + "*"}
+	for _, r := range aclCommands {
+		rules = append(rules, r)
+	}
+	ctx := testCtx(t)
+	if err := c.Do(ctx, rules...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Do(ctx, "ACL", "DELUSER", user).Err(); err != nil {
+			t.Errorf("cleanup: ACL DELUSER %s: %v", user, err)
+		}
+	})
+	return user, password
+}
+
+// TestConformanceRestrictedACL runs the suite as a Redis ACL user that may
+// touch only its prefix's keys and channels and run only aclCommands: the
+// README's restricted user works, and the store needs nothing more.
+func TestConformanceRestrictedACL(t *testing.T) {
+	addr := redisAddr(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			prefix := freshPrefix(t, addr)
+			user, password := aclUser(t, addr, prefix)
+			u, err := url.Parse(storeURL(addr, prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.User = url.UserPassword(user, password)
+			return func() (store.Store, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				return lhredis.OpenURL(ctx, u)
+			}
+		},
+		MinTTL: conformanceMinTTL,
+	})
+}
+
+// TestRestrictedACLIsRestricted checks that the ACL above really confines
+// the user: it cannot read a key outside its prefix, nor run FLUSHALL.
+func TestRestrictedACLIsRestricted(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := freshPrefix(t, addr)
+	user, password := aclUser(t, addr, prefix)
+	other := freshPrefix(t, addr)
+	ctx := testCtx(t)
+	if err := admin(t, addr).Set(ctx, other+"secret", "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(storeURL(addr, prefix))
+	u.User = url.UserPassword(user, password)
+	st := openStore(t, u.String())
+	c := st.Client()
+	if err := c.Get(ctx, other+"secret").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("GET outside the prefix as the restricted user: err = %v, want NOPERM", err)
+	}
+	if err := c.Do(ctx, "FLUSHALL").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("FLUSHALL as the restricted user: err = %v, want NOPERM", err)
+	}
+	// The same user's store under another prefix cannot take a lease.
+	u2, _ := url.Parse(storeURL(addr, other))
+	u2.User = url.UserPassword(user, password)
+	st2 := openStore(t, u2.String())
+	if _, err := st2.Acquire(ctx, "job", "node-a", time.Minute, ""); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Acquire under a prefix the user may not touch: err = %v, want NOPERM", err)
+	}
+}

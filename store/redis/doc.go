@@ -1,0 +1,69 @@
+// Package redis is a leasehold lease store on Redis (standalone, Sentinel
+// failover or Cluster), for leader election over best-effort singleton work
+// and for locks, where Redis is already running.
+//
+// # How it works
+//
+// A lease is the well-known Redis lock: one key holding a unique holder
+// string with a PX expiry, set only if absent (SET NX PX semantics), renewed
+// by a script that compares the value and PEXPIREs, released by a script that
+// compares and deletes, so a late client can never delete or extend a newer
+// holder's key. Expiry is judged by Redis on its own clock. The lock key holds
+// the plain holder string, so bsm/redislock and go-redsync clients using the
+// same key exclude leasehold holders and are excluded by them.
+//
+// For a lease name N under the prefix P (default "leasehold:") the store uses
+//
+//	P{N}          the lock: the holder string, PX = the term's TTL
+//	P{N}:token    the fencing token counter: INCRemented by each grant, never expires
+//	P{N}:meta     the term's token, TTL and metadata, with the same PX as the lock
+//	P{N}:events   the pub/sub channel on which grants and releases are published
+//
+// The {N} hash tag puts every key of a lease in one hash slot, so each
+// operation is one atomic script on Redis Cluster too. Renew and Release
+// compare both the holder and the term's token, so a late call from an older
+// term of the same holder cannot touch a newer one.
+//
+// # What is guaranteed, and what is not
+//
+// A Redis lease is best effort. A holder whose process pauses longer than the
+// lease (GC, VM migration, SIGSTOP) wakes up after a rival took over; leasehold
+// cancels the holder's context at its local safe deadline, before Redis lets
+// a rival in, but work already in flight at that moment is not stopped by
+// Redis. Use Redis leases for work where a rare double run is harmless (a cron
+// job, a cache warmer), or fence the resource with the token.
+//
+// The fencing token is only as durable as Redis. It rises strictly while Redis
+// keeps its data; but Redis acknowledges writes before they are on disk
+// (unless appendonly yes with appendfsync always), and replication is
+// asynchronous, so a restart or a failover to a replica can lose the last
+// increments (and the lock itself: a second holder may then be granted while
+// the first still believes it holds). The store detects the regress it can
+// see: each Store handle remembers the highest token it has seen per lease,
+// and an Acquire that finds the counter below it (or missing) raises the
+// counter to that token and grants nothing, returning a *TokenRegressError
+// (errors.Is ErrTokenRegress); the next Acquire is granted a higher token.
+// Get reports the same error. A process that starts after the loss has no
+// memory to compare with; give it Options.Floor (for example the highest
+// token the fenced resource has accepted) to close that gap. Tokens a
+// forgetful Redis hands out to processes that saw nothing may still be
+// smaller than old ones: a fenced resource refuses them.
+//
+// For a token that never regresses use the PostgreSQL, SQLite or etcd store.
+// Redlock (a majority of independent Redis masters) is not implemented: it
+// still gives no fencing token.
+//
+// # Capabilities
+//
+// The Store implements store.Watcher (one pub/sub connection per Store, the
+// publish is inside the grant and release scripts; expiry wakes waiters from
+// the lock's PTTL), store.BatchRenewer (one pipeline), store.Lister (SCAN of
+// the prefix) and store.ForceReleaser.
+//
+// # Security
+//
+// Use rediss:// (TLS) across any network, a Redis ACL user limited to the
+// key prefix (see the README for the exact ACL), and password_file rather
+// than a password in a URL on a command line. Errors and logs of this package
+// never print the password.
+package redis

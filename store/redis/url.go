@@ -1,0 +1,158 @@
+package redis
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Schemes are the URL schemes OpenURL accepts.
+var Schemes = []string{"redis", "rediss"}
+
+// Open is OpenURL for a URL string. Errors never include the password.
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Parse's error quotes the whole URL, password included.
+		return nil, fmt.Errorf("leasehold/redis: %w: the Redis URL does not parse", store.ErrInvalid)
+	}
+	return open(ctx, u)
+}
+
+// OpenURL opens a Store on the Redis server named by u, and checks that it
+// answers (PING, which also checks the credentials). The URL form is
+//
+//	redis://[user[:password]@]host[:port][/db][?option=value&...]
+//	rediss://...   the same over TLS
+//
+// for example redis://app:secret@127.0.0.1:6379/0?prefix=myapp:locks:
+//
+// Options of leasehold:
+//
+//	prefix=P           key and channel prefix (default "leasehold:"); see Options.Prefix
+//	password_file=F    read the password from file F (trailing newline dropped), so
+//	                   that it is not on a command line
+//	ca_file=F          rediss: trust the PEM certificates in F instead of the system roots
+//
+// Any other option is go-redis's (redis.ParseURL): dial_timeout, read_timeout,
+// write_timeout, pool_size, protocol, client_name, skip_verify (never in
+// production), max_retries, and so on. Unless the URL sets max_retries, the
+// client makes no retries of its own (leasehold's loop retries, knowing that a
+// lost reply is an unknown outcome), and it always honours context deadlines.
+//
+// The Store owns the client: Close closes it. Errors name the URL with its
+// password redacted.
+func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
+	s, err := open(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, u *url.URL) (*Store, error) {
+	opt, prefix, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	c := goredis.NewClient(opt)
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("leasehold/redis: connect to %s: %w", u.Redacted(), err)
+	}
+	s, err := New(c, Options{Prefix: prefix, CloseClient: true})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// ParseURL turns a redis:// or rediss:// URL (see OpenURL) into go-redis
+// options and the key prefix, without connecting. Errors match
+// store.ErrInvalid and never include the password.
+func ParseURL(u *url.URL) (*goredis.Options, string, error) {
+	if u == nil {
+		return nil, "", fmt.Errorf("leasehold/redis: %w: URL is nil", store.ErrInvalid)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("leasehold/redis: %w: %s: %s", store.ErrInvalid, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, "", bad("scheme %q is not redis or rediss", u.Scheme)
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return nil, "", bad("no host; the form is redis://[user[:password]@]host[:port][/db]")
+	}
+	q := u.Query()
+	take := func(key string) (string, bool) {
+		vs, ok := q[key]
+		delete(q, key)
+		if !ok {
+			return "", false
+		}
+		return vs[len(vs)-1], true
+	}
+	prefix, hasPrefix := take("prefix")
+	if hasPrefix && prefix == "" {
+		return nil, "", bad("prefix is empty")
+	}
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return nil, "", bad("%v", err)
+	}
+	passwordFile, hasPasswordFile := take("password_file")
+	caFile, hasCAFile := take("ca_file")
+	if hasCAFile && u.Scheme != "rediss" {
+		return nil, "", bad("ca_file needs the rediss scheme")
+	}
+	_, hasRetries := q["max_retries"]
+
+	// go-redis parses the rest, and rejects options it does not know.
+	rest := *u
+	rest.RawQuery = q.Encode()
+	opt, err := goredis.ParseURL(rest.String())
+	if err != nil {
+		// Its errors name an option or the database; make sure of the password.
+		msg := err.Error()
+		if pw, set := u.User.Password(); set && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+		return nil, "", bad("%s", msg)
+	}
+	if hasPasswordFile {
+		if _, set := u.User.Password(); set {
+			return nil, "", bad("both a password and password_file are given")
+		}
+		b, err := os.ReadFile(passwordFile)
+		if err != nil {
+			return nil, "", bad("password_file: %v", err)
+		}
+		opt.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	if hasCAFile {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, "", bad("ca_file: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, "", bad("ca_file %s holds no PEM certificate", caFile)
+		}
+		opt.TLSConfig.RootCAs = pool
+	}
+	if !hasRetries {
+		opt.MaxRetries = -1
+	}
+	opt.ContextTimeoutEnabled = true
+	return opt, prefix, nil
+}

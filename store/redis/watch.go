@@ -1,0 +1,287 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Watch implements store.Watcher. Acquire and Release publish on the lease's
+// channel inside their scripts; Watch subscribes to it on the store's one
+// pub/sub connection, and returns once Redis has confirmed the subscription,
+// so no publish after Watch returns is missed while the channel is open.
+//
+// Expiry is not pushed (keyspace notifications are off by default on Redis
+// and unreliable across failover): leasehold wakes waiters for it from
+// Record.Remaining, which is the lock key's PTTL.
+//
+// If the pub/sub connection breaks, every watch channel of this store is
+// closed (messages may have been lost); callers poll and call Watch again,
+// which opens a new connection.
+func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateName(name); err != nil {
+		return nil, err
+	}
+	ch, err := s.hub.watch(ctx, s.channel(name))
+	if err != nil {
+		return nil, s.wrap(fmt.Sprintf("watch %q", name), err)
+	}
+	return ch, nil
+}
+
+const (
+	// healthInterval: a pub/sub connection silent this long is pinged; one
+	// silent for two intervals is broken.
+	healthInterval = 15 * time.Second
+	// confirmTimeout bounds how long Watch waits for SUBSCRIBE's reply.
+	confirmTimeout = 10 * time.Second
+)
+
+var errHubClosed = errors.New("store closed")
+
+// hub multiplexes the watches of one Store over one pub/sub connection.
+type hub struct {
+	c goredis.UniversalClient
+
+	mu     sync.Mutex
+	sess   *session // nil: none open
+	closed bool
+	wg     sync.WaitGroup // the session loops and the watcher goroutines
+}
+
+// session is one pub/sub connection and what is subscribed on it. It lives
+// until the connection breaks or the store closes; it is never reused after.
+type session struct {
+	ps   *goredis.PubSub
+	done chan struct{} // closed by loop when the session is over
+	err  error         // why it ended; set before done is closed
+
+	// Guarded by hub.mu:
+	chans map[string]*subState
+	acked chan struct{} // closed and replaced on each subscribe reply
+}
+
+type subState struct {
+	watchers   map[*watcher]struct{}
+	subscribed bool // a SUBSCRIBE was sent after the last UNSUBSCRIBE
+	sent       int  // SUBSCRIBE commands sent for this channel
+	acks       int  // subscribe replies received for this channel
+}
+
+type watcher struct {
+	out chan struct{}
+}
+
+func newHub(c goredis.UniversalClient) *hub { return &hub{c: c} }
+
+// session returns the open session, starting one if needed. Called with h.mu held.
+func (h *hub) session() *session {
+	if h.sess != nil {
+		return h.sess
+	}
+	ps := h.c.Subscribe(context.Background())
+	sess := &session{ps: ps, done: make(chan struct{}), chans: map[string]*subState{}, acked: make(chan struct{})}
+	h.sess = sess
+	h.wg.Add(1)
+	go h.loop(sess)
+	return sess
+}
+
+// watch subscribes a new watcher to channel and waits for the subscription
+// to be confirmed.
+func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, error) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, errHubClosed
+	}
+	sess := h.session()
+	st := sess.chans[channel]
+	if st == nil {
+		st = &subState{watchers: map[*watcher]struct{}{}}
+		sess.chans[channel] = st
+	}
+	w := &watcher{out: make(chan struct{}, 1)}
+	st.watchers[w] = struct{}{}
+	if !st.subscribed {
+		// SUBSCRIBE is only written here; its reply is read by loop.
+		if err := sess.ps.Subscribe(ctx, channel); err != nil {
+			delete(st.watchers, w)
+			h.mu.Unlock()
+			// go-redis may have reconnected the pub/sub connection under us,
+			// silently: end the session so that no watcher trusts it.
+			h.kill(sess)
+			return nil, err
+		}
+		st.subscribed = true
+		st.sent++
+	}
+	target := st.sent
+	h.wg.Add(1)
+	h.mu.Unlock()
+
+	// The watcher's goroutine owns removing w and closing w.out (under h.mu,
+	// so that loop never sends on a closed channel).
+	confirmed := make(chan error, 1)
+	go h.serve(ctx, sess, channel, w, target, confirmed)
+	if err := <-confirmed; err != nil {
+		return nil, err
+	}
+	return w.out, nil
+}
+
+// serve waits for the subscription of w to be confirmed (reporting on
+// confirmed), then until ctx ends or the session does, then removes w.
+func (h *hub) serve(ctx context.Context, sess *session, channel string, w *watcher, target int, confirmed chan<- error) {
+	defer h.wg.Done()
+	timer := time.NewTimer(confirmTimeout)
+	defer timer.Stop()
+	for {
+		h.mu.Lock()
+		st := sess.chans[channel]
+		ok := st.acks >= target
+		acked := sess.acked
+		h.mu.Unlock()
+		if ok {
+			confirmed <- nil
+			break
+		}
+		var err error
+		select {
+		case <-acked:
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-sess.done:
+			err = sess.err
+		case <-timer.C:
+			err = fmt.Errorf("no reply to SUBSCRIBE %s within %v", channel, confirmTimeout)
+		}
+		h.remove(sess, channel, w)
+		confirmed <- err
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-sess.done:
+	}
+	h.remove(sess, channel, w)
+}
+
+// remove takes w off channel, unsubscribing when it was the last watcher,
+// and closes w.out.
+func (h *hub) remove(sess *session, channel string, w *watcher) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	close(w.out)
+	st := sess.chans[channel]
+	delete(st.watchers, w)
+	if len(st.watchers) > 0 || !st.subscribed {
+		return
+	}
+	select {
+	case <-sess.done:
+		return
+	default:
+	}
+	st.subscribed = false
+	if err := sess.ps.Unsubscribe(context.Background(), channel); err != nil {
+		h.killLocked(sess)
+	}
+}
+
+// kill ends sess: it stops new watches from joining it and closes its
+// connection, so that loop's Receive fails and loop ends the session.
+func (h *hub) kill(sess *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.killLocked(sess)
+}
+
+// killLocked is kill with h.mu held. (PubSub.Close never waits for h.mu.)
+func (h *hub) killLocked(sess *session) {
+	if h.sess == sess {
+		h.sess = nil
+	}
+	sess.ps.Close()
+}
+
+// loop reads the session's connection: subscribe replies confirm watches,
+// messages wake watchers. Any error ends the session, which closes every
+// watcher's channel: a message may have been lost.
+func (h *hub) loop(sess *session) {
+	defer h.wg.Done()
+	ctx := context.Background()
+	silent := 0
+	var err error
+	for {
+		var msg any
+		msg, err = sess.ps.ReceiveTimeout(ctx, healthInterval)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && silent == 0 {
+				silent++
+				if err = sess.ps.Ping(ctx); err == nil {
+					continue
+				}
+			}
+			break
+		}
+		silent = 0
+		switch m := msg.(type) {
+		case *goredis.Subscription:
+			if m.Kind != "subscribe" {
+				continue
+			}
+			h.mu.Lock()
+			if st := sess.chans[m.Channel]; st != nil {
+				st.acks++
+			}
+			close(sess.acked)
+			sess.acked = make(chan struct{})
+			h.mu.Unlock()
+		case *goredis.Message:
+			h.mu.Lock()
+			if st := sess.chans[m.Channel]; st != nil {
+				for w := range st.watchers {
+					select {
+					case w.out <- struct{}{}:
+					default:
+					}
+				}
+			}
+			h.mu.Unlock()
+		}
+	}
+	h.mu.Lock()
+	if h.sess == sess {
+		h.sess = nil
+	}
+	h.mu.Unlock()
+	sess.ps.Close()
+	sess.err = fmt.Errorf("pub/sub connection ended: %w", err)
+	close(sess.done)
+}
+
+// close ends the open session and waits for every goroutine of the hub.
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	sess := h.sess
+	h.sess = nil
+	h.mu.Unlock()
+	if sess != nil {
+		sess.ps.Close()
+	}
+	h.wg.Wait()
+}
