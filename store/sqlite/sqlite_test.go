@@ -378,13 +378,13 @@ func TestOpenURL(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"sqlite://db.example.com/x.db":      "names a host",
-		"sqlite://":                         "no file path",
-		"sqlite:///nonexistent-dir/x.db?tabel=y":            `unknown URL parameter "tabel"`,
-		"sqlite:///nonexistent-dir/x.db?busy_timeout=5":     "busy_timeout",
-		"sqlite:///nonexistent-dir/x.db?create=maybe":       "create",
-		"postgres://u:secret@h/db":          "not sqlite",
-		"sqlite:///nonexistent-dir/x.db?table=x;drop+table": "URL query",
+		"sqlite://db.example.com/x.db":                        "names a host",
+		"sqlite://":                                           "no file path",
+		"sqlite:///nonexistent-dir/x.db?tabel=y":              `unknown URL parameter "tabel"`,
+		"sqlite:///nonexistent-dir/x.db?busy_timeout=5":       "busy_timeout",
+		"sqlite:///nonexistent-dir/x.db?create=maybe":         "create",
+		"postgres://u:secret@h/db":                            "not sqlite",
+		"sqlite:///nonexistent-dir/x.db?table=x;drop+table":   "URL query",
 		"sqlite:///nonexistent-dir/x.db?table=x%3Bdrop+table": "plain SQL identifier",
 	}
 	for raw, want := range bad {
