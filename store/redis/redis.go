@@ -112,7 +112,7 @@ var (
 // and leasehold's loop already retries with the outcome-unknown rule.
 func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("leasehold/redis: %w: client is nil", store.ErrInvalid)
+		return nil, invalidf("client is nil")
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
@@ -127,7 +127,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 
 func validatePrefix(p string) error {
 	if len(p) > maxPrefixLen {
-		return fmt.Errorf("leasehold/redis: %w: key prefix is %d bytes, the limit is %d", store.ErrInvalid, len(p), maxPrefixLen)
+		return invalidf("key prefix is %d bytes, the limit is %d", len(p), maxPrefixLen)
 	}
 	for i := 0; i < len(p); i++ {
 		c := p[i]
@@ -135,7 +135,7 @@ func validatePrefix(p string) error {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
 		case strings.IndexByte(":_.-/", c) >= 0:
 		default:
-			return fmt.Errorf("leasehold/redis: %w: key prefix %q has %q at byte %d; allowed are letters, digits and \":_.-/\"", store.ErrInvalid, p, c, i)
+			return invalidf("key prefix %q has %q at byte %d; allowed are letters, digits and \":_.-/\"", p, c, i)
 		}
 	}
 	return nil

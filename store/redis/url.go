@@ -21,7 +21,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Parse's error quotes the whole URL, password included.
-		return nil, fmt.Errorf("leasehold/redis: %w: the Redis URL does not parse", store.ErrInvalid)
+		return nil, invalidf("the Redis URL does not parse")
 	}
 	return open(ctx, u)
 }
@@ -65,7 +65,7 @@ func open(ctx context.Context, u *url.URL) (*Store, error) {
 	c := goredis.NewClient(opt)
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("leasehold/redis: connect to %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("leasehold/redis: connect to %s: %w", redact(u), err)
 	}
 	s, err := New(c, Options{Prefix: prefix, CloseClient: true})
 	if err != nil {
@@ -80,10 +80,10 @@ func open(ctx context.Context, u *url.URL) (*Store, error) {
 // store.ErrInvalid and never include the password.
 func ParseURL(u *url.URL) (*goredis.Options, string, error) {
 	if u == nil {
-		return nil, "", fmt.Errorf("leasehold/redis: %w: URL is nil", store.ErrInvalid)
+		return nil, "", invalidf("Redis URL is nil")
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("leasehold/redis: %w: %s: %s", store.ErrInvalid, u.Redacted(), fmt.Sprintf(format, args...))
+		return invalidf("Redis URL %s: %s", redact(u), fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, "", bad("scheme %q is not redis or rediss", u.Scheme)
@@ -108,7 +108,7 @@ func ParseURL(u *url.URL) (*goredis.Options, string, error) {
 		prefix = DefaultPrefix
 	}
 	if err := validatePrefix(prefix); err != nil {
-		return nil, "", bad("%v", err)
+		return nil, "", bad("%s", err.(*invalidError).msg)
 	}
 	passwordFile, hasPasswordFile := take("password_file")
 	caFile, hasCAFile := take("ca_file")
@@ -156,3 +156,23 @@ func ParseURL(u *url.URL) (*goredis.Options, string, error) {
 	opt.ContextTimeoutEnabled = true
 	return opt, prefix, nil
 }
+
+// redact returns u for an error message, without its password. An opaque
+// URL (redis:user:pw@host, a missing "//") is not shown at all.
+func redact(u *url.URL) string {
+	if u.Opaque != "" {
+		return u.Scheme + ":(opaque URL not shown)"
+	}
+	return u.Redacted()
+}
+
+// invalidError is a bad argument: it matches store.ErrInvalid and reads
+// "leasehold/redis: invalid argument: ...".
+type invalidError struct{ msg string }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
+func (e *invalidError) Error() string        { return "leasehold/redis: invalid argument: " + e.msg }
+func (e *invalidError) Is(target error) bool { return target == store.ErrInvalid }
