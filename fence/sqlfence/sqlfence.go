@@ -1,0 +1,404 @@
+// Package sqlfence fences SQL writes: inside the caller's own transaction, one
+// call claims the lease's fencing token on a small fence table, and a stale
+// token is refused before the transaction can commit.
+//
+//	tx, _ := db.BeginTx(ctx, nil)
+//	defer tx.Rollback()
+//	if err := sqlfence.Postgres.Claim(ctx, tx, "invoices", leader.Token()); err != nil {
+//		return err // errors.Is(err, fence.ErrStale): a newer term has written; tx is rolled back
+//	}
+//	// ... the caller's writes ...
+//	return tx.Commit()
+//
+// The fence table holds the highest token that has written each resource:
+//
+//	CREATE TABLE leasehold_fence (resource text PRIMARY KEY, token bigint NOT NULL)
+//
+// Claim is one statement, an upsert that raises the row's token only if the
+// claimed token is not lower (PostgreSQL and SQLite:
+// INSERT ... ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
+// WHERE fence.token <= EXCLUDED.token RETURNING token; MySQL/MariaDB: the
+// equivalent ON DUPLICATE KEY UPDATE). It costs one extra row touched and no
+// extra round trip when the token is good. The row stays locked by the
+// transaction until it ends, so concurrent writers of one resource serialise on
+// it, and a stale writer that arrives last still loses: it waits for the newer
+// writer's commit and then sees the higher token. If the token is stale, Claim
+// looks up the highest token (a second statement, on this path only), rolls
+// the transaction back, and returns a *fence.StaleError (matching
+// fence.ErrStale) carrying it: the caller's writes in that transaction are
+// undone, and a later Commit fails. A token equal to the highest is admitted:
+// one term writes many times.
+//
+// # The direct form
+//
+// Where the protected data is one row, the row itself can carry the token:
+//
+//	UPDATE invoices SET status = $3, last_epoch = $2 WHERE id = $1 AND last_epoch <= $2
+//
+// and zero rows updated means a newer term has written that row (or it does
+// not exist). This needs no fence table but a column on every fenced table,
+// and a stale writer learns nothing about the newer token.
+//
+// # Lease-checked writes (PostgreSQL)
+//
+// When the lease itself lives in the same PostgreSQL database (package
+// store/postgres, table leader_lease), [Fence.CheckLease] and
+// [Fence.ClaimLease] also check, in the caller's transaction, that the lease
+// row still names this exact term (name, holder, epoch) and has not expired
+// (expires_at > clock_timestamp()), and share-lock it. A takeover is an UPDATE
+// of that row, so it waits until the transaction ends; after that the old
+// term's epoch no longer matches. Writes in that database made in transactions
+// that use the check are then mutually exclusive between terms, not only
+// ordered. See [Fence.CheckLease] for what this does not protect.
+//
+// # What is and is not guaranteed
+//
+// A fence protects only writes that claim it, in the database that holds the
+// fence table, in the same transaction as the claim. It orders terms of one
+// lease per resource (tokens of different leases are not comparable). It is as
+// durable as the database (a restored backup or a promoted asynchronous
+// replica can forget the highest token). Under REPEATABLE READ or SERIALIZABLE
+// isolation a concurrent claim may fail with a serialization error instead of
+// waiting; the caller retries the transaction, and no stale write commits.
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasehold/leasehold/fence"
+)
+
+// Dialect is the SQL flavour of the database holding the fence table.
+type Dialect int
+
+const (
+	// Postgres is PostgreSQL 9.5 or later (ON CONFLICT), through pgx v5 or any
+	// database/sql driver.
+	Postgres Dialect = iota + 1
+	// SQLite is SQLite 3.35 or later (upsert with RETURNING), such as
+	// modernc.org/sqlite.
+	SQLite
+	// MySQL is MySQL 5.7+/8 or MariaDB 10.3+ with InnoDB.
+	MySQL
+)
+
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case SQLite:
+		return "sqlite"
+	case MySQL:
+		return "mysql"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+// Default table names.
+const (
+	DefaultTable      = "leasehold_fence"
+	DefaultLeaseTable = "leader_lease"
+)
+
+// Config configures a Fence.
+type Config struct {
+	Dialect Dialect
+	// Table is the fence table: a plain SQL identifier, optionally qualified
+	// by a schema (letters, digits, '_', not starting with a digit, at most
+	// 63 bytes each). Empty means DefaultTable.
+	Table string
+	// LeaseTable is the lease table of store/postgres, for CheckLease and
+	// ClaimLease (PostgreSQL only); the same rules. Empty means
+	// DefaultLeaseTable.
+	LeaseTable string
+}
+
+// Fence claims tokens on one fence table. It is immutable and safe for
+// concurrent use.
+type Fence struct {
+	d          Dialect
+	table      string
+	leaseTable string
+
+	claimSQL   string
+	highestSQL string
+	createSQL  string
+}
+
+// The Fences on the default tables, one per dialect.
+var (
+	PostgresFence = mustNew(Config{Dialect: Postgres})
+	SQLiteFence   = mustNew(Config{Dialect: SQLite})
+	MySQLFence    = mustNew(Config{Dialect: MySQL})
+)
+
+func mustNew(c Config) *Fence {
+	f, err := New(c)
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// ValidateTable checks a table name: a plain SQL identifier, optionally
+// schema-qualified. Anything else (quotes, spaces, semicolons) is refused with
+// an error matching fence.ErrInvalid; a table name is never quoted or escaped,
+// only checked.
+func ValidateTable(name string) error {
+	if !identRE.MatchString(name) {
+		return fmt.Errorf("%w: table name %q is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, optionally schema.table, at most 63 bytes each)", fence.ErrInvalid, name)
+	}
+	return nil
+}
+
+// New validates c and returns a Fence.
+func New(c Config) (*Fence, error) {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.LeaseTable == "" {
+		c.LeaseTable = DefaultLeaseTable
+	}
+	if err := ValidateTable(c.Table); err != nil {
+		return nil, fmt.Errorf("leasehold/sqlfence: %w", err)
+	}
+	if err := ValidateTable(c.LeaseTable); err != nil {
+		return nil, fmt.Errorf("leasehold/sqlfence: lease %w", err)
+	}
+	f := &Fence{d: c.Dialect, table: c.Table, leaseTable: c.LeaseTable}
+	t := c.Table
+	switch c.Dialect {
+	case Postgres:
+		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token) VALUES ($1, $2)
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token
+RETURNING token`
+		f.highestSQL = `SELECT token FROM ` + t + ` WHERE resource = $1`
+		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1))`
+	case SQLite:
+		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token) VALUES (?1, ?2)
+ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token
+RETURNING token`
+		f.highestSQL = `SELECT token FROM ` + t + ` WHERE resource = ?1`
+		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource TEXT PRIMARY KEY, token INTEGER NOT NULL CHECK (token >= 1))`
+	case MySQL:
+		// LAST_INSERT_ID(expr) makes the statement report the row's token
+		// after the upsert (in the OK packet, as Result.LastInsertId): equal
+		// to ours if admitted, higher if stale. No RETURNING, one round trip,
+		// and independent of the CLIENT_FOUND_ROWS flag.
+		f.claimSQL = `INSERT INTO ` + t + ` (resource, token) VALUES (?, LAST_INSERT_ID(?))
+ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(IF(token <= VALUES(token), VALUES(token), token))`
+		f.highestSQL = `SELECT token FROM ` + t + ` WHERE resource = ? FOR UPDATE`
+		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource VARBINARY(255) NOT NULL PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB`
+	default:
+		return nil, fmt.Errorf("leasehold/sqlfence: %w: unknown dialect %d (want Postgres, SQLite or MySQL)", fence.ErrInvalid, int(c.Dialect))
+	}
+	return f, nil
+}
+
+// Dialect returns the fence's dialect.
+func (f *Fence) Dialect() Dialect { return f.d }
+
+// Table returns the fence table's name.
+func (f *Fence) Table() string { return f.table }
+
+// CreateTableSQL returns the statement that creates the fence table if it is
+// missing, for users who manage their schema with their own migrations.
+func (f *Fence) CreateTableSQL() string { return f.createSQL }
+
+// Execer is what Migrate needs: a *sql.DB, *sql.Conn or *sql.Tx.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Migrate creates the fence table if it is missing. It is idempotent.
+func (f *Fence) Migrate(ctx context.Context, db Execer) error {
+	if _, err := db.ExecContext(ctx, f.createSQL); err != nil {
+		return fmt.Errorf("leasehold/sqlfence: create fence table %s: %w", f.table, err)
+	}
+	return nil
+}
+
+// PgxExecer is what MigratePgx needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type PgxExecer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// MigratePgx is Migrate through pgx.
+func (f *Fence) MigratePgx(ctx context.Context, db PgxExecer) error {
+	if f.d != Postgres {
+		return fmt.Errorf("leasehold/sqlfence: %w: pgx needs the Postgres dialect, this fence is %v", fence.ErrInvalid, f.d)
+	}
+	if _, err := db.Exec(ctx, f.createSQL); err != nil {
+		return fmt.Errorf("leasehold/sqlfence: create fence table %s: %w", f.table, err)
+	}
+	return nil
+}
+
+// Claim claims token for resource in tx: it returns nil if token is at least
+// the highest token that has claimed resource, and records it as the highest
+// (visible to others when tx commits; until tx ends, other claims of resource
+// wait). If token is stale it rolls tx back and returns a *fence.StaleError
+// (matching fence.ErrStale) carrying the highest token. Any other error also
+// rolls tx back: the outcome is unknown, so the caller's writes must not
+// commit. An error matching fence.ErrInvalid names a bad resource or token.
+//
+// Claim before or after the caller's own writes in tx; what matters is that
+// they commit together. Claiming first makes a stale writer wait less.
+func (f *Fence) Claim(ctx context.Context, tx *sql.Tx, resource string, token int64) error {
+	if tx == nil {
+		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
+	}
+	return f.claim(ctx, stdTx{tx}, resource, token)
+}
+
+// ClaimPgx is Claim for a pgx transaction (Postgres dialect only). If tx is a
+// pgx nested transaction (a savepoint), a refusal rolls back only that
+// savepoint: do not commit the outer transaction either.
+func (f *Fence) ClaimPgx(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
+	if tx == nil {
+		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
+	}
+	if f.d != Postgres {
+		rollback(ctx, pgxTx{tx})
+		return fmt.Errorf("leasehold/sqlfence: %w: pgx needs the Postgres dialect, this fence is %v", fence.ErrInvalid, f.d)
+	}
+	return f.claim(ctx, pgxTx{tx}, resource, token)
+}
+
+func (f *Fence) claim(ctx context.Context, tx txn, resource string, token int64) error {
+	if err := validate(resource, token); err != nil {
+		rollback(ctx, tx)
+		return fmt.Errorf("leasehold/sqlfence: claim: %w", err)
+	}
+	var highest int64
+	if f.d == MySQL {
+		id, err := tx.execLastInsertID(ctx, f.claimSQL, []byte(resource), token)
+		if err != nil {
+			rollback(ctx, tx)
+			return f.wrap("claim", resource, token, err)
+		}
+		if id == token {
+			return nil
+		}
+		highest = id
+	} else {
+		var got int64
+		err := tx.queryRow(ctx, f.claimSQL, []any{resource, token}, &got)
+		if err == nil {
+			if got != token {
+				rollback(ctx, tx)
+				return fmt.Errorf("leasehold/sqlfence: claim %q with token %d: the fence row says %d", resource, token, got)
+			}
+			return nil
+		}
+		if !errors.Is(err, errNoRows) {
+			rollback(ctx, tx)
+			return f.wrap("claim", resource, token, err)
+		}
+		// Stale: the row exists with a higher token, and this transaction
+		// holds its lock (ON CONFLICT locks the row even when its WHERE fails),
+		// so the value read now is the latest committed one.
+		if err := tx.queryRow(ctx, f.highestSQL, []any{resource}, &highest); err != nil {
+			rollback(ctx, tx)
+			return f.wrap("read highest token", resource, token, err)
+		}
+	}
+	rollback(ctx, tx)
+	if highest <= token {
+		return fmt.Errorf("leasehold/sqlfence: claim %q with token %d was refused, yet the fence row says %d", resource, token, highest)
+	}
+	return &fence.StaleError{Resource: resource, Token: token, Highest: highest}
+}
+
+func validate(resource string, token int64) error {
+	if err := fence.ValidateResource(resource); err != nil {
+		return err
+	}
+	return fence.ValidateToken(token)
+}
+
+func (f *Fence) wrap(op, resource string, token int64, err error) error {
+	if missingTable(err) {
+		return fmt.Errorf("leasehold/sqlfence: %s %q with token %d: fence table %s is missing (create it with Fence.Migrate or the statement of Fence.CreateTableSQL): %w",
+			op, resource, token, f.table, err)
+	}
+	return fmt.Errorf("leasehold/sqlfence: %s %q with token %d: %w", op, resource, token, err)
+}
+
+// missingTable recognises "no such table" from the drivers of each dialect
+// without importing them.
+func missingTable(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		switch st.SQLState() {
+		case "42P01", "42S02":
+			return true
+		}
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no such table") || strings.Contains(msg, "(42S02)") || strings.Contains(msg, "SQLSTATE 42P01")
+}
+
+// txn is the part of *sql.Tx and pgx.Tx a fence uses.
+type txn interface {
+	queryRow(ctx context.Context, q string, args []any, dest ...any) error
+	execLastInsertID(ctx context.Context, q string, args ...any) (int64, error)
+	rollback(ctx context.Context) error
+}
+
+var errNoRows = errors.New("no rows")
+
+type stdTx struct{ tx *sql.Tx }
+
+func (t stdTx) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	err := t.tx.QueryRowContext(ctx, q, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errNoRows
+	}
+	return err
+}
+
+func (t stdTx) execLastInsertID(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
+}
+
+func (t stdTx) rollback(context.Context) error { return t.tx.Rollback() }
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	err := t.tx.QueryRow(ctx, q, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errNoRows
+	}
+	return err
+}
+
+func (t pgxTx) execLastInsertID(context.Context, string, ...any) (int64, error) {
+	return 0, errors.New("leasehold/sqlfence: pgx has no MySQL dialect")
+}
+
+func (t pgxTx) rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+// rollback ends tx with a detached, bounded context: the caller's ctx may be
+// the reason we are here.
+func rollback(ctx context.Context, tx txn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = tx.rollback(rctx)
+}
