@@ -185,3 +185,17 @@ func (r *redisServer) Kill() {
 }
 
 func (r *redisServer) String() string { return fmt.Sprintf("redis-server pid %d on %s", r.cmd.Process.Pid, r.Addr()) }
+
+// TestMain deletes the examples' keys after the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	c := goredis.NewClient(&goredis.Options{Addr: testenv.Env("LEASEHOLD_REDIS_ADDR", "127.0.0.1:6379")})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	it := c.Scan(ctx, 0, "leasehold-example:*", 500).Iterator()
+	for it.Next(ctx) {
+		c.Del(ctx, it.Val())
+	}
+	cancel()
+	c.Close()
+	os.Exit(code)
+}
