@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/store"
-	"github.com/leasehold/leasehold/store/storetest"
 	lhredis "github.com/leasehold/leasehold/store/redis"
+	"github.com/leasehold/leasehold/store/storetest"
 )
 
 // conformanceMinTTL is the TTL the suite waits out; Redis honours 1 ms.

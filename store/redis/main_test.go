@@ -184,7 +184,9 @@ func (r *redisServer) Kill() {
 	r.cmd = nil
 }
 
-func (r *redisServer) String() string { return fmt.Sprintf("redis-server pid %d on %s", r.cmd.Process.Pid, r.Addr()) }
+func (r *redisServer) String() string {
+	return fmt.Sprintf("redis-server pid %d on %s", r.cmd.Process.Pid, r.Addr())
+}
 
 // TestMain deletes the examples' keys after the run.
 func TestMain(m *testing.M) {

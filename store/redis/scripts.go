@@ -104,7 +104,8 @@ return 1
 
 // getScript reads a consistent snapshot of a lease.
 //
-// Reply: {holder or '', counter or '', token, pttl, ttl, metadata}
+// Reply: {holder, counter, token, pttl, ttl, metadata}; a missing holder or
+// counter is the empty string.
 var getScript = goredis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 local ctr = redis.call('GET', KEYS[2])
