@@ -94,15 +94,22 @@ func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error
 			return store.Record{}, time.Time{}, err
 		}
 		wait := c.retryWait()
-		if errors.Is(err, store.ErrHeld) && rec.Remaining > 0 && rec.Remaining < wait {
-			// Wake exactly when the holder's term expires on the store's clock.
-			wait = rec.Remaining
+		// Only a definite "held" answer may be cut short: after an unknown
+		// outcome the wait is a full retry period, or a store that fails
+		// while its watch fires would be hammered.
+		var wake <-chan struct{}
+		if errors.Is(err, store.ErrHeld) {
+			wake = watch
+			if rec.Remaining > 0 && rec.Remaining < wait {
+				// Wake exactly when the holder's term expires on the store's clock.
+				wait = rec.Remaining
+			}
 		}
 		timer := c.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-timer.C():
-		case _, ok := <-watch:
+		case _, ok := <-wake:
 			if !ok {
 				watch = nil
 				stopWatch()

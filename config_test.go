@@ -1,0 +1,91 @@
+package leasehold_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+func TestTimingsDefaults(t *testing.T) {
+	got := leasehold.Timings{}.WithDefaults()
+	if got != leasehold.DefaultTimings() {
+		t.Fatalf("zero Timings with defaults = %+v, want %+v", got, leasehold.DefaultTimings())
+	}
+	scaled := leasehold.Timings{LeaseDuration: 3 * time.Second}.WithDefaults()
+	if scaled.RenewDeadline != 2*time.Second || scaled.RenewInterval != time.Second || scaled.RetryPeriod != 400*time.Millisecond {
+		t.Fatalf("3s lease scaled to %+v", scaled)
+	}
+	if err := scaled.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTimingsValidateNamesTheRule(t *testing.T) {
+	s := time.Second
+	cases := []struct {
+		t    leasehold.Timings
+		want string
+	}{
+		{leasehold.Timings{LeaseDuration: 10 * s, RenewDeadline: 10 * s, RenewInterval: 3 * s, RetryPeriod: s}, "leaseDuration 10s must be greater than renewDeadline 10s"},
+		{leasehold.Timings{LeaseDuration: 15 * s, RenewDeadline: 5 * s, RenewInterval: 5 * s, RetryPeriod: s}, "renewDeadline 5s must be greater than renewInterval 5s"},
+		{leasehold.Timings{LeaseDuration: 15 * s, RenewDeadline: 10 * s, RenewInterval: -s, RetryPeriod: s}, "renewInterval -1s must be > 0"},
+		{leasehold.Timings{LeaseDuration: -s}, "leaseDuration -1s is negative"},
+		{leasehold.Timings{RetryPeriod: -s}, "retryPeriod -1s must be > 0"},
+		{leasehold.Timings{RetryPeriod: 10 * s}, "retryPeriod 10s must be less than renewDeadline 10s"},
+		{leasehold.Timings{Jitter: 1.5}, "jitter 1.5 must be in [0, 1]"},
+		{leasehold.Timings{Jitter: -0.1}, "jitter -0.1 must be in [0, 1]"},
+		{leasehold.Timings{WindDown: 5 * s}, "windDown 5s must be less than renewDeadline - renewInterval = 5s"},
+		{leasehold.Timings{WindDown: -s}, "windDown -1s is negative"},
+	}
+	for _, c := range cases {
+		err := c.t.Validate()
+		if !errors.Is(err, leasehold.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidConfig with %q", c.t, err, c.want)
+		}
+	}
+}
+
+func TestNewElectorRefusesBadConfig(t *testing.T) {
+	st := memstore.New()
+	cases := []struct {
+		cfg  leasehold.ElectorConfig
+		want string
+	}{
+		{leasehold.ElectorConfig{Identity: "a"}, "lease name is empty"},
+		{leasehold.ElectorConfig{Name: "bad name", Identity: "a"}, "allowed are letters"},
+		{leasehold.ElectorConfig{Name: "x"}, "identity is empty"},
+		{leasehold.ElectorConfig{Name: "x", Identity: "has space"}, "printable ASCII without spaces"},
+		{leasehold.ElectorConfig{Name: "x", Identity: "a", Metadata: strings.Repeat("m", 2000)}, "metadata is 2000 bytes"},
+		{leasehold.ElectorConfig{Name: "x", Identity: "a", Timings: leasehold.Timings{Jitter: 2}}, "jitter 2"},
+	}
+	for _, c := range cases {
+		_, err := leasehold.NewElector(st, c.cfg)
+		if !errors.Is(err, leasehold.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewElector(%+v) = %v, want ErrInvalidConfig with %q", c.cfg, err, c.want)
+		}
+	}
+	if _, err := leasehold.NewElector(nil, leasehold.ElectorConfig{Name: "x", Identity: "a"}); !errors.Is(err, leasehold.ErrInvalidConfig) {
+		t.Errorf("nil store: %v", err)
+	}
+	if _, err := leasehold.NewLock(st, "", leasehold.LockConfig{Identity: "a"}); !errors.Is(err, leasehold.ErrInvalidConfig) {
+		t.Errorf("lock with empty name: %v", err)
+	}
+}
+
+func TestIdentitiesAreUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id, err := leasehold.NewIdentity("node")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(id, "node-") || seen[id] {
+			t.Fatalf("identity %q: want node-<random>, unique", id)
+		}
+		seen[id] = true
+	}
+}

@@ -1,0 +1,253 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/faultstore"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+func newLock(t *testing.T, st store.Store, identity string, mod func(*leasehold.LockConfig)) *leasehold.Lock {
+	t.Helper()
+	cfg := leasehold.LockConfig{Identity: identity}
+	if mod != nil {
+		mod(&cfg)
+	}
+	l, err := leasehold.NewLock(st, "invoice-42", cfg)
+	if err != nil {
+		t.Fatalf("NewLock: %v", err)
+	}
+	return l
+}
+
+func TestTryAcquireHeldReturnsHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		a := newLock(t, f.faulty(), "node-a", nil)
+		b := newLock(t, f.faulty(), "node-b", nil)
+		ctx := context.Background()
+		held, err := a.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.TryAcquire(ctx)
+		var he *leasehold.HeldError
+		if !errors.Is(err, store.ErrHeld) || !errors.As(err, &he) || he.Record.Term != held.Term() {
+			t.Fatalf("TryAcquire of a held lock: %v, want a HeldError naming %v", err, held.Term())
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next, err := b.TryAcquire(ctx)
+		if err != nil || next.Token() <= held.Token() {
+			t.Fatalf("after release: %v, token %v; want a higher token", err, next)
+		}
+		next.Release(ctx)
+	})
+}
+
+// Acquire waits, and wakes at the instant the holder releases.
+func TestAcquireWakesOnRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		a := newLock(t, f.faulty(), "node-a", nil)
+		b := newLock(t, f.faulty(), "node-b", nil)
+		ctx := context.Background()
+		held, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *leasehold.Held, 1)
+		go func() {
+			h, err := b.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- h
+		}()
+		time.Sleep(1700 * time.Millisecond)
+		released := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h := <-got
+		if !time.Now().Equal(released) || h.Token() != held.Token()+1 {
+			t.Fatalf("woke %v after the release with token %d; want at once with token %d", time.Since(released), h.Token(), held.Token()+1)
+		}
+		h.Release(ctx)
+	})
+}
+
+// Without keep-alive the held context ends at acquire's send time +
+// renewDeadline; the store's lease is not renewed.
+func TestLockWithoutKeepAliveEndsAtSafeUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		st := f.faulty()
+		l := newLock(t, st, "node-a", func(c *leasehold.LockConfig) { c.Timings.LeaseDuration = 3 * time.Second })
+		start := time.Now()
+		held, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := held.SafeUntil().Sub(start); d != 2*time.Second {
+			t.Fatalf("safeUntil = +%v, want +2s (2/3 of a 3s lease)", d)
+		}
+		<-held.Context().Done()
+		if d := time.Since(start); d != 2*time.Second || !errors.Is(context.Cause(held.Context()), leasehold.ErrSafeUntilPassed) {
+			t.Fatalf("context ended at +%v (%v), want +2s and ErrSafeUntilPassed", d, context.Cause(held.Context()))
+		}
+		if n := st.Calls(faultstore.OpRenew); n != 0 {
+			t.Fatalf("renewals = %d, want none without keep-alive", n)
+		}
+		if err := held.Release(context.Background()); err != nil {
+			t.Fatalf("Release within the store's lease: %v", err)
+		}
+	})
+}
+
+func TestLockKeepAliveOutlastsTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		l := newLock(t, f.faulty(), "node-a", func(c *leasehold.LockConfig) {
+			c.Timings.LeaseDuration = 3 * time.Second
+			c.KeepAlive = true
+		})
+		held, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		if err := held.Context().Err(); err != nil {
+			t.Fatalf("held context ended under keep-alive: %v", context.Cause(held.Context()))
+		}
+		if err := held.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := held.Release(context.Background()); err != nil {
+			t.Fatalf("second Release = %v, want the first call's nil", err)
+		}
+		if r := f.get(t, "invoice-42"); r.Live() {
+			t.Fatalf("still held after release: %+v", r)
+		}
+	})
+}
+
+// A keep-alive that learns the term was taken over cancels the context, and
+// Release then changes nothing.
+func TestLockLostUnderKeepAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		l := newLock(t, f.faulty(), "node-a", func(c *leasehold.LockConfig) { c.KeepAlive = true })
+		held, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		f.backend.ForceRelease("invoice-42")
+		other, err := memstore.Open(f.backend).Acquire(context.Background(), "invoice-42", "other", 15*time.Second, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-held.Context().Done()
+		if d := time.Since(start); d != 5*time.Second || !errors.Is(context.Cause(held.Context()), leasehold.ErrLeaseLost) {
+			t.Fatalf("context ended at +%v (%v), want +5s (first renewal) with ErrLeaseLost", d, context.Cause(held.Context()))
+		}
+		if err := held.Release(context.Background()); !errors.Is(err, store.ErrNotHeld) {
+			t.Fatalf("Release after loss = %v, want ErrNotHeld", err)
+		}
+		if r := f.get(t, "invoice-42"); r.Term != other.Term || !r.Live() {
+			t.Fatalf("the newer term was touched: %+v", r)
+		}
+	})
+}
+
+// A TryAcquire whose reply is lost leaves nothing held.
+func TestTryAcquireLostReplyLeavesNothingHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		st := f.faulty()
+		st.Inject(faultstore.Fault{Mode: faultstore.LoseReply, Times: 1}, faultstore.OpAcquire)
+		l := newLock(t, st, "node-a", nil)
+		if _, err := l.TryAcquire(context.Background()); !errors.Is(err, faultstore.ErrLostReply) {
+			t.Fatalf("TryAcquire = %v, want the lost reply", err)
+		}
+		if r := f.get(t, "invoice-42"); r.Live() || r.Token != 1 {
+			t.Fatalf("after a lost reply the store = %+v, want token 1 given back", r)
+		}
+	})
+}
+
+// Acquisitions of one Lock from many goroutines are exclusive, and each gets
+// a higher token than the one before.
+func TestLockExcludesGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		l := newLock(t, f.faulty(), "node-a", nil)
+		var mu sync.Mutex
+		inside, maxInside := 0, 0
+		var tokens []int64
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h, err := l.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inside++
+				maxInside = max(maxInside, inside)
+				tokens = append(tokens, h.Token())
+				mu.Unlock()
+				time.Sleep(100 * time.Millisecond)
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				if err := h.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if maxInside != 1 || len(tokens) != 8 {
+			t.Fatalf("max inside = %d, acquisitions = %d; want 1 and 8", maxInside, len(tokens))
+		}
+		for i := 1; i < len(tokens); i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Fatalf("tokens %v do not rise", tokens)
+			}
+		}
+	})
+}
+
+func TestAcquireHonoursContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		a := newLock(t, f.faulty(), "node-a", nil)
+		b := newLock(t, f.faulty(), "node-b", nil)
+		held, err := a.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, err := b.Acquire(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire = %v, want DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d != 5*time.Second {
+			t.Fatalf("Acquire returned after %v, want 5s", d)
+		}
+		held.Release(context.Background())
+	})
+}
