@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// ErrAdvisoryLost is the cause of an advisory lock's context when its
+// connection failed: the server has dropped the lock (or will as soon as it
+// notices), and another session may hold it already.
+var ErrAdvisoryLost = errors.New("leasehold/postgres: advisory lock's connection failed; the lock is gone")
+
+// errAdvisoryReleased is the cause of an advisory lock's context after Release.
+var errAdvisoryReleased = errors.New("leasehold/postgres: advisory lock released")
+
+// AdvisoryOptions configure an advisory lock.
+type AdvisoryOptions struct {
+	// CheckInterval is how often the lock's connection is pinged; the lock's
+	// context is cancelled when a ping fails or takes longer than this.
+	// Default one second.
+	CheckInterval time.Duration
+	// Metadata is stored in the lease row while the lock is held.
+	Metadata string
+}
+
+// AdvisoryLock is a session-level pg_advisory_lock held on a connection of
+// its own (pinned: never returned to a pool).
+//
+// Read this before using it. An advisory lock has no expiry: a holder that
+// is paused but still connected keeps it for as long as the pause lasts, and
+// nobody else can take it. It is lost the moment its connection drops (a
+// network cut, a server restart, a proxy timeout), and the holder learns of
+// that only at its next ping, so for up to CheckInterval (plus TCP's own
+// delay on a silent network) a rival may hold the lock while this holder
+// still believes it does. It does not work behind a transaction-mode pooler,
+// which would run the lock and the unlock on different server sessions:
+// point Options.SessionConfig at the server or a session-mode pool.
+//
+// It is still fenced: taking the lock adds one to the lease row's epoch (the
+// counter the lease variant uses), and Token returns the new value. A
+// resource that checks the token with each write (WHERE last_token <= $token)
+// refuses a holder whose lock was lost and taken by another. While the
+// advisory lock is held the row shows its holder with an expiry of
+// -infinity: it is not a live lease. Do not mix the lease and the advisory
+// variant on one name; they share only the token counter.
+type AdvisoryLock struct {
+	conn  *pgx.Conn
+	key   int64
+	term  store.Term
+	table string
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stopc  chan struct{}
+	done   chan struct{}
+
+	once sync.Once
+	err  error
+}
+
+// AdvisoryKey is the bigint key of name's advisory lock for a store on the
+// given quoted table: FNV-1a 64 of "leasehold", the table and the name.
+// Another client that wants the same lock computes the same.
+func AdvisoryKey(table, name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("leasehold\x00" + table + "\x00" + name))
+	return int64(h.Sum64())
+}
+
+// TryAdvisoryLock makes one attempt at name's advisory lock for holder. If
+// another session holds it, it returns an error matching store.ErrHeld.
+func (s *Store) TryAdvisoryLock(ctx context.Context, name, holder string, opts AdvisoryOptions) (*AdvisoryLock, error) {
+	return s.advisoryLock(ctx, name, holder, opts, false)
+}
+
+// AdvisoryLock waits in pg_advisory_lock until it holds name's advisory lock
+// or ctx ends. If ctx ends first, the connection is closed, which drops any
+// lock granted at that instant.
+func (s *Store) AdvisoryLock(ctx context.Context, name, holder string, opts AdvisoryOptions) (*AdvisoryLock, error) {
+	return s.advisoryLock(ctx, name, holder, opts, true)
+}
+
+func (s *Store) advisoryLock(ctx context.Context, name, holder string, opts AdvisoryOptions, wait bool) (*AdvisoryLock, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateHolder(holder); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateMetadata(opts.Metadata); err != nil {
+		return nil, err
+	}
+	if opts.CheckInterval < 0 {
+		return nil, fmt.Errorf("leasehold/postgres: advisory lock check interval %v is negative: %w", opts.CheckInterval, store.ErrInvalid)
+	}
+	if opts.CheckInterval == 0 {
+		opts.CheckInterval = time.Second
+	}
+	cfg, err := s.sessionConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/postgres: advisory lock %q: %w", name, err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/postgres: advisory lock %q: connect: %w", name, err)
+	}
+	fail := func(err error) (*AdvisoryLock, error) {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn.Close(cctx) // ends the session, and with it any lock it holds
+		cancel()
+		return nil, err
+	}
+	key := AdvisoryKey(s.qtable, name)
+	got := true
+	if wait {
+		_, err = conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, pgx.QueryExecModeExec, key)
+	} else {
+		err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pgx.QueryExecModeExec, key).Scan(&got)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("leasehold/postgres: advisory lock %q: %w", name, err))
+	}
+	if !got {
+		return fail(fmt.Errorf("leasehold/postgres: advisory lock %q: held by another session: %w", name, store.ErrHeld))
+	}
+	// The token: bump the epoch of the lease row while holding the lock,
+	// unless a live lease term of another holder is on the row.
+	var epoch int64
+	err = conn.QueryRow(ctx, strings.NewReplacer("{{t}}", s.qtable).Replace(`INSERT INTO {{t}} AS l (name, holder, epoch, expires_at, metadata, ttl, meta_epoch)
+VALUES ($1, $2, 1, '-infinity', $3, NULL, 1)
+ON CONFLICT (name) DO UPDATE SET
+	holder = excluded.holder, epoch = coalesce(l.epoch, 0) + 1, expires_at = '-infinity',
+	metadata = excluded.metadata, ttl = NULL, meta_epoch = coalesce(l.epoch, 0) + 1
+WHERE coalesce(l.epoch, 0) >= 0 AND (coalesce(l.holder, '') = '' OR l.holder = excluded.holder OR l.expires_at <= now())
+RETURNING l.epoch`), pgx.QueryExecModeExec, name, holder, opts.Metadata).Scan(&epoch)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if rec, found, gerr := s.get(ctx, name); gerr == nil && found && rec.Token < 0 {
+			return fail(fmt.Errorf("leasehold/postgres: advisory lock %q: epoch is %d: %w", name, rec.Token, ErrBadRow))
+		}
+		return fail(fmt.Errorf("leasehold/postgres: advisory lock %q: a live lease term holds the row: %w", name, store.ErrHeld))
+	case err != nil:
+		return fail(s.opErr("advisory lock", fmt.Sprintf("%q", name), err))
+	}
+	lctx, cancel := context.WithCancelCause(context.Background())
+	a := &AdvisoryLock{
+		conn:   conn,
+		key:    key,
+		term:   store.Term{Name: name, Holder: holder, Token: epoch},
+		table:  s.qtable,
+		ctx:    lctx,
+		cancel: cancel,
+		stopc:  make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	go a.watch(opts.CheckInterval)
+	return a, nil
+}
+
+// watch pings the lock's connection until it fails or the lock is released.
+func (a *AdvisoryLock) watch(every time.Duration) {
+	defer close(a.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stopc:
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(context.Background(), every)
+			err := a.conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				a.cancel(fmt.Errorf("%w: %v", ErrAdvisoryLost, err))
+				return
+			}
+		}
+	}
+}
+
+// Term is the lock's term: its name, holder and fencing token.
+func (a *AdvisoryLock) Term() store.Term { return a.term }
+
+// Token is the fencing token: the lease row's epoch, bumped when the lock was
+// taken. Send it with every write.
+func (a *AdvisoryLock) Token() int64 { return a.term.Token }
+
+// Context is cancelled when the lock's connection is found dead (cause
+// ErrAdvisoryLost) or on Release. It is not cancelled by any expiry: an
+// advisory lock has none.
+func (a *AdvisoryLock) Context() context.Context { return a.ctx }
+
+// Release unlocks, clears the holder from the lease row (the epoch stays),
+// and closes the lock's connection. It is idempotent. If the connection had
+// already failed it returns an error matching store.ErrNotHeld: the server
+// dropped the lock with the session.
+func (a *AdvisoryLock) Release(ctx context.Context) error {
+	a.once.Do(func() {
+		close(a.stopc)
+		<-a.done
+		lost := a.ctx.Err() != nil
+		a.cancel(errAdvisoryReleased)
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			a.conn.Close(cctx)
+			cancel()
+		}()
+		if lost {
+			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: connection failed: %w", a.term, store.ErrNotHeld)
+			return
+		}
+		if _, err := a.conn.Exec(ctx, strings.NewReplacer("{{t}}", a.table).Replace(
+			`UPDATE {{t}} SET holder = NULL, metadata = NULL WHERE name = $1 AND holder = $2 AND epoch = $3`),
+			pgx.QueryExecModeExec, a.term.Name, a.term.Holder, a.term.Token); err != nil {
+			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: %w", a.term, err)
+			return
+		}
+		var ok bool
+		if err := a.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, pgx.QueryExecModeExec, a.key).Scan(&ok); err != nil {
+			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: %w", a.term, err)
+			return
+		}
+		if !ok {
+			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: the session did not hold it: %w", a.term, store.ErrNotHeld)
+		}
+	})
+	return a.err
+}

@@ -1,0 +1,128 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/postgres"
+	"github.com/leasehold/leasehold/store/storetest"
+)
+
+// harnessMinTTL is the shortest lease the suite waits out.
+const harnessMinTTL = 100 * time.Millisecond
+
+// TestConformance runs the suite on stores from Open, each subtest in its
+// own schema.
+func TestConformance(t *testing.T) {
+	dsn := withParams(t, testDSN(t), "pool_max_conns", "2")
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			schema := migrated(t)
+			return func() (store.Store, error) {
+				return postgres.Open(context.Background(), dsn, postgres.Options{Schema: schema})
+			}
+		},
+		MinTTL: harnessMinTTL,
+	})
+}
+
+// TestConformanceIsolation runs the suite with pools whose every
+// transaction is REPEATABLE READ or SERIALIZABLE: racing statements then
+// fail with serialization errors, which the store must retry rather than
+// report (the race test has 16 acquirers per round).
+func TestConformanceIsolation(t *testing.T) {
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			dsn := withParams(t, testDSN(t), "default_transaction_isolation", level)
+			conn, err := pgx.Connect(ctxFor(t), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			if err := conn.QueryRow(ctxFor(t), "SHOW transaction_isolation").Scan(&got); err != nil || got != level {
+				t.Fatalf("pool isolation = %q, %v; want %q", got, err, level)
+			}
+			conn.Close(context.Background())
+			dsn = withParams(t, dsn, "pool_max_conns", "2")
+			storetest.Run(t, storetest.Harness{
+				New: func(t *testing.T) func() (store.Store, error) {
+					schema := migrated(t)
+					return func() (store.Store, error) {
+						return postgres.Open(context.Background(), dsn, postgres.Options{Schema: schema})
+					}
+				},
+				MinTTL: harnessMinTTL,
+			})
+		})
+	}
+}
+
+// TestConformanceDatabaseSQL runs the suite through database/sql with the
+// pgx stdlib driver.
+func TestConformanceDatabaseSQL(t *testing.T) {
+	dsn := testDSN(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			schema := migrated(t)
+			return func() (store.Store, error) {
+				db, err := sql.Open("pgx", dsn)
+				if err != nil {
+					return nil, err
+				}
+				db.SetMaxOpenConns(2)
+				t.Cleanup(func() { db.Close() })
+				return postgres.NewDB(context.Background(), db, postgres.Options{Schema: schema})
+			}
+		},
+		MinTTL: harnessMinTTL,
+	})
+}
+
+// TestConformancePgxConn runs the suite on single pgx connections.
+func TestConformancePgxConn(t *testing.T) {
+	dsn := testDSN(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			schema := migrated(t)
+			return func() (store.Store, error) {
+				conn, err := pgx.Connect(context.Background(), dsn)
+				if err != nil {
+					return nil, err
+				}
+				t.Cleanup(func() { conn.Close(context.Background()) })
+				return postgres.NewConn(context.Background(), conn, postgres.Options{Schema: schema})
+			}
+		},
+		MinTTL: harnessMinTTL,
+		Handles: 3,
+	})
+}
+
+// TestConformanceCallerPool runs the suite on a pool the test owns, and
+// checks that closing the stores left the pool open.
+func TestConformanceCallerPool(t *testing.T) {
+	pool, err := pgxpool.New(ctxFor(t), withParams(t, testDSN(t), "pool_max_conns", "4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			schema := migrated(t)
+			return func() (store.Store, error) {
+				return postgres.New(context.Background(), pool, postgres.Options{Schema: schema})
+			}
+		},
+		MinTTL: harnessMinTTL,
+	})
+	if err := pool.Ping(ctxFor(t)); err != nil {
+		t.Fatalf("the caller's pool no longer works after the stores were closed: %v", err)
+	}
+}

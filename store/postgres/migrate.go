@@ -1,0 +1,141 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrateLockKey serialises concurrent Migrate calls on one database with a
+// transaction-level advisory lock (which a transaction pooler keeps intact).
+const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
+
+// Migrate implements store.Migrator. In one transaction it creates what is
+// missing, and only that:
+//
+//   - the schema named by Options.Schema;
+//   - the lease table: leader_lease(name text PRIMARY KEY, holder text, epoch
+//     bigint NOT NULL DEFAULT 0, expires_at timestamptz NOT NULL DEFAULT
+//     '-infinity') plus leasehold's own nullable columns metadata, ttl and
+//     meta_epoch, which are added to a table made by hand with the four
+//     columns (raw SQL clients never need to know them);
+//   - the history table <table>_history;
+//   - the trigger function <table>_changed() and its two triggers, which
+//     NOTIFY waiters and write the history on every grant and release, by
+//     leasehold or by any other client.
+//
+// It is idempotent, changes no lease, and runs no DDL (so needs no DDL
+// privilege) when everything is current.
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	err := s.retry(ctx, func() error {
+		return s.q.inTx(ctx, func(q querier) error { return s.migrate(ctx, q) })
+	})
+	if err != nil {
+		return fmt.Errorf("leasehold/postgres: migrate %s: %w", s.qtable, err)
+	}
+	return nil
+}
+
+func queryOne(ctx context.Context, q querier, sql string, args []any, dest ...any) (bool, error) {
+	found := false
+	err := q.query(ctx, sql, args, func(r rowScanner) error {
+		found = true
+		return r.Scan(dest...)
+	})
+	return found, err
+}
+
+func (s *Store) migrate(ctx context.Context, q querier) error {
+	if err := q.exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey); err != nil {
+		return err
+	}
+	if s.schema != "" {
+		var exists bool
+		if _, err := queryOne(ctx, q, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, []any{s.schema}, &exists); err != nil {
+			return err
+		}
+		if !exists {
+			if err := q.exec(ctx, `CREATE SCHEMA `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
+				return err
+			}
+		}
+	}
+	var hasTable bool
+	if _, err := queryOne(ctx, q, `SELECT to_regclass($1) IS NOT NULL`, []any{s.qtable}, &hasTable); err != nil {
+		return err
+	}
+	r := strings.NewReplacer("{{t}}", s.qtable)
+	if !hasTable {
+		if err := q.exec(ctx, r.Replace(sqlCreateTable)); err != nil {
+			return err
+		}
+		if err := q.exec(ctx, r.Replace(sqlCommentColumns)); err != nil {
+			return err
+		}
+	}
+	cols := map[string]bool{}
+	err := q.query(ctx, `SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`,
+		[]any{s.qtable}, func(r rowScanner) error {
+			var c string
+			if err := r.Scan(&c); err != nil {
+				return err
+			}
+			cols[c] = true
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	for _, c := range []string{"name", "holder", "epoch", "expires_at"} {
+		if !cols[c] {
+			return fmt.Errorf("table exists but has no column %q, so it is not a lease table: %w", c, ErrNotMigrated)
+		}
+	}
+	var add []string
+	for _, c := range []struct{ name, typ string }{{"metadata", "text"}, {"ttl", "interval"}, {"meta_epoch", "bigint"}} {
+		if !cols[c.name] {
+			add = append(add, "ADD COLUMN "+c.name+" "+c.typ)
+		}
+	}
+	if len(add) > 0 {
+		if err := q.exec(ctx, `ALTER TABLE `+s.qtable+` `+strings.Join(add, ", ")); err != nil {
+			return err
+		}
+	}
+	// The schema the table resolved to, so that the history table and the
+	// trigger function sit next to it and the function names them fully.
+	var nsp string
+	if _, err := queryOne(ctx, q, `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
+		[]any{s.qtable}, &nsp); err != nil {
+		return err
+	}
+	hist := ident(nsp, s.table+"_history")
+	fn := ident(nsp, s.table+"_changed")
+	r = strings.NewReplacer("{{t}}", ident(nsp, s.table), "{{h}}", hist, "{{f}}", fn, "{{i}}", pgx.Identifier{s.table + "_hidx"}.Sanitize())
+	var hasHist bool
+	if _, err := queryOne(ctx, q, `SELECT to_regclass($1) IS NOT NULL`, []any{hist}, &hasHist); err != nil {
+		return err
+	}
+	if !hasHist {
+		if err := q.exec(ctx, r.Replace(sqlCreateHistory)); err != nil {
+			return err
+		}
+	}
+	var current bool
+	if _, err := queryOne(ctx, q, `SELECT coalesce(obj_description(to_regprocedure($1), 'pg_proc'), '') = $2
+	AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($3) AND tgname IN ($4, $5)) = 2`,
+		[]any{fn + "()", schemaVersion, s.qtable, triggerInsert, triggerUpdate}, &current); err != nil {
+		return err
+	}
+	if !current {
+		if err := q.exec(ctx, r.Replace(sqlCreateFunction)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

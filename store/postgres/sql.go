@@ -1,0 +1,293 @@
+package postgres
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Identifier limits. PostgreSQL truncates names at 63 bytes; the table name
+// leaves room for the "_history" and "_changed" suffixes.
+const (
+	maxSchemaLen = 63
+	maxTableLen  = 55
+)
+
+// DefaultTable is the lease table's name when Options.Table is empty.
+const DefaultTable = "leader_lease"
+
+// schemaVersion marks the trigger function Migrate installs, so that Migrate
+// does nothing (and needs no DDL privilege) when the schema is current.
+const schemaVersion = "leasehold schema 1"
+
+// Trigger names on the lease table.
+const (
+	triggerInsert = "leasehold_changed_insert"
+	triggerUpdate = "leasehold_changed_update"
+)
+
+// validIdent checks a plain SQL identifier: lower-case ASCII letters, digits
+// and '_', not starting with a digit, 1 to max bytes. Such a name means the
+// same quoted and unquoted, so raw SQL can name the table without quotes.
+func validIdent(what, s string, max int) error {
+	if s == "" {
+		return fmt.Errorf("leasehold/postgres: %s name is empty: %w", what, store.ErrInvalid)
+	}
+	if len(s) > max {
+		return fmt.Errorf("leasehold/postgres: %s name %q is %d bytes, the limit is %d: %w", what, s, len(s), max, store.ErrInvalid)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c == '_':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return fmt.Errorf("leasehold/postgres: %s name %q is not a plain SQL identifier (lower-case letters, digits and '_', not starting with a digit): %w", what, s, store.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// tableName resolves Options.Table and Options.Schema into a validated
+// (schema, table); schema may be empty (the search_path decides).
+func tableName(table, schema string) (string, string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if i := strings.IndexByte(table, '.'); i >= 0 {
+		ts, tt := table[:i], table[i+1:]
+		if schema != "" && schema != ts {
+			return "", "", fmt.Errorf("leasehold/postgres: table %q names schema %q but Options.Schema is %q: %w", table, ts, schema, store.ErrInvalid)
+		}
+		schema, table = ts, tt
+		if schema == "" {
+			return "", "", fmt.Errorf("leasehold/postgres: table %q has an empty schema part: %w", table, store.ErrInvalid)
+		}
+	}
+	if err := validIdent("table", table, maxTableLen); err != nil {
+		return "", "", err
+	}
+	if schema != "" {
+		if err := validIdent("schema", schema, maxSchemaLen); err != nil {
+			return "", "", err
+		}
+	}
+	return schema, table, nil
+}
+
+// ident quotes a possibly schema-qualified name.
+func ident(schema, name string) string {
+	if schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{schema, name}.Sanitize()
+}
+
+// channelFor is the NOTIFY channel of the lease table schema.table: the
+// trigger computes the same from TG_TABLE_SCHEMA and TG_TABLE_NAME.
+func channelFor(schema, table string) string {
+	sum := md5.Sum([]byte(schema + "." + table))
+	return "leasehold_" + hex.EncodeToString(sum[:])[:16]
+}
+
+// statements are the store's SQL, built once from the quoted table name.
+type statements struct {
+	acquire, renew, release, get, list, renewMany, forceRelease, history string
+}
+
+// recordCols are the columns of a store.Record, computed on the database's
+// clock: remaining and ttl are microseconds as float8 (remaining is
+// ±Infinity for an infinite expiry). Metadata and ttl belong to the term only
+// when meta_epoch = epoch, that is when leasehold wrote them for this grant; a
+// grant by a raw SQL client leaves them stale, and they are not reported.
+func recordCols(a string) string {
+	return strings.NewReplacer("{{a}}", a).Replace(`{{a}}.name,
+	coalesce({{a}}.holder, ''),
+	coalesce({{a}}.epoch, 0),
+	coalesce(((extract(epoch FROM {{a}}.expires_at) - extract(epoch FROM now())) * 1000000)::float8, '-Infinity'),
+	(CASE WHEN {{a}}.meta_epoch = {{a}}.epoch THEN coalesce(extract(epoch FROM {{a}}.ttl) * 1000000, 0) ELSE 0 END)::float8,
+	CASE WHEN {{a}}.meta_epoch = {{a}}.epoch THEN coalesce({{a}}.metadata, '') ELSE '' END`)
+}
+
+// The term is live while expires_at > now(); it is expired (free to take)
+// once expires_at <= now(). A NULL or empty holder is a free row.
+func newStatements(table, history string) statements {
+	r := strings.NewReplacer("{{t}}", table, "{{h}}", history, "{{cols l}}", recordCols("l"), "{{cols o}}", recordCols("o"))
+	return statements{
+		// One compare-and-swap: insert the row, or take it over only if it
+		// is free, expired, or this holder's own. The epoch (fencing token)
+		// is bumped on every grant and never reset. A negative epoch (a row
+		// edited by hand) is never granted from.
+		acquire: r.Replace(`INSERT INTO {{t}} AS l (name, holder, epoch, expires_at, metadata, ttl, meta_epoch)
+VALUES ($1, $2, 1, now() + $3::float8 * interval '1 microsecond', $4, $3::float8 * interval '1 microsecond', 1)
+ON CONFLICT (name) DO UPDATE SET
+	holder = excluded.holder,
+	epoch = coalesce(l.epoch, 0) + 1,
+	expires_at = excluded.expires_at,
+	metadata = excluded.metadata,
+	ttl = excluded.ttl,
+	meta_epoch = coalesce(l.epoch, 0) + 1
+WHERE coalesce(l.epoch, 0) >= 0
+	AND (coalesce(l.holder, '') = '' OR l.holder = excluded.holder OR coalesce(l.expires_at <= now(), true))
+RETURNING {{cols l}}`),
+		// Renew names the exact term and never bumps the epoch.
+		renew: r.Replace(`UPDATE {{t}} AS l SET
+	expires_at = now() + $4::float8 * interval '1 microsecond',
+	ttl = $4::float8 * interval '1 microsecond',
+	metadata = CASE WHEN l.meta_epoch = l.epoch THEN l.metadata END,
+	meta_epoch = l.epoch
+WHERE l.name = $1 AND l.holder = $2 AND l.epoch = $3 AND l.expires_at > now()
+RETURNING {{cols l}}`),
+		// Release keeps the epoch, clears the holder, and sets the expiry to
+		// -infinity, for the exact live term only.
+		release: r.Replace(`UPDATE {{t}} AS l SET holder = NULL, expires_at = '-infinity', metadata = NULL, ttl = NULL
+WHERE l.name = $1 AND l.holder = $2 AND l.epoch = $3 AND l.expires_at > now()
+RETURNING l.epoch`),
+		get:  r.Replace(`SELECT {{cols l}} FROM {{t}} AS l WHERE l.name = $1`),
+		list: r.Replace(`SELECT {{cols l}} FROM {{t}} AS l ORDER BY l.name COLLATE "C"`),
+		// One statement renews every term of the batch, each scoped to its
+		// exact (name, holder, epoch); ord maps a row back to its term.
+		renewMany: r.Replace(`WITH req AS (
+	SELECT r.name, r.holder, r.epoch, r.ord
+	FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS r(name, holder, epoch, ord)
+)
+UPDATE {{t}} AS l SET
+	expires_at = now() + $4::float8 * interval '1 microsecond',
+	ttl = $4::float8 * interval '1 microsecond',
+	metadata = CASE WHEN l.meta_epoch = l.epoch THEN l.metadata END,
+	meta_epoch = l.epoch
+FROM req
+WHERE l.name = req.name AND l.holder = req.holder AND l.epoch = req.epoch AND l.expires_at > now()
+RETURNING req.ord, {{cols l}}`),
+		// The operator's eviction. The setting tells the history trigger
+		// that this release was forced; it lasts to the end of this
+		// statement's transaction only.
+		forceRelease: r.Replace(`WITH mark AS (SELECT set_config('leasehold.event', 'force-released', true) AS v),
+old(name, holder, epoch, remaining, ttl, metadata) AS (
+	SELECT {{cols o}} FROM {{t}} AS o, mark
+	WHERE o.name = $1 AND mark.v IS NOT NULL AND coalesce(o.holder, '') <> '' AND o.expires_at > now()
+	FOR UPDATE OF o
+)
+UPDATE {{t}} AS l SET holder = NULL, expires_at = '-infinity', metadata = NULL, ttl = NULL
+FROM old WHERE l.name = old.name
+RETURNING old.name, old.holder, old.epoch, old.remaining, old.ttl, old.metadata`),
+		history: r.Replace(`SELECT h.name, coalesce(h.holder, ''), h.epoch, h.event, h.at, coalesce(h.metadata, '')
+FROM {{h}} AS h WHERE h.name = $1 ORDER BY h.id DESC LIMIT $2`),
+	}
+}
+
+// Migration SQL. {{t}} is the lease table, {{h}} its history table, {{i}}
+// the history index's bare name, {{f}} the trigger function.
+const (
+	sqlCreateTable = `CREATE TABLE {{t}} (
+	name       text PRIMARY KEY,
+	holder     text,
+	epoch      bigint NOT NULL DEFAULT 0,
+	expires_at timestamptz NOT NULL DEFAULT '-infinity',
+	metadata   text,
+	ttl        interval,
+	meta_epoch bigint
+)`
+	sqlCommentColumns = `COMMENT ON COLUMN {{t}}.epoch IS 'fencing token: +1 on every grant, never reset (leasehold)';
+COMMENT ON COLUMN {{t}}.metadata IS 'holder metadata, valid while meta_epoch = epoch (leasehold)';
+COMMENT ON COLUMN {{t}}.ttl IS 'duration of the last grant or renewal, valid while meta_epoch = epoch (leasehold)';
+COMMENT ON COLUMN {{t}}.meta_epoch IS 'the epoch whose grant wrote metadata and ttl (leasehold)'`
+	sqlCreateHistory = `CREATE TABLE {{h}} (
+	id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	name     text NOT NULL,
+	holder   text,
+	epoch    bigint NOT NULL,
+	event    text NOT NULL,
+	at       timestamptz NOT NULL DEFAULT now(),
+	metadata text
+);
+CREATE INDEX {{i}} ON {{h}} (name, id DESC)`
+	// The trigger runs for every grant and release, by leasehold or by any
+	// raw SQL client: it notifies waiters and appends to the history. It is
+	// SECURITY DEFINER so that the lease role needs no privilege on the
+	// history table, with a fixed search_path so that it cannot be
+	// redirected.
+	sqlCreateFunction = `CREATE OR REPLACE FUNCTION {{f}}() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $leasehold$
+DECLARE
+	ev text;
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		IF coalesce(NEW.holder, '') <> '' THEN
+			ev := 'acquired';
+		END IF;
+	ELSIF coalesce(NEW.holder, '') = '' THEN
+		IF coalesce(OLD.holder, '') <> '' THEN
+			ev := coalesce(nullif(current_setting('leasehold.event', true), ''), 'released');
+		END IF;
+	ELSIF NEW.epoch IS DISTINCT FROM OLD.epoch THEN
+		IF coalesce(OLD.holder, '') <> '' AND OLD.holder <> NEW.holder AND OLD.expires_at <= now() THEN
+			ev := 'expired-takeover';
+		ELSE
+			ev := 'acquired';
+		END IF;
+	END IF;
+	PERFORM pg_notify('leasehold_' || substr(md5(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME), 1, 16), NEW.name);
+	IF ev IN ('released', 'force-released') THEN
+		INSERT INTO {{h}} (name, holder, epoch, event, metadata)
+		VALUES (OLD.name, OLD.holder, OLD.epoch, ev, CASE WHEN OLD.meta_epoch = OLD.epoch THEN OLD.metadata END);
+	ELSIF ev IS NOT NULL THEN
+		INSERT INTO {{h}} (name, holder, epoch, event, metadata)
+		VALUES (NEW.name, NEW.holder, NEW.epoch, ev, CASE WHEN NEW.meta_epoch = NEW.epoch THEN NEW.metadata END);
+		IF NEW.epoch % 64 = 0 THEN
+			DELETE FROM {{h}} AS h WHERE h.name = NEW.name AND h.id <= (
+				SELECT h2.id FROM {{h}} AS h2 WHERE h2.name = NEW.name ORDER BY h2.id DESC OFFSET 1000 LIMIT 1);
+		END IF;
+	END IF;
+	RETURN NULL;
+END
+$leasehold$;
+DROP TRIGGER IF EXISTS ` + triggerInsert + ` ON {{t}};
+DROP TRIGGER IF EXISTS ` + triggerUpdate + ` ON {{t}};
+CREATE TRIGGER ` + triggerInsert + ` AFTER INSERT ON {{t}} FOR EACH ROW EXECUTE PROCEDURE {{f}}();
+CREATE TRIGGER ` + triggerUpdate + ` AFTER UPDATE ON {{t}} FOR EACH ROW
+	WHEN (OLD.holder IS DISTINCT FROM NEW.holder OR OLD.epoch IS DISTINCT FROM NEW.epoch)
+	EXECUTE PROCEDURE {{f}}();
+COMMENT ON FUNCTION {{f}}() IS '` + schemaVersion + `'`
+)
+
+// textArray encodes strings as a PostgreSQL array literal, so that arrays
+// cross every driver as one text parameter.
+func textArray(ss []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(s); j++ {
+			if s[j] == '"' || s[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(s[j])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func int64Array(ns []int64) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, n := range ns {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(n, 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
