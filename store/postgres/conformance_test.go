@@ -100,7 +100,7 @@ func TestConformancePgxConn(t *testing.T) {
 				return postgres.NewConn(context.Background(), conn, postgres.Options{Schema: schema})
 			}
 		},
-		MinTTL: harnessMinTTL,
+		MinTTL:  harnessMinTTL,
 		Handles: 3,
 	})
 }

@@ -22,6 +22,7 @@
 //     are one UPDATE each naming the exact term (name, holder, epoch). Only
 //     the database's clock, now(), decides expiry; the holder's clock only
 //     decides when the holder stops trusting itself.
+//
 //   - A new grant's token is greater than every token granted before for that
 //     name, as long as the database keeps its committed writes: a database
 //     restored from an old backup, or an asynchronous replica promoted after
@@ -29,11 +30,13 @@
 //     commits are durable (synchronous_commit on, and synchronous replication
 //     if you fail over). A row edited by hand into a negative epoch is
 //     refused (ErrBadRow) rather than granted from.
+//
 //   - The statements are correct at any isolation level: under READ COMMITTED
 //     the compare-and-swap is judged on the newest committed row; under
 //     REPEATABLE READ and SERIALIZABLE a concurrent change makes the
 //     statement fail with a serialization failure, which the store retries.
 //     A serialization failure is never reported as a lost lease.
+//
 //   - Clients that speak plain SQL share the table: the classic statements
 //
 //     UPDATE leader_lease SET holder=$2, epoch=epoch+1, expires_at=now()+make_interval(secs=>$3)
