@@ -39,19 +39,20 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	return ch, nil
 }
 
-const (
-	// healthInterval: a pub/sub connection silent this long is pinged; one
-	// silent for two intervals is broken.
-	healthInterval = 15 * time.Second
-	// confirmTimeout bounds how long Watch waits for SUBSCRIBE's reply.
-	confirmTimeout = 10 * time.Second
-)
+// healthInterval: a pub/sub connection silent this long is pinged; one
+// silent for two intervals is broken (a server that stopped answering, a
+// partition that dropped packets without a reset). A variable for tests.
+var healthInterval = 15 * time.Second
+
+// confirmTimeout bounds how long Watch waits for SUBSCRIBE's reply.
+const confirmTimeout = 10 * time.Second
 
 var errHubClosed = errors.New("store closed")
 
 // hub multiplexes the watches of one Store over one pub/sub connection.
 type hub struct {
-	c goredis.UniversalClient
+	c      goredis.UniversalClient
+	health time.Duration // healthInterval when the hub was made
 
 	mu     sync.Mutex
 	sess   *session // nil: none open
@@ -82,7 +83,7 @@ type watcher struct {
 	out chan struct{}
 }
 
-func newHub(c goredis.UniversalClient) *hub { return &hub{c: c} }
+func newHub(c goredis.UniversalClient) *hub { return &hub{c: c, health: healthInterval} }
 
 // session returns the open session, starting one if needed. Called with h.mu held.
 func (h *hub) session() *session {
@@ -226,7 +227,7 @@ func (h *hub) loop(sess *session) {
 	var err error
 	for {
 		var msg any
-		msg, err = sess.ps.ReceiveTimeout(ctx, healthInterval)
+		msg, err = sess.ps.ReceiveTimeout(ctx, h.health)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && silent == 0 {
