@@ -22,6 +22,11 @@ var (
 	ErrReleased = errors.New("leasehold: lease released")
 	// ErrAlreadyRunning: Run was called on an Elector that is already running.
 	ErrAlreadyRunning = errors.New("leasehold: elector already running")
+
+	// ErrHeld and ErrNotHeld are the store contract's sentinels, here so that
+	// callers need not import package store to check them.
+	ErrHeld    = store.ErrHeld
+	ErrNotHeld = store.ErrNotHeld
 )
 
 // HeldError is returned by Lock.TryAcquire when another holder's term is

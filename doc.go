@@ -1,0 +1,58 @@
+// Package leasehold makes exactly one node do work that must never run twice,
+// and gives the resource that work writes to a number with which to refuse a
+// node that has lost that role.
+//
+// It offers two things built on one lease mechanism:
+//
+//   - an [Elector] for leader election: a long-lived role kept by renewal,
+//     whose guarded work runs under a context cancelled before any rival could
+//     legally take over;
+//   - a [Lock] for a short critical section, with optional keep-alive.
+//
+// Both hand out a fencing token with every term: a number that rises on every
+// grant of the lease, on every store. The stores (PostgreSQL, SQLite, Redis,
+// etcd, Kubernetes Lease objects, and the in-memory store) live in packages
+// under store/, behind the small contract in package store.
+//
+// # What is guaranteed, and what is not
+//
+// A lease alone is best effort. A holder can be paused (a GC pause, a VM
+// migration, SIGSTOP), cut off, or slow, and wake believing it still leads.
+// leasehold does two things about it:
+//
+//  1. The holder stops trusting itself early, on its own monotonic clock:
+//     at safeUntil = (send time of its last successful acquire or renew) +
+//     RenewDeadline, the work's context is cancelled, whatever a renewal in
+//     flight may still say. RenewDeadline is below LeaseDuration, and a rival
+//     may only take over once the store's own clock says LeaseDuration has
+//     passed since the store granted or renewed the term. If the holder's
+//     process is scheduled normally, its work has been told to stop before any
+//     rival could start. A process frozen past its lease is not told anything
+//     until it wakes; code that does not check its context is not stopped at all.
+//
+//  2. Every term carries a fencing token. A resource that checks the token in
+//     the same statement or transaction as the write (see package fence)
+//     refuses the writes of a stale holder, however late it wakes. With a fenced
+//     resource, a stale holder's writes are refused; without one, they are not.
+//
+// Fencing is only as strong as the store's durability: a store that can lose
+// its last write (Redis without fsync, an asynchronously replicated database
+// after a failover) can hand out a token twice; each store's documentation
+// says what it guarantees. Expiry is judged only by the store's clock (by the
+// database's now(), Redis's PX, etcd's lease TTL); the Kubernetes store, whose
+// server has no lease clock, follows client-go's rule of watching a record
+// unchanged for a full lease duration.
+//
+// # Timings
+//
+// The defaults are a 15 s lease, renewed every 5 s, trusted for 10 s after each
+// successful renewal was sent, retried every 2 s: see [Timings] for the
+// arithmetic. After a loss a node keeps contending unless StopOnLoss is set.
+// The lease is released only after the guarded work has returned.
+//
+// # Identities
+//
+// The holder identity is the configured identity (a host or pod name) plus a
+// random suffix per process, so two processes configured alike are never the
+// same holder.
+package leasehold
