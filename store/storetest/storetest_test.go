@@ -1,0 +1,90 @@
+package storetest_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/memstore"
+	"github.com/leasehold/leasehold/store/storetest"
+)
+
+// broken wraps the reference store with one deliberate bug, to prove that the
+// suite catches it: a conformance suite that cannot fail proves nothing.
+type broken struct {
+	*memstore.Store
+	bug string
+}
+
+func (b broken) Acquire(ctx context.Context, name, holder string, ttl time.Duration, md string) (store.Record, error) {
+	rec, err := b.Store.Acquire(ctx, name, holder, ttl, md)
+	switch b.bug {
+	case "token-stuck":
+		rec.Token = 1
+	case "two-winners":
+		if err != nil && rec.Holder != "" {
+			return store.Record{Term: store.Term{Name: name, Holder: holder, Token: rec.Token}, Remaining: ttl}, nil
+		}
+	}
+	return rec, err
+}
+
+func (b broken) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
+	if b.bug == "renew-ignores-term" {
+		if live, err := b.Store.Get(ctx, t.Name); err == nil {
+			t = live.Term
+		}
+	}
+	return b.Store.Renew(ctx, t, ttl)
+}
+
+func (b broken) Release(ctx context.Context, t store.Term) error {
+	if b.bug == "release-ignores-term" {
+		if live, err := b.Store.Get(ctx, t.Name); err == nil && live.Holder != "" {
+			t = live.Term
+		}
+	}
+	return b.Store.Release(ctx, t)
+}
+
+// TestBrokenStoreHelper runs the suite against a broken store when asked to
+// by TestSuiteCatchesBrokenStores; on its own it does nothing.
+func TestBrokenStoreHelper(t *testing.T) {
+	bug := os.Getenv("STORETEST_BUG")
+	if bug == "" {
+		t.Skip("run by TestSuiteCatchesBrokenStores")
+	}
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			b := memstore.NewBackend(nil)
+			return func() (store.Store, error) { return broken{memstore.Open(b), bug}, nil }
+		},
+		MinTTL: 20 * time.Millisecond,
+	})
+}
+
+func TestSuiteCatchesBrokenStores(t *testing.T) {
+	cases := map[string]string{
+		"token-stuck":          "TokenRisesAcrossHolders",
+		"two-winners":          "RaceOneWinnerPerTerm",
+		"renew-ignores-term":   "StaleRenewNotHeld",
+		"release-ignores-term": "StaleReleaseKeepsNewerTerm",
+	}
+	for bug, wantFailing := range cases {
+		t.Run(bug, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStoreHelper$", "-test.v")
+			cmd.Env = append(os.Environ(), "STORETEST_BUG="+bug)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a store with bug %q:\n%s", bug, out)
+			}
+			if !strings.Contains(string(out), "--- FAIL: TestBrokenStoreHelper/"+wantFailing) {
+				t.Fatalf("bug %q: want case %s to fail; output:\n%s", bug, wantFailing, out)
+			}
+		})
+	}
+}
