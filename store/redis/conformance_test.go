@@ -100,7 +100,8 @@ func TestConformanceRestrictedACL(t *testing.T) {
 }
 
 // TestRestrictedACLIsRestricted checks that the ACL above really confines
-// the user: it cannot read a key outside its prefix, nor run FLUSHALL.
+// the user: it cannot read or write a key outside its prefix, nor run
+// FLUSHALL or CONFIG.
 func TestRestrictedACLIsRestricted(t *testing.T) {
 	addr := redisAddr(t)
 	prefix := freshPrefix(t, addr)
@@ -117,8 +118,10 @@ func TestRestrictedACLIsRestricted(t *testing.T) {
 	if err := c.Get(ctx, other+"secret").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("GET outside the prefix as the restricted user: err = %v, want NOPERM", err)
 	}
-	if err := c.Do(ctx, "FLUSHALL").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
-		t.Errorf("FLUSHALL as the restricted user: err = %v, want NOPERM", err)
+	for _, cmd := range [][]any{{"FLUSHALL"}, {"CONFIG", "GET", "requirepass"}, {"SET", other + "x", "1"}} {
+		if err := c.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%v as the restricted user: err = %v, want NOPERM", cmd, err)
+		}
 	}
 	// The same user's store under another prefix cannot take a lease.
 	u2, _ := url.Parse(storeURL(addr, other))
