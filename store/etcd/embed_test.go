@@ -135,7 +135,7 @@ func shared(t testing.TB) *member {
 // TempDir and Cleanup are those of the whole test binary (see TestMain).
 type keepAlive struct{ testing.TB }
 
-func (k *keepAlive) TempDir() string { return packageDir }
+func (k *keepAlive) TempDir() string  { return packageDir }
 func (k *keepAlive) Cleanup(f func()) { packageCleanups = append(packageCleanups, f) }
 
 var (
