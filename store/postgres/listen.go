@@ -77,8 +77,9 @@ func permanent(err error) bool {
 // value after every grant and release of name, by leasehold or any other
 // client (the table's trigger sends the NOTIFY), and after the listener
 // reconnects. Renewals do not wake it. It returns an error matching
-// ErrNoWatch with Options.NoWatch, and ErrNotMigrated when the table has no
-// trigger; waiters then poll.
+// ErrNoWatch with Options.NoWatch or while the store's LISTEN connection has
+// never been established (the error says why, such as ErrNotMigrated when
+// the table has no trigger); waiters then poll, and may call Watch again.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -102,10 +103,13 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	}
 	sub := &watchSub{wake: make(chan struct{}, 1)}
 	l.mu.Lock()
-	if !l.up && permanent(l.err) {
+	if !l.up && (permanent(l.err) || l.sessions == 0) {
+		// Never listening yet, or cannot be: a watch now would only
+		// pretend. After the first session, a drop keeps watches open
+		// (see listener).
 		err := l.err
 		l.mu.Unlock()
-		return nil, fmt.Errorf("leasehold/postgres: watch %q: %w", name, errors.Join(ErrNoWatch, err))
+		return nil, fmt.Errorf("%w (watch %q): %w", ErrNoWatch, name, err)
 	}
 	if l.subs[name] == nil {
 		l.subs[name] = map[*watchSub]struct{}{}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -218,10 +219,11 @@ func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 	c.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	dsn := c.String()
 	if sessHost != "" || sessPort != "" {
-		cfg, err := pgx.ParseConfig(dsn)
+		pcfg, err := pgxpool.ParseConfig(dsn) // strips the pool_ parameters
 		if err != nil {
 			return nil, parseErr(dsn, err)
 		}
+		cfg := pcfg.ConnConfig
 		if sessHost != "" {
 			cfg.Host = sessHost
 		}
@@ -328,6 +330,9 @@ func retryable(err error) bool {
 
 const maxRetries = 10
 
+// retries counts statements sent again, for tests.
+var retries atomic.Int64
+
 // retry runs fn again after a serialization failure or deadlock, with a
 // short jittered backoff, until it gives another answer or ctx ends.
 func (s *Store) retry(ctx context.Context, fn func() error) error {
@@ -336,6 +341,7 @@ func (s *Store) retry(ctx context.Context, fn func() error) error {
 		if err == nil || attempt == maxRetries || !retryable(err) {
 			return err
 		}
+		retries.Add(1)
 		d := time.Duration(1<<min(attempt, 6)) * time.Millisecond
 		d += time.Duration(rand.Int64N(int64(d)))
 		t := time.NewTimer(d)

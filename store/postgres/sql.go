@@ -65,10 +65,10 @@ func tableName(table, schema string) (string, string, error) {
 		if schema != "" && schema != ts {
 			return "", "", fmt.Errorf("leasehold/postgres: table %q names schema %q but Options.Schema is %q: %w", table, ts, schema, store.ErrInvalid)
 		}
-		schema, table = ts, tt
-		if schema == "" {
-			return "", "", fmt.Errorf("leasehold/postgres: table %q has an empty schema part: %w", table, store.ErrInvalid)
+		if ts == "" || tt == "" {
+			return "", "", fmt.Errorf("leasehold/postgres: table %q has an empty part; want table or schema.table: %w", table, store.ErrInvalid)
 		}
+		schema, table = ts, tt
 	}
 	if err := validIdent("table", table, maxTableLen); err != nil {
 		return "", "", err

@@ -1,0 +1,35 @@
+package postgres
+
+// ListenerState reports the store's LISTEN connection: whether it is up, the
+// server pid of its backend, and how many times LISTEN was established.
+func (s *Store) ListenerState() (up bool, pid uint32, sessions int) {
+	s.mu.Lock()
+	l := s.lis
+	s.mu.Unlock()
+	if l == nil {
+		return false, 0, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up, l.pid, l.sessions
+}
+
+// Watchers reports how many watches of name are registered.
+func (s *Store) Watchers(name string) int {
+	s.mu.Lock()
+	l := s.lis
+	s.mu.Unlock()
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.subs[name])
+}
+
+// Retries is how many statements were sent again after a serialization
+// failure or deadlock, by every store in this process.
+func Retries() int64 { return retries.Load() }
+
+// Channel is the NOTIFY channel of schema.table.
+var Channel = channelFor
