@@ -63,7 +63,9 @@ type Term struct {
 	Name   string
 	Holder string
 	// Token is the fencing token. It is at least 1 and strictly greater than
-	// every token granted for Name before, on every store.
+	// every token granted for Name before, on every store. (A record of a
+	// holder that is not a leasehold client, such as a peer library's lock on
+	// the same Redis key, may show token 0: it never came from a grant.)
 	Token int64
 }
 

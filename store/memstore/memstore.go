@@ -10,6 +10,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -51,9 +52,11 @@ type Store struct {
 }
 
 var (
-	_ store.Store        = (*Store)(nil)
-	_ store.Watcher      = (*Store)(nil)
-	_ store.BatchRenewer = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Watcher       = (*Store)(nil)
+	_ store.BatchRenewer  = (*Store)(nil)
+	_ store.Lister        = (*Store)(nil)
+	_ store.ForceReleaser = (*Store)(nil)
 )
 
 // New returns a handle on a new, empty backend that uses the system clock.
@@ -284,4 +287,46 @@ func (s *Store) Close() error {
 		close(s.closing)
 	}
 	return nil
+}
+
+// List implements store.Lister.
+func (s *Store) List(ctx context.Context) ([]store.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	out := make([]store.Record, 0, len(b.leases))
+	for name, l := range b.leases {
+		out = append(out, b.record(name, l, now))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// ForceRelease implements store.ForceReleaser.
+func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := store.ValidateName(name); err != nil {
+		return store.Record{}, err
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	l := b.leases[name]
+	if l == nil {
+		return store.Record{}, fmt.Errorf("memstore: force release %q: %w", name, store.ErrNotFound)
+	}
+	if l.holder == "" || !now.Before(l.expiresAt) {
+		return b.record(name, l, now), fmt.Errorf("memstore: force release %q: %w", name, store.ErrNotHeld)
+	}
+	rec := b.record(name, l, now)
+	l.holder, l.expiresAt, l.metadata = "", now, ""
+	b.notify(name)
+	return rec, nil
 }
