@@ -1,0 +1,18 @@
+//go:build linux
+
+package cli
+
+import "syscall"
+
+// childAttr puts the command in a process group of its own (so that its
+// whole group, grandchildren included, can be signalled at once) and asks
+// the kernel to SIGKILL it if its keeper dies (the parent-death signal).
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// deathSignalAttr asks the kernel to SIGKILL a process when this one dies.
+func deathSignalAttr(a *syscall.SysProcAttr) *syscall.SysProcAttr {
+	a.Pdeathsig = syscall.SIGKILL
+	return a
+}

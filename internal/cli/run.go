@@ -1,0 +1,367 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+)
+
+type runCmd struct {
+	env     *Env
+	fs      *flag.FlagSet
+	store   storeFlag
+	timings timingFlags
+
+	lease        string
+	identity     string
+	metadata     string
+	restart      bool
+	restartDelay time.Duration
+	stopOnLoss   bool
+	httpAddr     string
+	logFormat    string
+	logLevel     string
+
+	// Set while running.
+	elector  *leasehold.Elector
+	metrics  *metrics
+	log      *slog.Logger
+	sup      *supervisor
+	tm       leasehold.Timings
+	running  atomic.Bool
+	started  time.Time
+	storeURL string
+
+	mu           sync.Mutex
+	shutdownCode int  // the command's exit code when run stopped it for a signal
+	shutdownRan  bool // a command was running when run was told to stop
+}
+
+const runAbout = `
+Waits until this node holds the lease NAME, then runs CMD with these variables:
+
+  LEASEHOLD_LEASE            the lease name
+  LEASEHOLD_HOLDER           this node's holder identity (--identity plus a random suffix)
+  LEASEHOLD_TOKEN            the fencing token of this term: send it with every write,
+                             and have the resource refuse a token lower than the last it saw
+  LEASEHOLD_SAFE_UNTIL       the wall-clock time (RFC 3339) until which the term is trusted
+  LEASEHOLD_SAFE_UNTIL_FILE  a file holding that time, rewritten (atomically) at each renewal
+
+The safe-until values are advisory: they are wall-clock readings of a deadline run keeps
+on its monotonic clock. The guard is run's own: when the term ends (no renewal before
+safeUntil, the store says it is lost, or run is told to stop), the command's process group
+gets SIGTERM, then SIGKILL after --term-grace, so that it is dead --kill-margin before
+safeUntil, and therefore before any rival may take over. A separate keeper process enforces
+that deadline even while run itself is frozen (SIGSTOP), and kills the command at once if
+run dies.
+
+SIGINT and SIGTERM sent to run are forwarded to the command's process group; run then
+waits for it (SIGKILL after --term-grace), releases the lease and exits with its code.
+When the command exits on its own, run releases the lease and exits with the command's
+code (128+N if it died of signal N), unless --restart runs it again. After losing the
+lease, run stops the command and contends again, unless --stop-on-loss.
+
+Example:
+  leasehold run --store postgres://app@db/app --lease nightly-report -- ./report.sh --all
+`
+
+func newRunCmd(env *Env) Command {
+	r := &runCmd{env: env}
+	fs := newFlagSet(env, "run", "--lease NAME [flags] -- CMD [ARGS...]", runAbout)
+	r.fs = fs
+	r.store.register(fs)
+	r.timings.register(fs)
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "node"
+	}
+	fs.StringVar(&r.lease, "lease", "", "the lease `NAME` the nodes share (required)")
+	fs.StringVar(&r.identity, "identity", host, "this node's name; a random suffix makes each process's holder identity unique")
+	fs.StringVar(&r.metadata, "metadata", "", "optional data stored with the lease while this node leads (such as its address)")
+	fs.BoolVar(&r.restart, "restart", false, "run the command again when it exits while this node still leads")
+	fs.DurationVar(&r.restartDelay, "restart-delay", time.Second, "wait between a command's exit and its restart (with --restart)")
+	fs.BoolVar(&r.stopOnLoss, "stop-on-loss", false, "exit (code 3) after losing the lease, instead of contending again")
+	fs.StringVar(&r.httpAddr, "http", "", "serve /healthz, /leader and /metrics on `ADDR` (such as 127.0.0.1:9090)")
+	fs.StringVar(&r.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return r
+}
+
+func (r *runCmd) Run(ctx context.Context, args []string) error {
+	if err := parseFlags(r.fs, args); err != nil {
+		return err
+	}
+	argv := r.fs.Args()
+	switch {
+	case r.lease == "":
+		return usagef("--lease is required")
+	case len(argv) == 0:
+		return usagef("no command given: leasehold run --lease NAME [flags] -- CMD [ARGS...]")
+	}
+	if err := store.ValidateName(r.lease); err != nil {
+		return usagef("--lease: %v", err)
+	}
+	if err := store.ValidateMetadata(r.metadata); err != nil {
+		return usagef("--metadata: %v", err)
+	}
+	if r.restartDelay < 0 {
+		return usagef("--restart-delay %v is negative", r.restartDelay)
+	}
+	tm, termGrace, killMargin, err := r.timings.resolve()
+	if err != nil {
+		return err
+	}
+	r.tm = tm
+	log, err := newLogger(r.env, r.logFormat, r.logLevel)
+	if err != nil {
+		return err
+	}
+	r.log = log.With("lease", r.lease)
+	if !supervisorSupported {
+		return errors.New("leasehold run needs process groups and signals (Linux or another Unix)")
+	}
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		code := ExitCannotExecute
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return &ExitError{Code: code, Msg: err.Error()}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find the leasehold binary for the keeper: %w", err)
+	}
+
+	st, err := r.store.open(ctx, r.env)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st)
+	r.storeURL = st.Name
+	if err := st.probe(ctx, r.lease, r.store.timeout); err != nil {
+		return err
+	}
+
+	r.metrics = newMetrics(r.lease)
+	renewed := make(chan struct{}, 1)
+	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
+		Name:       r.lease,
+		Identity:   r.identity,
+		Metadata:   r.metadata,
+		Timings:    tm,
+		StopOnLoss: r.stopOnLoss,
+		OnEvent: func(ev leasehold.Event) {
+			r.metrics.observe(ev)
+			r.logEvent(ev)
+			if ev.Kind == leasehold.EventRenewed {
+				select {
+				case renewed <- struct{}{}:
+				default:
+				}
+			}
+		},
+	})
+	if err != nil {
+		var ue *UsageError
+		if errors.As(err, &ue) {
+			return err
+		}
+		if errors.Is(err, leasehold.ErrInvalidConfig) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	r.elector = e
+
+	tmp, err := os.MkdirTemp("", "leasehold-run-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	r.sup = &supervisor{
+		exe: exe, argv: argv,
+		termGrace: termGrace, killMargin: killMargin,
+		stdin: r.env.Stdin, stdout: r.env.Stdout, stderr: r.env.Stderr,
+		log: r.log, root: ctx,
+		safeFile: filepath.Join(tmp, "safe-until"),
+		renewed:  renewed,
+		onStart:  func(int) { r.metrics.childStarted() },
+	}
+
+	r.started = time.Now()
+	r.running.Store(true)
+	if r.httpAddr != "" {
+		stopHTTP, err := r.serveHTTP()
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
+	r.log.Info("contending", "store", st.Name, "holder", e.Identity(),
+		"lease_duration", tm.LeaseDuration.String(), "renew_deadline", tm.RenewDeadline.String(),
+		"renew_interval", tm.RenewInterval.String(), "retry_period", tm.RetryPeriod.String(),
+		"term_grace", termGrace.String(), "kill_margin", killMargin.String(),
+		"command", strings.Join(argv, " "))
+	err = e.Run(ctx, r.work)
+	r.running.Store(false)
+
+	var exit *ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exit):
+		return err
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.shutdownRan {
+			return &ExitError{Code: r.shutdownCode}
+		}
+		r.log.Info("stopped", "cause", context.Cause(ctx).Error())
+		return nil
+	case r.stopOnLoss && (errors.Is(err, leasehold.ErrSafeUntilPassed) || errors.Is(err, leasehold.ErrLeaseLost)):
+		return &ExitError{Code: ExitLeaseLost, Msg: "lost the lease (--stop-on-loss): " + err.Error()}
+	default:
+		return err
+	}
+}
+
+// work is the elector's guarded work: the command, run (and rerun with
+// --restart) until it exits on its own or the term ends.
+func (r *runCmd) work(ctx context.Context, l *leasehold.Leader) error {
+	for {
+		res, err := r.sup.runOnce(ctx, l)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil || res.stopped {
+			if r.sup.root.Err() != nil {
+				r.mu.Lock()
+				r.shutdownRan, r.shutdownCode = true, res.code
+				r.mu.Unlock()
+			}
+			// The term is over (lost, expired, or run is stopping): the
+			// elector decides what comes next.
+			return nil
+		}
+		if !r.restart {
+			if res.code == 0 {
+				return nil
+			}
+			return &ExitError{Code: res.code}
+		}
+		r.log.Info("restarting the command", "after", r.restartDelay.String())
+		t := time.NewTimer(r.restartDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (r *runCmd) healthView() healthView {
+	return healthView{
+		status:   r.elector.Status(),
+		running:  r.running.Load(),
+		started:  r.started,
+		timings:  r.tm,
+		now:      time.Now(),
+		storeURL: r.storeURL,
+	}
+}
+
+func (r *runCmd) serveHTTP() (stop func(), err error) {
+	ln, err := net.Listen("tcp", r.httpAddr)
+	if err != nil {
+		return nil, usagef("--http %s: %v", r.httpAddr, err)
+	}
+	srv := &http.Server{Handler: r.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	r.log.Info("serving /healthz, /leader and /metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
+
+func newLogger(env *Env, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(env.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(env.Stderr, opts)), nil
+	default:
+		return nil, usagef("--log-format %q: want text or json", format)
+	}
+}
+
+// logEvent logs one step of the election.
+func (r *runCmd) logEvent(ev leasehold.Event) {
+	log := r.log
+	switch ev.Kind {
+	case leasehold.EventAcquireAttempt:
+		switch {
+		case ev.Err == nil:
+			log.Debug("acquire granted", "token", ev.Term.Token, "latency", ev.Latency.String())
+		case errors.Is(ev.Err, store.ErrHeld):
+			log.Debug("acquire refused: held", "holder", ev.Record.Holder, "token", ev.Record.Token, "remaining", ev.Record.Remaining.String())
+		default:
+			log.Warn("acquire failed, outcome unknown", "err", ev.Err.Error(), "latency", ev.Latency.String())
+		}
+	case leasehold.EventAcquired:
+		log.Info("acquired lease", "holder", ev.Term.Holder, "token", ev.Term.Token, "safe_until", wallAt(ev.SafeUntil).Format(time.RFC3339Nano))
+	case leasehold.EventRenewed:
+		log.Debug("renewed", "token", ev.Term.Token, "latency", ev.Latency.String(), "safe_until", wallAt(ev.SafeUntil).Format(time.RFC3339Nano))
+	case leasehold.EventRenewFailed:
+		log.Warn("renewal failed", "token", ev.Term.Token, "err", ev.Err.Error(), "safe_until", wallAt(ev.SafeUntil).Format(time.RFC3339Nano))
+	case leasehold.EventLost:
+		reason := leasehold.LossReason(ev.Err)
+		lv := slog.LevelWarn
+		if reason == "released" || reason == "shutdown" {
+			lv = slog.LevelInfo
+		}
+		log.Log(context.Background(), lv, "term ended", "token", ev.Term.Token, "reason", reason, "cause", errString(ev.Err))
+	case leasehold.EventReleased:
+		if ev.Err != nil {
+			log.Info("release not applied", "token", ev.Term.Token, "err", ev.Err.Error())
+		} else {
+			log.Info("released lease", "token", ev.Term.Token)
+		}
+	case leasehold.EventLeaderObserved:
+		log.Info("standing by", "leader", ev.Record.Holder, "token", ev.Record.Token, "remaining", ev.Record.Remaining.Round(time.Millisecond).String())
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+	redisstore "github.com/leasehold/leasehold/store/redis"
+	"github.com/leasehold/leasehold/store/sqlite"
+)
+
+// Opener opens the store a URL names. It must not put the URL's password in
+// its errors (the CLI also scrubs it, as a second line of defence).
+type Opener func(ctx context.Context, u *url.URL) (store.Store, error)
+
+// storeSchemes maps a URL scheme to its store. One line per scheme: each
+// store package adds its own (redis, rediss, etcd, kubernetes).
+var storeSchemes = map[string]Opener{
+	"sqlite": sqlite.OpenURL,
+	"redis":  redisstore.OpenURL, "rediss": redisstore.OpenURL,
+}
+
+func schemeNames() []string {
+	var names []string
+	for s := range storeSchemes {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// StoreEnv is the environment variable that names the store when --store is
+// not given.
+const StoreEnv = "LEASEHOLD_STORE"
+
+// DefaultStorePath is the SQLite file used when no store is named:
+// $XDG_STATE_HOME/leasehold/leases.db, or ~/.local/state/leasehold/leases.db.
+func DefaultStorePath(getenv func(string) string) (string, error) {
+	dir := getenv("XDG_STATE_HOME")
+	if dir == "" || !filepath.IsAbs(dir) { // the XDG spec says to ignore a relative path
+		home := getenv("HOME")
+		if home == "" {
+			h, err := os.UserHomeDir()
+			if err != nil {
+				return "", fmt.Errorf("no XDG_STATE_HOME and no home directory for the default store: %w", err)
+			}
+			home = h
+		}
+		dir = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(dir, "leasehold", "leases.db"), nil
+}
+
+// storeFlag is the --store flag every store-using command shares.
+type storeFlag struct {
+	raw     string
+	timeout time.Duration
+}
+
+func (s *storeFlag) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.raw, "store", "", "the lease store `URL`: "+strings.Join(schemeExamples(), ", ")+"\n(default: $"+StoreEnv+", else a SQLite file in your state directory)")
+	fs.DurationVar(&s.timeout, "connect-timeout", 10*time.Second, "how long to wait for the store to answer at start")
+}
+
+func schemeExamples() []string {
+	examples := map[string]string{
+		"sqlite":     "sqlite:///path/leases.db",
+		"postgres":   "postgres://user@host/db",
+		"redis":      "redis://host:6379/0",
+		"etcd":       "etcd://host:2379",
+		"kubernetes": "kubernetes://namespace",
+	}
+	var out []string
+	for _, s := range schemeNames() {
+		if e, ok := examples[s]; ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// openedStore is a store and how to name it in messages.
+type openedStore struct {
+	store.Store
+	// Name is the URL with its password redacted.
+	Name string
+}
+
+// open opens the store named by --store, $LEASEHOLD_STORE or the default,
+// and tells stderr which one when it is the default. A URL that cannot be
+// parsed or has an unknown scheme is a UsageError; a store that cannot be
+// opened is a StoreError (exit 69).
+func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
+	raw, from := s.raw, "--store"
+	if raw == "" {
+		raw, from = env.Getenv(StoreEnv), "$"+StoreEnv
+	}
+	if raw == "" {
+		path, err := DefaultStorePath(env.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, &StoreError{URL: "sqlite://" + path, Err: err}
+		}
+		raw = (&url.URL{Scheme: "sqlite", Path: path}).String()
+		fmt.Fprintf(env.Stderr, "leasehold: using the default store %s (set --store or $%s to choose another)\n", raw, StoreEnv)
+		from = "default"
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse's error repeats the input, password included: keep only its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, usagef("%s: not a valid URL: %v", from, err)
+	}
+	name := u.Redacted()
+	open, ok := storeSchemes[u.Scheme]
+	if !ok {
+		return nil, usagef("%s: unknown store scheme %q in %s; known: %s", from, u.Scheme, name, strings.Join(schemeNames(), ", "))
+	}
+	timeout := s.timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	octx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := open(octx, u)
+	if err != nil {
+		err = scrub(u, err)
+		if errors.Is(err, store.ErrInvalid) {
+			return nil, usagef("%s %s: %v", from, name, err)
+		}
+		return nil, &StoreError{URL: name, Err: err}
+	}
+	if sq, ok := st.(*sqlite.Store); ok && sq.Created() {
+		fmt.Fprintf(env.Stderr, "leasehold: created a new lease store at %s\n", sq.Path())
+	}
+	return &openedStore{Store: st, Name: name}, nil
+}
+
+// probe checks that the store answers a read: a definite answer (found or
+// not found) is fine, anything else is a StoreError.
+func (o *openedStore) probe(ctx context.Context, name string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := o.Get(pctx, name)
+	if err == nil || errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if errors.Is(err, store.ErrInvalid) {
+		return usagef("%v", err)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return &StoreError{URL: o.Name, Err: err}
+}
+
+// scrub removes the URL's password from an error message, in case a driver
+// put it there.
+func scrub(u *url.URL, err error) error {
+	if u.User == nil {
+		return err
+	}
+	pw, ok := u.User.Password()
+	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return &scrubbedError{msg: strings.ReplaceAll(err.Error(), pw, "xxxxx"), err: err}
+}
+
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// closeStore closes a store, ignoring the error (nothing is lost by it).
+func closeStore(c io.Closer) { c.Close() }

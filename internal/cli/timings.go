@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"flag"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// timingFlags are the lease timings and the child's stop budget, shared by
+// `run` and `doctor`. Unset durations take the core's defaults, scaled from
+// --lease-duration (see leasehold.Timings).
+type timingFlags struct {
+	leaseDuration, renewDeadline, renewInterval, retryPeriod time.Duration
+	jitter                                                   float64
+	termGrace, killMargin                                    time.Duration
+	fs                                                       *flag.FlagSet
+}
+
+func (t *timingFlags) register(fs *flag.FlagSet) {
+	t.fs = fs
+	fs.DurationVar(&t.leaseDuration, "lease-duration", leasehold.DefaultLeaseDuration, "the TTL the store grants: a rival may take over this long after the holder's last renewal")
+	fs.DurationVar(&t.renewDeadline, "renew-deadline", 0, "how long after sending its last successful renewal the holder still trusts its term\n(safeUntil); must be below --lease-duration (default 2/3 of --lease-duration)")
+	fs.DurationVar(&t.renewInterval, "renew-interval", 0, "how often the holder renews (default 1/3 of --lease-duration)")
+	fs.DurationVar(&t.retryPeriod, "retry-period", 0, "how often a standby tries to acquire, and a failed renewal is retried\n(default 2/15 of --lease-duration)")
+	fs.Float64Var(&t.jitter, "jitter", leasehold.DefaultJitter, "largest fraction of --retry-period added at random to each wait, in [0, 1]")
+	fs.DurationVar(&t.termGrace, "term-grace", 0, "time the command gets between SIGTERM and SIGKILL when its term ends\n(default a quarter of renew-deadline minus renew-interval)")
+	fs.DurationVar(&t.killMargin, "kill-margin", 0, "SIGKILL lands this long before safeUntil, so the command is dead before it\n(default a twentieth of renew-deadline minus renew-interval)")
+}
+
+// resolve returns the timings with defaults filled in and validated, with
+// WindDown = term grace + kill margin, and the two parts. Errors are
+// UsageErrors that name the flag.
+func (t *timingFlags) resolve() (tm leasehold.Timings, termGrace, killMargin time.Duration, err error) {
+	if t.leaseDuration <= 0 {
+		return tm, 0, 0, usagef("--lease-duration %v must be positive", t.leaseDuration)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"--renew-deadline", t.renewDeadline}, {"--renew-interval", t.renewInterval}, {"--retry-period", t.retryPeriod}, {"--term-grace", t.termGrace}, {"--kill-margin", t.killMargin}} {
+		if f.d < 0 || (f.d == 0 && t.set(f.name[2:])) {
+			return tm, 0, 0, usagef("%s %v must be positive", f.name, f.d)
+		}
+	}
+	tm = leasehold.Timings{
+		LeaseDuration: t.leaseDuration,
+		RenewDeadline: t.renewDeadline,
+		RenewInterval: t.renewInterval,
+		RetryPeriod:   t.retryPeriod,
+		Jitter:        t.jitter,
+	}.WithDefaults()
+	switch {
+	case t.jitter < 0 || t.jitter > 1:
+		return tm, 0, 0, usagef("--jitter %v must be in [0, 1]", t.jitter)
+	case tm.RenewDeadline >= tm.LeaseDuration:
+		return tm, 0, 0, usagef("--renew-deadline %v must be less than --lease-duration %v (rule: lease duration > renew deadline > renew interval > 0; the gap is the safety margin)", tm.RenewDeadline, tm.LeaseDuration)
+	case tm.RenewInterval >= tm.RenewDeadline:
+		return tm, 0, 0, usagef("--renew-interval %v must be less than --renew-deadline %v (rule: lease duration > renew deadline > renew interval > 0)", tm.RenewInterval, tm.RenewDeadline)
+	case tm.RetryPeriod >= tm.RenewDeadline:
+		return tm, 0, 0, usagef("--retry-period %v must be less than --renew-deadline %v, or a failed renewal is never retried", tm.RetryPeriod, tm.RenewDeadline)
+	}
+	window := tm.RenewDeadline - tm.RenewInterval
+	termGrace, killMargin = t.termGrace, t.killMargin
+	// The defaults leave most of the window between the scheduled renewal
+	// and safeUntil to retries of a failed renewal.
+	if termGrace == 0 {
+		termGrace = window / 4
+	}
+	if killMargin == 0 {
+		killMargin = window / 20
+	}
+	if termGrace+killMargin >= window {
+		flagName := "--term-grace"
+		if t.set("kill-margin") && !t.set("term-grace") {
+			flagName = "--kill-margin"
+		}
+		return tm, 0, 0, usagef("%s: term grace %v + kill margin %v must be less than renew deadline - renew interval = %v: the command is stopped that long before safeUntil, and a healthy term renews every %v", flagName, termGrace, killMargin, window, tm.RenewInterval)
+	}
+	tm.WindDown = termGrace + killMargin
+	if err := tm.Validate(); err != nil {
+		return tm, 0, 0, usagef("%v", err)
+	}
+	return tm, termGrace, killMargin, nil
+}
+
+func (t *timingFlags) set(name string) bool {
+	found := false
+	t.fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			found = true
+		}
+	})
+	return found
+}
