@@ -570,7 +570,9 @@ func (d *demo) finish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sort.Slice(hist, func(i, j int) bool { return hist[i].At.Before(hist[j].At) || (hist[i].At.Equal(hist[j].At) && hist[i].Token < hist[j].Token) })
+	sort.Slice(hist, func(i, j int) bool {
+		return hist[i].At.Before(hist[j].At) || (hist[i].At.Equal(hist[j].At) && hist[i].Token < hist[j].Token)
+	})
 	fmt.Fprintf(d.out, "\nThe lease's history [store]:\n")
 	for _, e := range hist {
 		fmt.Fprintf(d.out, "  %6.2fs  %-16s %s  token %d\n", e.At.Sub(d.start).Seconds(), e.Event, d.nameOf(e.Holder), e.Token)
