@@ -57,7 +57,7 @@ func (f *Fence) leaseClaimSQL() string {
   FOR SHARE
 )
 INSERT INTO ` + f.table + ` AS f (resource, token) SELECT $4, epoch FROM lease
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token
+ON CONFLICT (resource) DO UPDATE SET token = GREATEST(f.token, EXCLUDED.token)
 RETURNING token`
 }
 
@@ -146,11 +146,16 @@ func (f *Fence) checkLease(ctx context.Context, tx txn, t store.Term, resource s
 		err = tx.queryRow(ctx, f.leaseCheckSQL(), []any{t.Name, t.Holder, t.Token}, &got)
 	}
 	if err == nil {
-		if got != t.Token {
+		switch {
+		case got == t.Token:
+			return nil
+		case claim && got > t.Token:
+			rollback(ctx, tx)
+			return &fence.StaleError{Resource: resource, Token: t.Token, Highest: got}
+		default:
 			rollback(ctx, tx)
 			return fmt.Errorf("leasehold/sqlfence: lease check of %s: got epoch %d", t, got)
 		}
-		return nil
 	}
 	if !errors.Is(err, errNoRows) {
 		rollback(ctx, tx)
@@ -159,32 +164,17 @@ func (f *Fence) checkLease(ctx context.Context, tx txn, t store.Term, resource s
 		}
 		return fmt.Errorf("leasehold/sqlfence: lease check of %s: %w", t, err)
 	}
-	// Refused. Say why: the lease row first, then the fence row.
+	// Refused by the lease row. Say why.
 	le := &LeaseError{Term: t}
 	var live bool
 	err = tx.queryRow(ctx, f.leaseReadSQL(), []any{t.Name}, &le.Current.Holder, &le.Current.Token, &live)
+	rollback(ctx, tx)
 	switch {
 	case errors.Is(err, errNoRows):
-		rollback(ctx, tx)
 		return le
 	case err != nil:
-		rollback(ctx, tx)
 		return fmt.Errorf("leasehold/sqlfence: lease check of %s refused; reading the lease row: %w", t, err)
 	}
 	le.Found, le.Live, le.Current.Name = true, live, t.Name
-	if !claim || le.Current.Holder != t.Holder || le.Current.Token != t.Token || !live {
-		rollback(ctx, tx)
-		return le
-	}
-	var highest int64
-	if err := tx.queryRow(ctx, f.highestSQL, []any{resource}, &highest); err != nil {
-		rollback(ctx, tx)
-		return f.wrap("read highest token", resource, t.Token, err)
-	}
-	rollback(ctx, tx)
-	if highest > t.Token {
-		return &fence.StaleError{Resource: resource, Token: t.Token, Highest: highest}
-	}
-	// The row changed between the refusal and the reads: still refused.
 	return le
 }

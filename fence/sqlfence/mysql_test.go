@@ -109,12 +109,19 @@ func mysqlConnID(t testing.TB, ctx context.Context, tx *sql.Tx) int64 {
 	return id
 }
 
+// waitMySQLLockWait polls until connection connID is stuck in a statement:
+// InnoDB lists its transaction as LOCK WAIT, or (MariaDB does not always list
+// a transaction whose first write waits) the process list shows it running
+// the fence's upsert.
 func waitMySQLLockWait(t testing.TB, admin *sql.DB, connID int64) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		var n int
-		if err := admin.QueryRow(`SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'`, connID).Scan(&n); err != nil {
+		err := admin.QueryRow(`SELECT
+  (SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT') +
+  (SELECT count(*) FROM information_schema.PROCESSLIST WHERE id = ? AND info LIKE 'INSERT INTO leasehold_fence%')`, connID, connID).Scan(&n)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {

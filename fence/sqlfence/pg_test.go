@@ -241,7 +241,7 @@ func TestPostgresConcurrentWriters_FailsWithoutTokenCheck(t *testing.T) {
 
 // Under REPEATABLE READ a stale claim that waited for a newer writer fails
 // (refused, or a serialization failure), and nothing of it commits.
-func TestPostgresRepeatableReadStaleNeverCommits_FailsWithoutTokenCheck(t *testing.T) {
+func TestPostgresRepeatableReadStaleNeverCommits(t *testing.T) {
 	e := newPgEnv(t)
 	ctx := context.Background()
 	a, b := pgConnect(t), pgConnect(t)

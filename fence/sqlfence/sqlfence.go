@@ -12,22 +12,26 @@
 //
 // The fence table holds the highest token that has written each resource:
 //
-//	CREATE TABLE leasehold_fence (resource text PRIMARY KEY, token bigint NOT NULL)
+//	CREATE TABLE leasehold_fence (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1))
 //
-// Claim is one statement, an upsert that raises the row's token only if the
-// claimed token is not lower (PostgreSQL and SQLite:
-// INSERT ... ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
-// WHERE fence.token <= EXCLUDED.token RETURNING token; MySQL/MariaDB: the
-// equivalent ON DUPLICATE KEY UPDATE). It costs one extra row touched and no
-// extra round trip when the token is good. The row stays locked by the
-// transaction until it ends, so concurrent writers of one resource serialise on
-// it, and a stale writer that arrives last still loses: it waits for the newer
-// writer's commit and then sees the higher token. If the token is stale, Claim
-// looks up the highest token (a second statement, on this path only), rolls
-// the transaction back, and returns a *fence.StaleError (matching
-// fence.ErrStale) carrying it: the caller's writes in that transaction are
-// undone, and a later Commit fails. A token equal to the highest is admitted:
-// one term writes many times.
+// ([Fence.Migrate] creates it; [Fence.CreateTableSQL] gives the statement for
+// each dialect, for users who run their own migrations.)
+//
+// Claim is one statement, an upsert that never lowers the row's token and
+// reports the row's token after it (PostgreSQL and SQLite:
+// INSERT ... ON CONFLICT (resource) DO UPDATE SET token = GREATEST(fence.token,
+// EXCLUDED.token) RETURNING token; MySQL/MariaDB: the equivalent ON DUPLICATE
+// KEY UPDATE, reporting through LAST_INSERT_ID). The claim is admitted when the
+// row's token is now the claimed one; it is stale when the row holds a higher
+// one. The row stays locked by the transaction until it ends, so concurrent
+// writers of one resource serialise on it, and a stale writer that arrives
+// last still loses: it waits for the newer writer's commit, then reads the
+// higher token. It costs one row touched and one statement; with pgx,
+// [Fence.QueueClaim] sends the claim in the same round trip as the caller's
+// writes. If the token is stale, Claim rolls the transaction back and returns
+// a *fence.StaleError (matching fence.ErrStale) carrying the highest token:
+// the caller's writes in that transaction are undone, and a later Commit
+// fails. A token equal to the highest is admitted: one term writes many times.
 //
 // # The direct form
 //
@@ -180,16 +184,19 @@ func New(c Config) (*Fence, error) {
 	t := c.Table
 	switch c.Dialect {
 	case Postgres:
+		// GREATEST, not a WHERE on the update: the row never goes down, and
+		// RETURNING always gives the row's token after the claim (read from
+		// the latest version, which ON CONFLICT has locked), so a stale claim
+		// learns the highest token in the same statement.
 		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token) VALUES ($1, $2)
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token
+ON CONFLICT (resource) DO UPDATE SET token = GREATEST(f.token, EXCLUDED.token)
 RETURNING token`
 		f.highestSQL = `SELECT token FROM ` + t + ` WHERE resource = $1`
 		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1))`
 	case SQLite:
 		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token) VALUES (?1, ?2)
-ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token
+ON CONFLICT (resource) DO UPDATE SET token = max(f.token, excluded.token)
 RETURNING token`
-		f.highestSQL = `SELECT token FROM ` + t + ` WHERE resource = ?1`
 		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource TEXT PRIMARY KEY, token INTEGER NOT NULL CHECK (token >= 1))`
 	case MySQL:
 		// LAST_INSERT_ID(expr) makes the statement report the row's token
@@ -197,8 +204,7 @@ RETURNING token`
 		// to ours if admitted, higher if stale. No RETURNING, one round trip,
 		// and independent of the CLIENT_FOUND_ROWS flag.
 		f.claimSQL = `INSERT INTO ` + t + ` (resource, token) VALUES (?, LAST_INSERT_ID(?))
-ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(IF(token <= VALUES(token), VALUES(token), token))`
-		f.highestSQL = `SELECT token FROM ` + t + ` WHERE resource = ? FOR UPDATE`
+ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(GREATEST(token, VALUES(token)))`
 		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource VARBINARY(255) NOT NULL PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB`
 	default:
 		return nil, fmt.Errorf("leasehold/sqlfence: %w: unknown dialect %d (want Postgres, SQLite or MySQL)", fence.ErrInvalid, int(c.Dialect))
@@ -288,37 +294,21 @@ func (f *Fence) claim(ctx context.Context, tx txn, resource string, token int64)
 			rollback(ctx, tx)
 			return f.wrap("claim", resource, token, err)
 		}
-		if id == token {
-			return nil
-		}
 		highest = id
-	} else {
-		var got int64
-		err := tx.queryRow(ctx, f.claimSQL, []any{resource, token}, &got)
-		if err == nil {
-			if got != token {
-				rollback(ctx, tx)
-				return fmt.Errorf("leasehold/sqlfence: claim %q with token %d: the fence row says %d", resource, token, got)
-			}
-			return nil
-		}
-		if !errors.Is(err, errNoRows) {
-			rollback(ctx, tx)
-			return f.wrap("claim", resource, token, err)
-		}
-		// Stale: the row exists with a higher token, and this transaction
-		// holds its lock (ON CONFLICT locks the row even when its WHERE fails),
-		// so the value read now is the latest committed one.
-		if err := tx.queryRow(ctx, f.highestSQL, []any{resource}, &highest); err != nil {
-			rollback(ctx, tx)
-			return f.wrap("read highest token", resource, token, err)
-		}
+	} else if err := tx.queryRow(ctx, f.claimSQL, []any{resource, token}, &highest); err != nil {
+		rollback(ctx, tx)
+		return f.wrap("claim", resource, token, err)
 	}
-	rollback(ctx, tx)
-	if highest <= token {
-		return fmt.Errorf("leasehold/sqlfence: claim %q with token %d was refused, yet the fence row says %d", resource, token, highest)
+	switch {
+	case highest == token:
+		return nil
+	case highest > token:
+		rollback(ctx, tx)
+		return &fence.StaleError{Resource: resource, Token: token, Highest: highest}
+	default:
+		rollback(ctx, tx)
+		return fmt.Errorf("leasehold/sqlfence: claim %q with token %d: the fence row says %d after the claim", resource, token, highest)
 	}
-	return &fence.StaleError{Resource: resource, Token: token, Highest: highest}
 }
 
 func validate(resource string, token int64) error {
