@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/postgres"
 	redisstore "github.com/leasehold/leasehold/store/redis"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
@@ -25,8 +26,10 @@ type Opener func(ctx context.Context, u *url.URL) (store.Store, error)
 // storeSchemes maps a URL scheme to its store. One line per scheme: each
 // store package adds its own (redis, rediss, etcd, kubernetes).
 var storeSchemes = map[string]Opener{
-	"sqlite": sqlite.OpenURL,
-	"redis":  redisstore.OpenURL, "rediss": redisstore.OpenURL,
+	"sqlite":     sqlite.OpenURL,
+	"postgres":   postgres.OpenURL,
+	"postgresql": postgres.OpenURL,
+	"redis":      redisstore.OpenURL, "rediss": redisstore.OpenURL,
 }
 
 func schemeNames() []string {
