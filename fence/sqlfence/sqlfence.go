@@ -4,7 +4,7 @@
 //
 //	tx, _ := db.BeginTx(ctx, nil)
 //	defer tx.Rollback()
-//	if err := sqlfence.Postgres.Claim(ctx, tx, "invoices", leader.Token()); err != nil {
+//	if err := sqlfence.PostgresFence.Claim(ctx, tx, "invoices", leader.Token()); err != nil {
 //		return err // errors.Is(err, fence.ErrStale): a newer term has written; tx is rolled back
 //	}
 //	// ... the caller's writes ...
@@ -54,6 +54,20 @@
 // term's epoch no longer matches. Writes in that database made in transactions
 // that use the check are then mutually exclusive between terms, not only
 // ordered. See [Fence.CheckLease] for what this does not protect.
+//
+// # Dialects and drivers
+//
+// PostgreSQL: pgx v5 (ClaimPgx, CheckLeasePgx, ClaimLeasePgx, QueueClaim on a
+// pgx.Tx) or any database/sql driver (Claim, CheckLease, ClaimLease on a
+// *sql.Tx). SQLite 3.35+ through database/sql (modernc.org/sqlite): SQLite
+// serialises writers on the database lock, so open it with
+// _txlock=immediate and a busy_timeout, or a deferred transaction that read
+// first may fail with SQLITE_BUSY instead of waiting. MySQL 5.7+/8 and
+// MariaDB 10.3+ (InnoDB) through database/sql (github.com/go-sql-driver/mysql):
+// concurrent first claims of a new resource can end in an InnoDB deadlock
+// error (1213), which rolls the transaction back; retry it. Only a *sql.Tx or
+// a pgx.Tx is accepted: a claim outside a transaction would commit on its own
+// and fence nothing.
 //
 // # What is and is not guaranteed
 //
