@@ -261,12 +261,12 @@ func (k *Keeper) end(kp *Kept, cause error) Event {
 }
 
 type batchResult struct {
-	sent  time.Time
-	kept  []*Kept
-	recs  []store.Record
-	errs  []error
-	err   error
-	rtt   time.Duration
+	sent time.Time
+	kept []*Kept
+	recs []store.Record
+	errs []error
+	err  error
+	rtt  time.Duration
 }
 
 // renewAll renews terms in one batch, or one by one without BatchRenewer.
