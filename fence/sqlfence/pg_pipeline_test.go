@@ -45,8 +45,8 @@ func TestPostgresQueueClaimRefusesStaleToken_FailsWithoutTokenCheck(t *testing.T
 	if !errors.As(err, &se) || se.Highest != 2 || se.Token != 1 || se.Resource != "sweeper" {
 		t.Fatalf("token 1 after 2: %v, want StaleError{sweeper 1 2}", err)
 	}
-	if cerr == nil {
-		t.Fatal("the refused transaction committed")
+	if !errors.Is(cerr, pgx.ErrTxCommitRollback) {
+		t.Fatalf("Commit after refusal: %v, want pgx.ErrTxCommitRollback (the database aborted it)", cerr)
 	}
 	if got := e.attempts(t); len(got) != 2 || got["a-1"] != 0 {
 		t.Fatalf("committed attempts %v: the refused write left a trace", got)

@@ -54,8 +54,8 @@ func TestPostgresClaimRefusesStaleToken_FailsWithoutTokenCheck(t *testing.T) {
 	if !errors.Is(err, fence.ErrStale) || !errors.As(err, &se) || se.Highest != 2 || se.Token != 1 || se.Resource != "sweeper" {
 		t.Fatalf("node-a token 1 after 2: err = %v, want StaleError{sweeper 1 2}", err)
 	}
-	if cerr == nil {
-		t.Fatal("the refused transaction committed")
+	if !errors.Is(cerr, pgx.ErrTxClosed) {
+		t.Fatalf("Commit after refusal: %v, want pgx.ErrTxClosed (Claim rolled back)", cerr)
 	}
 	if cerr, err := pgWrite(ctx, e, c, "b-2", 2); err != nil || cerr != nil {
 		t.Fatalf("node-b token 2 again (same term): claim %v, commit %v", err, cerr)
