@@ -114,12 +114,14 @@ func Worker(ctx context.Context, cfg WorkerConfig) error {
 	pid := os.Getpid()
 	ticker := time.NewTicker(cfg.Every)
 	defer ticker.Stop()
-	last := time.Now()
+	var last time.Time // when the previous write began
 	for n := 1; ; n++ {
 		note := ""
-		if gap := time.Since(last); gap > 3*cfg.Every {
+		now := time.Now()
+		if gap := now.Sub(last); n > 1 && gap > 3*cfg.Every {
 			note = fmt.Sprintf("woke after a gap of %v", gap.Round(10*time.Millisecond))
 		}
+		last = now
 		accepted, err := write(ctx, db, cfg.Node, pid, cfg.Token, n, note)
 		if ctx.Err() != nil {
 			return nil
@@ -136,7 +138,6 @@ func Worker(ctx context.Context, cfg WorkerConfig) error {
 			return nil
 		case <-ticker.C:
 		}
-		last = time.Now()
 	}
 }
 
