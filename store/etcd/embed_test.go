@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -119,24 +120,38 @@ func (m *member) stop() {
 	m.etcd.Close()
 }
 
-// sharedMember is the one member most tests of this package share (each test
-// under its own key prefix); it is started by the first test that needs it.
+// sharedMember is the one member most tests (and the examples) of this
+// package share, each under its own key prefix; the first user starts it, and
+// TestMain stops it.
 var sharedMember *member
 
 func shared(t testing.TB) *member {
 	t.Helper()
 	if sharedMember == nil {
-		sharedMember = startMember(&keepAlive{t}, defaultOpts())
+		sharedMember = startMember(pkgTB{}, defaultOpts())
 	}
 	return sharedMember
 }
 
-// keepAlive lets the shared member outlive the test that started it: its
-// TempDir and Cleanup are those of the whole test binary (see TestMain).
-type keepAlive struct{ testing.TB }
+// exampleEndpoint is the client URL of the shared embedded etcd, for the
+// examples (as etcd's own examples call exampleEndpoints()).
+func exampleEndpoint() string { return shared(pkgTB{}).clientURL }
 
-func (k *keepAlive) TempDir() string  { return packageDir }
-func (k *keepAlive) Cleanup(f func()) { packageCleanups = append(packageCleanups, f) }
+// pkgTB is the testing.TB of things that live as long as the test binary:
+// its temporary directories and cleanups are TestMain's, its failures panic.
+type pkgTB struct{ testing.TB }
+
+func (pkgTB) Helper()                        {}
+func (pkgTB) Fatal(args ...any)              { panic(fmt.Sprint(args...)) }
+func (pkgTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+func (pkgTB) Cleanup(f func())               { packageCleanups = append(packageCleanups, f) }
+func (pkgTB) TempDir() string {
+	d, err := os.MkdirTemp(packageDir, "member-")
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
 
 var (
 	packageDir      string
