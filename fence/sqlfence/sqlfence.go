@@ -147,9 +147,8 @@ type Fence struct {
 	table      string
 	leaseTable string
 
-	claimSQL   string
-	highestSQL string
-	createSQL  string
+	claimSQL  string
+	createSQL string
 }
 
 // The Fences on the default tables, one per dialect.
@@ -189,10 +188,10 @@ func New(c Config) (*Fence, error) {
 		c.LeaseTable = DefaultLeaseTable
 	}
 	if err := ValidateTable(c.Table); err != nil {
-		return nil, fmt.Errorf("leasehold/sqlfence: %w", err)
+		return nil, fmt.Errorf("leasehold/sqlfence: Config.Table: %w", err)
 	}
 	if err := ValidateTable(c.LeaseTable); err != nil {
-		return nil, fmt.Errorf("leasehold/sqlfence: lease %w", err)
+		return nil, fmt.Errorf("leasehold/sqlfence: Config.LeaseTable: %w", err)
 	}
 	f := &Fence{d: c.Dialect, table: c.Table, leaseTable: c.LeaseTable}
 	t := c.Table
@@ -205,7 +204,6 @@ func New(c Config) (*Fence, error) {
 		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token) VALUES ($1, $2)
 ON CONFLICT (resource) DO UPDATE SET token = GREATEST(f.token, EXCLUDED.token)
 RETURNING token`
-		f.highestSQL = `SELECT token FROM ` + t + ` WHERE resource = $1`
 		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1))`
 	case SQLite:
 		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token) VALUES (?1, ?2)
