@@ -118,6 +118,7 @@ type record struct {
 	starts []start
 	ticks  []tick
 	terms  []time.Time
+	sigs   []string // the signal of each term line
 	errors []string
 }
 
@@ -163,6 +164,7 @@ func readRecord(t *testing.T, path string) record {
 			}
 		case "term":
 			r.terms = append(r.terms, ns(f[1]))
+			r.sigs = append(r.sigs, strings.Join(f[2:], " "))
 		case "error":
 			r.errors = append(r.errors, sc.Text())
 		}
@@ -733,6 +735,23 @@ func TestHTTP(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
+	}
+}
+
+// TestSIGINTForwarded: SIGINT to run reaches the command as SIGINT (not as
+// SIGTERM), once; run waits for it and exits with its code.
+func TestSIGINTForwarded(t *testing.T) {
+	dir := t.TempDir()
+	a := startRun(t, dir, "a", []string{"E2E_TERM_EXIT=9"}, append([]string{"--store", sqliteURL(t), "--lease", "int"}, timingArgs...)...)
+	waitUntil(t, 20*time.Second, "a's command to tick", func() bool { return len(a.record().ticks) > 0 })
+	if err := a.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.exitCode(10 * time.Second); code != 9 {
+		t.Fatalf("run exited %d, want the command's 9", code)
+	}
+	if r := a.record(); len(r.sigs) != 1 || r.sigs[0] != "interrupt" {
+		t.Fatalf("the command got signals %q, want exactly one interrupt", r.sigs)
 	}
 }
 

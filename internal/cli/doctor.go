@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -122,7 +121,6 @@ type diagnosis struct {
 	cutoff       time.Duration // after the last successful renewal was sent: the work is stopped
 	crashFail    time.Duration // worst-case failover after the holder dies
 	releaseFail  time.Duration // worst-case failover after a clean release
-	lines        [][2]string
 	warnings     []string
 	maxRTT       time.Duration
 	retryWaitMax time.Duration
@@ -221,5 +219,3 @@ func round(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	}
 }
-
-var _ = strings.TrimSpace
