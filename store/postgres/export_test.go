@@ -33,3 +33,6 @@ func Retries() int64 { return retries.Load() }
 
 // Channel is the NOTIFY channel of schema.table.
 var Channel = channelFor
+
+// PID is the server pid of the advisory lock's connection.
+func (a *AdvisoryLock) PID() uint32 { return a.conn.PgConn().PID() }

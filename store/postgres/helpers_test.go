@@ -131,3 +131,21 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		<-timer.C
 	}
 }
+
+// roleConn is a plain connection as the given DSN's user, closed at cleanup.
+func roleConn(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Del("pool_max_conns")
+	u.RawQuery = q.Encode()
+	conn, err := pgx.Connect(ctxFor(t), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
