@@ -192,10 +192,16 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	// The command runs in a process group of its own, so a terminal would
+	// stop it (SIGTTIN) the moment it read from it: give it no terminal input.
+	stdin := r.env.Stdin
+	if isTerminal(stdin) {
+		stdin = nil
+	}
 	r.sup = &supervisor{
 		exe: exe, argv: argv,
 		termGrace: termGrace, killMargin: killMargin,
-		stdin: r.env.Stdin, stdout: r.env.Stdout, stderr: r.env.Stderr,
+		stdin: stdin, stdout: r.env.Stdout, stderr: r.env.Stderr,
 		log: r.log, root: ctx,
 		safeFile: filepath.Join(tmp, "safe-until"),
 		renewed:  renewed,

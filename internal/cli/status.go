@@ -158,7 +158,7 @@ func printLeases(w io.Writer, recs []store.Record) {
 	tw.Flush()
 }
 
-func isTerminal(w io.Writer) bool {
+func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
