@@ -22,34 +22,42 @@
 //     are one UPDATE each naming the exact term (name, holder, epoch). Only
 //     the database's clock, now(), decides expiry; the holder's clock only
 //     decides when the holder stops trusting itself.
-//
 //   - A new grant's token is greater than every token granted before for that
-//     name, as long as the database keeps its committed writes: a database
-//     restored from an old backup, or an asynchronous replica promoted after
-//     losing commits, can hand out a token again. Run the lease table where
-//     commits are durable (synchronous_commit on, and synchronous replication
-//     if you fail over). A row edited by hand into a negative epoch is
-//     refused (ErrBadRow) rather than granted from.
-//
+//     name, as long as the database keeps its committed writes and nobody
+//     deletes the row: a database restored from an old backup, an
+//     asynchronous replica promoted after losing commits, or a DELETE of the
+//     row can hand out a token again. Keep the lease table where commits are
+//     durable (synchronous_commit on, synchronous replication if you fail
+//     over), and never delete its rows. A row edited by hand into a negative
+//     epoch is refused (ErrBadRow) rather than granted from.
 //   - The statements are correct at any isolation level: under READ COMMITTED
 //     the compare-and-swap is judged on the newest committed row; under
 //     REPEATABLE READ and SERIALIZABLE a concurrent change makes the
 //     statement fail with a serialization failure, which the store retries.
 //     A serialization failure is never reported as a lost lease.
-//
-//   - Clients that speak plain SQL share the table: the classic statements
-//
-//     UPDATE leader_lease SET holder=$2, epoch=epoch+1, expires_at=now()+make_interval(secs=>$3)
-//     WHERE name=$1 AND (holder IS NULL OR holder=$2 OR expires_at<now()) RETURNING epoch
-//
-//     and the renew ... WHERE name=$1 AND holder=$2 AND epoch=$4 AND
-//     expires_at>now() are honoured by leasehold, and leasehold's terms by them.
+//   - Clients that speak plain SQL share the table (see below).
 //
 // What is not guaranteed: a lease alone is not mutual exclusion. A holder can
 // pause (GC, a stopped VM) past its lease and wake believing it still leads;
 // leasehold cancels its work at a local deadline well before the lease ends,
 // but only a resource that checks the token in the same statement as the
 // write (... WHERE last_token <= $token) refuses a stale holder for certain.
+//
+// # Plain SQL clients
+//
+// The classic statements, run by psql or a service in another language,
+//
+//	UPDATE leader_lease SET holder=$2, epoch=epoch+1, expires_at=now()+make_interval(secs=>$3)
+//	WHERE name=$1 AND (holder IS NULL OR holder=$2 OR expires_at<now()) RETURNING epoch
+//
+//	UPDATE leader_lease SET expires_at=now()+make_interval(secs=>$3)
+//	WHERE name=$1 AND holder=$2 AND epoch=$4 AND expires_at>now()
+//
+// are honoured by leasehold, and leasehold's terms by them: both sides judge
+// expiry by now() and bump the same epoch. The trigger notifies waiters and
+// writes the history for their grants too. Metadata and ttl written by
+// leasehold are tagged with the epoch of their grant (meta_epoch), so a term
+// granted by a raw client never shows a previous holder's metadata.
 //
 // # Why now()
 //
@@ -73,6 +81,15 @@
 // while the store reconnects, LISTENs again and then wakes every waiter once.
 // A crashed holder's lease is not an event: waiters wake when it expires, from
 // the time remaining that the database computed.
+//
+// # Many leases, one process
+//
+// A node that holds thousands of leases (one per shard or partition) renews
+// them with [Store.RenewMany]: one UPDATE joined to arrays of (name, holder,
+// epoch), each lease still scoped to its exact term and answered on its own.
+// [github.com/leasehold/leasehold.Keeper] uses it: one statement per renew
+// interval for all of a process's leases, each with its own safeUntil and its
+// own loss.
 //
 // # Poolers
 //
