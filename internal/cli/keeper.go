@@ -42,7 +42,9 @@ import (
 //	signal SIG    forward SIG to the command's group
 //
 // Reports on fd 4, one per line: "pid PID" once the command runs, then
-// "exit CODE" (128+N if it died of signal N) or "start-error MESSAGE".
+// "exit CODE [deadline]" (128+N if it died of signal N; "deadline" when the
+// keeper's own deadline stopped it, not a message from run) or
+// "start-error MESSAGE".
 // The keeper exits with the command's code.
 const keeperCommand = "__keeper"
 
@@ -118,6 +120,7 @@ func (k *keeperCmd) Run(ctx context.Context, args []string) error {
 	defer termT.Stop()
 	defer killT.Stop()
 	stopping := false
+	why := "" // "deadline" when the keeper's own deadline stopped the command
 	stop := func(sig syscall.Signal) {
 		if stopping {
 			return
@@ -157,8 +160,15 @@ func (k *keeperCmd) Run(ctx context.Context, args []string) error {
 				killGroup(pgid, syscall.Signal(n))
 			}
 		case <-termT.C:
+			if !stopping {
+				why = "deadline"
+			}
 			stop(syscall.SIGTERM)
 		case <-killT.C:
+			if !stopping {
+				why = "deadline"
+			}
+			stopping = true
 			killGroup(pgid, syscall.SIGKILL)
 		case <-done:
 			done = nil
@@ -168,7 +178,7 @@ func (k *keeperCmd) Run(ctx context.Context, args []string) error {
 			// nothing it started may outlive the lease.
 			killGroup(pgid, syscall.SIGKILL)
 			code := exitStatus(st)
-			fmt.Fprintf(report, "exit %d\n", code)
+			fmt.Fprintf(report, "exit %d %s\n", code, why)
 			return &ExitError{Code: code}
 		}
 	}

@@ -250,9 +250,23 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 // --restart) until it exits on its own or the term ends.
 func (r *runCmd) work(ctx context.Context, l *leasehold.Leader) error {
 	for {
+		// Never start the command with less time left than it takes to stop
+		// it: the elector is about to end this term anyway.
+		if time.Until(l.SafeUntil()) <= r.tm.WindDown {
+			<-ctx.Done()
+			return nil
+		}
 		res, err := r.sup.runOnce(ctx, l)
 		if err != nil {
 			return err
+		}
+		if res.deadline && ctx.Err() == nil {
+			// The keeper reached its deadline while the elector still holds
+			// the term: a renewal's new deadline reached the keeper too late,
+			// or run was frozen and has not yet noticed its term is over.
+			// The check above tells the two apart.
+			r.log.Warn("the keeper stopped the command at its deadline while the term was still held; starting it again if the term is still safe")
+			continue
 		}
 		if ctx.Err() != nil || res.stopped {
 			if r.sup.root.Err() != nil {

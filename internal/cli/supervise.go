@@ -94,6 +94,9 @@ type childResult struct {
 	// stopped is true when the command was stopped by run (its term ended or
 	// run is shutting down), false when it exited on its own.
 	stopped bool
+	// deadline is true when the keeper stopped it at the deadline it knew
+	// (run was frozen, or a renewal's new deadline reached it too late).
+	deadline bool
 }
 
 func childEnv(l *leasehold.Leader, su time.Time, safeFile string) []string {
@@ -175,6 +178,7 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childRes
 		pid      int
 		code     int
 		exited   bool
+		deadline bool
 		startErr string
 	}
 	repc := make(chan report, 1)
@@ -189,8 +193,10 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childRes
 				r.pid, _ = strconv.Atoi(arg)
 				pidc <- r.pid
 			case "exit":
-				r.code, _ = strconv.Atoi(arg)
+				code, why, _ := strings.Cut(arg, " ")
+				r.code, _ = strconv.Atoi(code)
 				r.exited = true
+				r.deadline = why == "deadline"
 			case "start-error":
 				r.startErr = arg
 			}
@@ -222,8 +228,8 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childRes
 				}
 				return childResult{code: code}, &ExitError{Code: code, Msg: "cannot start the command: " + r.startErr}
 			case r.exited:
-				s.log.Info("command exited", "code", r.code, "stopped_by_leasehold", stopped)
-				return childResult{code: r.code, stopped: stopped}, nil
+				s.log.Info("command exited", "code", r.code, "stopped_by_leasehold", stopped || r.deadline, "at_deadline", r.deadline)
+				return childResult{code: r.code, stopped: stopped, deadline: r.deadline}, nil
 			default:
 				// The keeper died without a word (killed, or by WaitDelay):
 				// end the command's group here.
