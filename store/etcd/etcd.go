@@ -136,6 +136,9 @@ type Store struct {
 	// use is checked against etcd.
 	termsMu sync.Mutex
 	terms   map[store.Term]termInfo
+	// spares are etcd leases of refused attempts, kept for the same
+	// holder's next attempt on the same name (see Acquire).
+	spares map[spareKey]clientv3.LeaseID
 }
 
 type termInfo struct {
@@ -162,7 +165,7 @@ func New(cli *clientv3.Client, prefix string) (*Store, error) {
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	return &Store{cli: cli, prefix: prefix, closing: make(chan struct{}), terms: map[store.Term]termInfo{}}, nil
+	return &Store{cli: cli, prefix: prefix, closing: make(chan struct{}), terms: map[store.Term]termInfo{}, spares: map[spareKey]clientv3.LeaseID{}}, nil
 }
 
 func validatePrefix(prefix string) error {
@@ -265,16 +268,38 @@ func (s *Store) revokeLater(id clientv3.LeaseID) {
 	if id == clientv3.NoLease {
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 		defer cancel()
 		s.cli.Revoke(ctx, id) //nolint:errcheck // best effort; the lease expires anyway
+	})
+}
+
+// spawn runs f in a goroutine that Close waits for; once Close has begun, f
+// runs untracked (a call in flight during Close may still need to give a
+// lease back; it is bounded in time).
+func (s *Store) spawn(f func()) {
+	s.mu.Lock()
+	tracked := !s.closed
+	if tracked {
+		s.wg.Add(1)
+	}
+	s.mu.Unlock()
+	go func() {
+		if tracked {
+			defer s.wg.Done()
+		}
+		f()
 	}()
 }
 
 // Acquire implements store.Store.
+//
+// A refused attempt keeps its etcd lease (it carries no key) for the next
+// attempt of the same holder on the same name through this handle, which
+// then sends a keep-alive for it alongside its transaction instead of
+// granting a new lease first: a waiter that wakes on a release takes over in
+// one write. A kept lease that is not used again expires on its own.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
@@ -286,26 +311,109 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err != nil {
 		return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
 	}
+	rec, err := s.acquire(ctx, name, holder, ttl, secs, metadata, true)
+	if errors.Is(err, errSpareGone) {
+		rec, err = s.acquire(ctx, name, holder, ttl, secs, metadata, false)
+	}
+	return rec, err
+}
+
+// errSpareGone: the kept lease an attempt reused had expired, so nothing was
+// written; the attempt is made again with a new lease.
+var errSpareGone = errors.New("kept lease expired")
+
+type spareKey struct {
+	name, holder string
+	secs         int64
+}
+
+// takeSpare removes and returns the lease kept for k, if any.
+func (s *Store) takeSpare(k spareKey) (clientv3.LeaseID, bool) {
+	s.termsMu.Lock()
+	defer s.termsMu.Unlock()
+	id, ok := s.spares[k]
+	delete(s.spares, k)
+	return id, ok
+}
+
+// keepSpare keeps lease id for the next attempt of k, or revokes it.
+func (s *Store) keepSpare(k spareKey, id clientv3.LeaseID) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	s.termsMu.Lock()
+	_, taken := s.spares[k]
+	keep := !closed && !taken && len(s.spares) < 1024
+	if keep {
+		s.spares[k] = id
+	}
+	s.termsMu.Unlock()
+	if !keep {
+		s.revokeLater(id)
+	}
+}
+
+type keepAliveResult struct {
+	resp *clientv3.LeaseKeepAliveResponse
+	err  error
+}
+
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string, useSpare bool) (store.Record, error) {
 	pfx, rk := s.lockPrefix(name), s.recordKey(name)
+	sk := spareKey{name, holder, secs}
 
 	sent := time.Now()
-	g, err := s.cli.Grant(rctx(ctx), secs)
-	if err != nil {
-		return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: grant lease: %w", name, err)
+	var lease clientv3.LeaseID
+	var grantedSecs int64
+	var kaDone chan keepAliveResult // set when reusing a kept lease
+	if id, ok := s.takeSpare(sk); ok && useSpare {
+		lease = id
+		kaDone = make(chan keepAliveResult, 1)
+		go func() {
+			ka, err := s.cli.KeepAliveOnce(rctx(ctx), id)
+			kaDone <- keepAliveResult{ka, err}
+		}()
+	} else {
+		if ok {
+			s.revokeLater(id)
+		}
+		g, err := s.cli.Grant(rctx(ctx), secs)
+		if err != nil {
+			return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: grant lease: %w", name, err)
+		}
+		lease, grantedSecs = g.ID, g.TTL
 	}
-	lease := g.ID
-	suffix := strconv.FormatInt(int64(lease), 16)
-	myKey := pfx + suffix
-	rv, _ := json.Marshal(recordValue{Holder: holder, Key: suffix, Lease: int64(lease), Metadata: metadata, TTLms: ttl.Milliseconds()})
-
-	granted := false
+	// keptAlive waits for the keep-alive of a reused lease (once) and
+	// returns its error.
+	var kaErr error
+	kaWaited := kaDone == nil
+	keptAlive := func() error {
+		if !kaWaited {
+			r := <-kaDone
+			kaWaited, kaErr = true, r.err
+			if r.err == nil {
+				grantedSecs = r.resp.TTL
+			}
+		}
+		return kaErr
+	}
+	granted, refused := false, false
 	defer func() {
-		if !granted {
+		keptAlive()
+		switch {
+		case granted:
+		case refused && kaErr == nil:
+			s.keepSpare(sk, lease) // nothing was written with it
+		default:
 			// Nothing of ours was written, or the outcome is unknown: give the
 			// lease (and so any key it may carry) back.
 			s.revokeLater(lease)
 		}
 	}()
+
+	suffix := strconv.FormatInt(int64(lease), 16)
+	myKey := pfx + suffix
+	rv, _ := json.Marshal(recordValue{Holder: holder, Key: suffix, Lease: int64(lease), Metadata: metadata, TTLms: ttl.Milliseconds()})
 
 	// The transaction writes our key only if the contender prefix holds no
 	// key outside the excluded ranges: the subtrees of nested names, and a
@@ -330,16 +438,24 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 			clientv3.OpGet(rk),
 		).Commit()
 		if err != nil {
+			if kaDone != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return store.Record{}, errSpareGone // etcd refused the whole transaction
+			}
 			return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
 		}
 		if resp.Succeeded {
+			if err := keptAlive(); err != nil {
+				// The reused lease was not kept alive: the key just written
+				// may die with it at any moment. Give it back (deferred).
+				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: keep-alive of the reused lease: %w", name, err)
+			}
 			granted = true
 			if own != nil {
 				s.revokeLater(own.lease)
 			}
 			term := store.Term{Name: name, Holder: holder, Token: resp.Header.Revision}
 			s.remember(term, termInfo{key: myKey, lease: lease, metadata: metadata})
-			grantedTTL := time.Duration(g.TTL) * time.Second
+			grantedTTL := time.Duration(grantedSecs) * time.Second
 			return store.Record{Term: term, Remaining: grantedTTL - time.Since(sent), TTL: grantedTTL, Metadata: metadata}, nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
@@ -355,6 +471,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		}
 		lowest := contenders[0]
 		if !isOwnTerm(lowest, rec, holder) {
+			refused = true
 			r, err := s.describe(ctx, name, lowest, rec)
 			if err != nil {
 				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
@@ -830,9 +947,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, store.ErrClosed
 	}
 	out := make(chan struct{}, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.spawn(func() {
 		defer close(out)
 		defer cancel()
 		for {
@@ -854,7 +969,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				}
 			}
 		}
-	}()
+	})
 	return out, nil
 }
 
@@ -949,6 +1064,13 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.closing)
 	s.mu.Unlock()
+	s.termsMu.Lock()
+	spares := s.spares
+	s.spares = map[spareKey]clientv3.LeaseID{}
+	s.termsMu.Unlock()
+	for _, id := range spares {
+		s.revokeLater(id)
+	}
 	// Let background revocations finish (each is bounded by revokeTimeout)
 	// before the client goes: a revoked lease frees etcd at once, while one
 	// left behind lingers until its TTL runs out.
