@@ -126,3 +126,56 @@ func TestConformanceCallerPool(t *testing.T) {
 		t.Fatalf("the caller's pool no longer works after the stores were closed: %v", err)
 	}
 }
+
+// TestConformanceSimpleProtocol runs the suite on a pool configured for the
+// simple protocol (as some poolers need): the store keeps to it.
+func TestConformanceSimpleProtocol(t *testing.T) {
+	dsn := withParams(t, testDSN(t), "pool_max_conns", "2", "default_query_exec_mode", "simple_protocol")
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			schema := migrated(t)
+			return func() (store.Store, error) {
+				return postgres.Open(context.Background(), dsn, postgres.Options{Schema: schema})
+			}
+		},
+		MinTTL: harnessMinTTL,
+	})
+}
+
+// TestNoPreparedStatements: after every kind of lease call, the store's
+// connection has no named prepared statement that a transaction pooler could
+// hand to another client, although pgx's default mode would have made some.
+func TestNoPreparedStatements(t *testing.T) {
+	schema := migrated(t)
+	conn, err := pgx.Connect(ctxFor(t), testDSN(t)) // pgx's default: cache prepared statements
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	st, err := postgres.NewConn(ctxFor(t), conn, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := ctxFor(t)
+	rec, err := st.Acquire(ctx, "job", "node-a", time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Acquire(ctx, "job", "node-b", time.Minute, "") // ErrHeld: the follow-up read
+	st.Renew(ctx, rec.Term, time.Minute)
+	st.RenewMany(ctx, []store.Term{rec.Term}, time.Minute)
+	st.Get(ctx, "job")
+	st.List(ctx)
+	st.History(ctx, "job", 5)
+	st.ForceRelease(ctx, "job")
+	st.Release(ctx, rec.Term)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	// The query just above was itself prepared by pgx's default mode.
+	if n != 1 {
+		t.Fatalf("%d prepared statements on the store's connection, want only the test's own", n)
+	}
+}
