@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence/sqlfence"
+)
+
+// A fenced write against the same write unfenced, on PostgreSQL: the write
+// is one UPDATE of one row, committed.
+//
+//   - tx:            BEGIN; UPDATE; COMMIT
+//   - tx+Claim:      BEGIN; sqlfence Claim (the fence row's upsert); UPDATE; COMMIT
+//   - tx+ClaimLease: BEGIN; sqlfence ClaimLease (also checks and share-locks the lease row); UPDATE; COMMIT
+//   - autocommit:    UPDATE
+//   - direct:        UPDATE ... SET last_epoch = $token WHERE ... AND last_epoch <= $token (the row carries the token)
+//
+// The token is a real one: of a leasehold lock held on the same database.
+
+const (
+	fwTx         = "tx (unfenced)"
+	fwClaim      = "tx + Claim"
+	fwClaimLease = "tx + ClaimLease"
+	fwAuto       = "autocommit (unfenced)"
+	fwDirect     = "autocommit direct form"
+)
+
+var fenceKinds = []string{fwTx, fwClaim, fwClaimLease, fwAuto, fwDirect}
+
+type fenceEnv struct {
+	e     *pgEnv
+	f     *sqlfence.Fence
+	held  *leasehold.Held
+	items string
+}
+
+func (e *pgEnv) openFence(ctx context.Context) (*fenceEnv, error) {
+	f, err := sqlfence.New(sqlfence.Config{Dialect: sqlfence.Postgres, Table: e.schema + ".fence", LeaseTable: e.schema + ".leader_lease"})
+	if err != nil {
+		return nil, err
+	}
+	if err := f.MigratePgx(ctx, e.pool); err != nil {
+		return nil, err
+	}
+	fe := &fenceEnv{e: e, f: f, items: e.schema + ".items"}
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE `+fe.items+` (id int PRIMARY KEY, val bigint NOT NULL, last_epoch bigint NOT NULL DEFAULT 0);
+INSERT INTO `+fe.items+` SELECT i, 0, 0 FROM generate_series(1, 100) i`); err != nil {
+		return nil, err
+	}
+	lk, err := leasehold.NewLock(e.st, "fence-writer", leasehold.LockConfig{Identity: "writer", KeepAlive: true})
+	if err != nil {
+		return nil, err
+	}
+	fe.held, err = lk.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return fe, nil
+}
+
+func (fe *fenceEnv) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fe.held.Release(ctx)
+}
+
+// write does one write of kind to row id and returns its latency.
+func (fe *fenceEnv) write(ctx context.Context, kind string, id int) (time.Duration, error) {
+	pool := fe.e.pool
+	tok := fe.held.Token()
+	upd := `UPDATE ` + fe.items + ` SET val = val + 1 WHERE id = $1`
+	start := time.Now()
+	var err error
+	switch kind {
+	case fwAuto:
+		_, err = pool.Exec(ctx, upd, id)
+	case fwDirect:
+		var tag interface{ RowsAffected() int64 }
+		tag, err = pool.Exec(ctx, `UPDATE `+fe.items+` SET val = val + 1, last_epoch = $2 WHERE id = $1 AND last_epoch <= $2`, id, tok)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("direct form refused token %d", tok)
+		}
+	default:
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			switch kind {
+			case fwClaim:
+				if err := fe.f.ClaimPgx(ctx, tx, "items", tok); err != nil {
+					return err
+				}
+			case fwClaimLease:
+				if err := fe.f.ClaimLeasePgx(ctx, tx, fe.held.Term(), "items-lease"); err != nil {
+					return err
+				}
+			}
+			_, err := tx.Exec(ctx, upd, id)
+			return err
+		})
+	}
+	return time.Since(start), err
+}

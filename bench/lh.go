@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/faultstore"
+)
+
+// leasehold's own contenders, on any store. Each contender talks to the
+// shared store handle through its own faultstore wrapper, which passes every
+// call through untouched until crash partitions it: the holder's calls then
+// hang, as if its process had died, and its term is left to expire.
+
+// lhTimings are the timings leasehold uses for a lease of ttl: the library's
+// defaults scaled to ttl (RenewDeadline 2/3, RenewInterval 1/3, RetryPeriod
+// 2/15 of the lease).
+func lhTimings(ttl time.Duration) leasehold.Timings {
+	return leasehold.Timings{LeaseDuration: ttl}.WithDefaults()
+}
+
+func lhLockLib(storeName string, st store.Store, defTTL time.Duration, note string) *lib {
+	return &lib{
+		name: "leasehold", store: storeName, kind: "lock",
+		config: fmt.Sprintf("Lock, %v lease (default timings scaled), %s", defTTL, note),
+		newContender: func(ctx context.Context, lockName string, s setup) (contender, error) {
+			if s.ttl == 0 {
+				s.ttl = defTTL
+			}
+			return &lhLock{st: st, name: lockName, s: s}, nil
+		},
+	}
+}
+
+type lhLock struct {
+	st   store.Store
+	name string
+	s    setup
+	// try uses TryAcquire (one attempt, no watch) instead of Acquire: for
+	// the cycles scenario only, to show what the waiting machinery costs.
+	try bool
+}
+
+func (c *lhLock) acquire(ctx context.Context) (held, error) {
+	fs := faultstore.New(c.st)
+	h := &lhHeld{fs: fs}
+	lk, err := leasehold.NewLock(fs, c.name, leasehold.LockConfig{
+		Identity:  c.s.identity,
+		Timings:   lhTimings(c.s.ttl),
+		KeepAlive: c.s.keepAlive,
+		OnEvent: func(e leasehold.Event) {
+			if e.Kind == leasehold.EventRenewed || e.Kind == leasehold.EventAcquired {
+				h.clock.mark()
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var hd *leasehold.Held
+	if c.try {
+		hd, err = lk.TryAcquire(ctx)
+	} else {
+		hd, err = lk.Acquire(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.h = hd
+	return h, nil
+}
+
+func (c *lhLock) close() {}
+
+// lhTryLib is leasehold's Lock through TryAcquire, run in the cycles
+// scenario only (an uncontended TryAcquire always succeeds).
+func lhTryLib(storeName string, st store.Store, defTTL time.Duration) *lib {
+	return &lib{
+		name: "leasehold (TryAcquire)", store: storeName, kind: "try",
+		config: fmt.Sprintf("Lock.TryAcquire: one attempt, no watch; %v lease; cycles scenario only", defTTL),
+		newContender: func(ctx context.Context, lockName string, s setup) (contender, error) {
+			if s.ttl == 0 {
+				s.ttl = defTTL
+			}
+			return &lhLock{st: st, name: lockName, s: s, try: true}, nil
+		},
+	}
+}
+
+type lhHeld struct {
+	fs    *faultstore.Store
+	h     *leasehold.Held
+	clock renewClock
+}
+
+func (h *lhHeld) release(ctx context.Context) error { return h.h.Release(ctx) }
+func (h *lhHeld) crash()                            { h.fs.Partition() }
+func (h *lhHeld) lastRenewal() time.Time            { return h.clock.get() }
+
+func lhElectorLib(storeName string, st store.Store, defTTL time.Duration, note string) *lib {
+	return &lib{
+		name: "leasehold elector", store: storeName, kind: "elector",
+		config: fmt.Sprintf("Elector, %v lease (default timings scaled), %s", defTTL, note),
+		newContender: func(ctx context.Context, lockName string, s setup) (contender, error) {
+			if s.ttl == 0 {
+				s.ttl = defTTL
+			}
+			return &lhElector{st: st, name: lockName, s: s}, nil
+		},
+	}
+}
+
+type lhElector struct {
+	st   store.Store
+	name string
+	s    setup
+}
+
+func (c *lhElector) acquire(ctx context.Context) (held, error) {
+	fs := faultstore.New(c.st)
+	h := &lhLeader{fs: fs, stop: make(chan struct{}), done: make(chan error, 1)}
+	e, err := leasehold.NewElector(fs, leasehold.ElectorConfig{
+		Name:       c.name,
+		Identity:   c.s.identity,
+		Timings:    lhTimings(c.s.ttl),
+		StopOnLoss: true,
+		OnEvent: func(e leasehold.Event) {
+			if e.Kind == leasehold.EventRenewed || e.Kind == leasehold.EventAcquired {
+				h.clock.mark()
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	leading := make(chan struct{})
+	go func() {
+		h.done <- e.Run(runCtx, func(ctx context.Context, l *leasehold.Leader) error {
+			close(leading)
+			select {
+			case <-h.stop:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-leading:
+		return h, nil
+	case err := <-h.done:
+		cancel()
+		if err == nil {
+			err = errors.New("elector returned before leading")
+		}
+		return nil, err
+	case <-ctx.Done():
+		cancel()
+		<-h.done
+		return nil, ctx.Err()
+	}
+}
+
+func (c *lhElector) close() {}
+
+type lhLeader struct {
+	fs     *faultstore.Store
+	stop   chan struct{}
+	done   chan error
+	cancel context.CancelFunc
+	clock  renewClock
+}
+
+// release makes the work return: Run then releases the lease and returns.
+func (h *lhLeader) release(ctx context.Context) error {
+	close(h.stop)
+	defer h.cancel()
+	select {
+	case err := <-h.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *lhLeader) crash() {
+	h.fs.Partition()
+	// The partitioned elector stops at its safeUntil and its release hangs
+	// until its own bound; cancel it in the background to end its goroutine.
+	go func() {
+		h.cancel()
+		<-h.done
+	}()
+}
+
+func (h *lhLeader) lastRenewal() time.Time { return h.clock.get() }
