@@ -614,7 +614,7 @@ func TestDemo(t *testing.T) {
 		"wrote with token 1 (woke after a gap of",
 		"REFUSED by the fence",
 		"its term 1 ended",
-		"released token 2",
+		"sent terminated to its worker, which exited with code 0; released token 2; run exited 0",
 		"Result: one leader at a time",
 	} {
 		if !strings.Contains(out, want) {

@@ -229,6 +229,17 @@ func (n *node) find(from int, msg string) (logEntry, int, bool) {
 	return logEntry{}, len(es), false
 }
 
+// last returns the last entry with message msg.
+func (n *node) last(msg string) (logEntry, bool) {
+	es := n.entries()
+	for i := len(es) - 1; i >= 0; i-- {
+		if es[i].Msg == msg {
+			return es[i], true
+		}
+	}
+	return logEntry{}, false
+}
+
 // waitFor polls cond every 20 ms until it is true, for at most stepTimeout.
 func (d *demo) waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
 	deadline := time.Now().Add(stepTimeout)
@@ -521,8 +532,12 @@ func (d *demo) finish(ctx context.Context) error {
 		t.Stop()
 		code := n.cmd.ProcessState.ExitCode()
 		if n == leader {
-			if e, _, ok := n.find(0, "released lease"); ok {
-				d.say(e.Time, n.name, "forwarded SIGTERM to its worker, which exited; released token %d; run exited %d", e.int("token"), code)
+			stopping, ok1 := n.last("stopping command")
+			exited, ok2 := n.last("command exited")
+			released, ok3 := n.last("released lease")
+			if ok1 && ok2 && ok3 {
+				d.say(released.Time, n.name, "sent %s to its worker, which exited with code %d; released token %d; run exited %d",
+					stopping.str("signal"), exited.int("code"), released.int("token"), code)
 				continue
 			}
 		}
