@@ -250,6 +250,54 @@ func TestKeeperSafeUntilFromSendTime(t *testing.T) {
 	})
 }
 
+// WindDown cancels each lease's context that much before its safeUntil.
+func TestKeeperWindDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := faultstore.New(memstore.New())
+		k, err := leasehold.NewKeeper(fs, leasehold.KeeperConfig{Identity: "node-a", Timings: leasehold.Timings{WindDown: 2 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		start := time.Now()
+		kps := keepMany(t, k, 2)
+		ends := watchKept(kps)
+		fs.Partition() // no renewal ever succeeds: safeUntil stays +10s
+		sleepTo(start, 10*time.Second)
+		for _, kp := range kps {
+			e, ok := ends()[kp.Name()]
+			if !ok || e.at.Sub(start) != 8*time.Second || !errors.Is(e.cause, leasehold.ErrSafeUntilPassed) {
+				t.Fatalf("%s ended %+v (ok %v), want at exactly +8s (safeUntil +10s - windDown 2s)", kp.Name(), e, ok)
+			}
+		}
+	})
+}
+
+// An acquire whose reply was lost (the store granted it) is given back, so
+// the keeper neither holds nor leaks the lease.
+func TestKeeperLostAcquireReplyGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memstore.NewBackend(nil)
+		fs := faultstore.New(memstore.Open(b))
+		k := newKeeper(t, fs, "node-a", nil)
+		fs.Inject(faultstore.Fault{Mode: faultstore.LoseReply, Times: 1}, faultstore.OpAcquire)
+		if _, err := k.TryAcquire(context.Background(), "job"); !errors.Is(err, faultstore.ErrLostReply) {
+			t.Fatalf("TryAcquire with a lost reply: %v, want ErrLostReply", err)
+		}
+		rec, err := memstore.Open(b).Get(context.Background(), "job")
+		if err != nil || rec.Live() || rec.Token != 1 {
+			t.Fatalf("after the lost reply the store shows %+v, %v; want the granted term given back", rec, err)
+		}
+		if n := len(k.Terms()); n != 0 {
+			t.Fatalf("the keeper holds %d terms, want none", n)
+		}
+		kp, err := k.TryAcquire(context.Background(), "job")
+		if err != nil || kp.Token() != 2 {
+			t.Fatalf("TryAcquire afterwards = %v, %v; want token 2", kp, err)
+		}
+	})
+}
+
 // plainStore hides every optional capability of the store it wraps.
 type plainStore struct{ store.Store }
 
