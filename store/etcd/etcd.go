@@ -22,7 +22,10 @@
 //   - Release deletes the key in a transaction that compares its create
 //     revision and holder, then revokes the etcd lease.
 //   - A crashed holder's key is deleted by etcd when its lease expires; waiters
-//     watching the prefix (see Watch) wake on that delete.
+//     watching the prefix (see Watch) wake on that delete, as on a release,
+//     in about one round trip. A refused attempt keeps its etcd lease for the
+//     same holder's next attempt, so the waiter that wakes takes over with one
+//     transaction.
 //
 // A second key, P+".leasehold/term/"+N, written in the same transaction as each
 // grant and never attached to a lease, records the holder and metadata of the
