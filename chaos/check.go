@@ -1,0 +1,628 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The checks Check runs, by name.
+const (
+	// CheckMonotonic: the resource never accepts a token lower than one it
+	// accepted (per resource, in the register's own order of writes).
+	CheckMonotonic = "register-monotonic"
+	// CheckUniqueToken: no token is ever granted to two holders (or twice).
+	CheckUniqueToken = "token-unique"
+	// CheckWriteOwner: every write the register accepted came from the term
+	// that owned its token (the process that was granted the token, inside
+	// that term's guarded work), and every write a node saw accepted is in the
+	// register's log with that token.
+	CheckWriteOwner = "write-owner"
+	// CheckSafeUntil: no guarded work sends a write or returns after its
+	// safeUntil, measured on the node's own clock (unless the process was
+	// frozen by a pause over that moment: a frozen process cannot stop
+	// itself, which is what the fence is for); and each safeUntil is at most
+	// the send time of its acquire or renew request plus the renew deadline.
+	CheckSafeUntil = "safe-until"
+	// CheckFailover: after each fault heals, a leader exists (a grant or a
+	// renewal succeeds) within leaseDuration + retryPeriod×(1+jitter) + slack.
+	CheckFailover = "failover"
+	// CheckLinearizable: the register's history (the nodes' writes with the
+	// answers they got, the harness's reads) is linearizable against the
+	// model of a fenced register, per resource (porcupine).
+	CheckLinearizable = "linearizable"
+)
+
+// CheckNames lists the checks in the order Check runs them.
+var CheckNames = []string{CheckMonotonic, CheckUniqueToken, CheckWriteOwner, CheckSafeUntil, CheckFailover, CheckLinearizable}
+
+var checkTitles = map[string]string{
+	CheckMonotonic:    "the resource never accepts a token lower than one it accepted",
+	CheckUniqueToken:  "no token is ever granted to two holders",
+	CheckWriteOwner:   "every accepted write came from the term that owned its token",
+	CheckSafeUntil:    "no guarded work runs past its safeUntil (on its own clock)",
+	CheckFailover:     "after each fault heals, a leader exists within leaseDuration + retryPeriod + slack",
+	CheckLinearizable: "the fenced register is linearizable (porcupine, per resource)",
+}
+
+// CheckTitle is the one-line statement of a check.
+func CheckTitle(name string) string { return checkTitles[name] }
+
+// Violation is one breach of a check.
+type Violation struct {
+	Check    string `json:"check"`
+	Wall     int64  `json:"wall,omitempty"` // when, if known (Unix ns)
+	Proc     string `json:"proc,omitempty"`
+	Token    int64  `json:"token,omitempty"`
+	Resource string `json:"res,omitempty"`
+	Msg      string `json:"msg"`
+}
+
+func (v Violation) String() string { return v.Check + ": " + v.Msg }
+
+// CheckOutcome is the verdict of one check.
+type CheckOutcome struct {
+	Name       string `json:"name"`
+	Title      string `json:"title"`
+	Violations int    `json:"violations"`
+	// Checked says what was examined (e.g. "812 accepted writes").
+	Checked string `json:"checked"`
+	// Inconclusive is set when the check could not decide (porcupine timed out).
+	Inconclusive string `json:"inconclusive,omitempty"`
+}
+
+// Stats are the figures of a run.
+type Stats struct {
+	WritesAccepted int            `json:"writes_accepted"`
+	WritesRefused  int            `json:"writes_refused"`
+	WritesUnknown  int            `json:"writes_unknown"`
+	Reads          int            `json:"reads"`
+	Terms          int            `json:"terms"`
+	Processes      int            `json:"processes"`
+	FaultsByKind   map[string]int `json:"faults_by_kind"`
+	// Failovers are the takeover times of faults that hit the leader (or the
+	// whole store): from the fault's start to the first grant of a newer
+	// term. Sorted.
+	Failovers     []time.Duration `json:"failovers"`
+	FailoverBound time.Duration   `json:"failover_bound"`
+	Linearizable  string          `json:"linearizable"` // Ok, Illegal or Unknown (timed out)
+}
+
+// Result is what Check found.
+type Result struct {
+	Checks     []CheckOutcome `json:"checks"`
+	Violations []Violation    `json:"violations"`
+	Stats      Stats          `json:"stats"`
+}
+
+// OK reports whether no check found a violation.
+func (r *Result) OK() bool { return len(r.Violations) == 0 }
+
+// CheckOptions tune Check.
+type CheckOptions struct {
+	// LinearizeTimeout bounds the porcupine search; zero means 30 s. A search
+	// that times out makes the check inconclusive, not failed.
+	LinearizeTimeout time.Duration
+	// MaxViolations caps how many violations of each check are listed (they
+	// are all counted); zero means 50.
+	MaxViolations int
+}
+
+// FailoverBound is leaseDuration + retryPeriod×(1+jitter) + slack: the
+// longest a healthy cluster may go without a leader after a fault heals. The
+// retry period counts its jitter: a candidate may wait that long between tries.
+func FailoverBound(t TimingsJSON, slack time.Duration) time.Duration {
+	return t.LeaseDuration + time.Duration(float64(t.RetryPeriod)*(1+t.Jitter)) + slack
+}
+
+// Check runs every check over h. It is a pure function of the history.
+func Check(h *History, opts CheckOptions) *Result {
+	if opts.LinearizeTimeout <= 0 {
+		opts.LinearizeTimeout = 30 * time.Second
+	}
+	if opts.MaxViolations <= 0 {
+		opts.MaxViolations = 50
+	}
+	c := &checker{h: h, opts: opts, res: &Result{}}
+	c.index()
+	c.stats()
+	c.run(CheckMonotonic, c.checkMonotonic)
+	c.run(CheckUniqueToken, c.checkUniqueToken)
+	c.run(CheckWriteOwner, c.checkWriteOwner)
+	c.run(CheckSafeUntil, c.checkSafeUntil)
+	c.run(CheckFailover, c.checkFailover)
+	c.run(CheckLinearizable, c.checkLinearizable)
+	return c.res
+}
+
+type grant struct {
+	proc   string
+	holder string
+	wall   int64
+}
+
+type writeOp struct {
+	call   Event
+	ret    *Event // nil: no answer recorded (the process died or froze)
+	result string
+}
+
+type checker struct {
+	h    *History
+	opts CheckOptions
+	res  *Result
+
+	byProc map[string][]Event
+	grants map[int64][]grant
+	writes []*writeOp          // in call order (wall)
+	byVal  map[string]*writeOp // by value (unique per write)
+	logVal map[string][]RegisterEntry
+
+	cur        *CheckOutcome
+	curListed  int
+	inconclude string
+}
+
+func (c *checker) run(name string, f func() string) {
+	c.cur = &CheckOutcome{Name: name, Title: checkTitles[name]}
+	c.curListed = 0
+	c.inconclude = ""
+	c.cur.Checked = f()
+	c.cur.Inconclusive = c.inconclude
+	c.res.Checks = append(c.res.Checks, *c.cur)
+}
+
+func (c *checker) violate(v Violation) {
+	v.Check = c.cur.Name
+	c.cur.Violations++
+	if c.curListed < c.opts.MaxViolations {
+		c.curListed++
+		c.res.Violations = append(c.res.Violations, v)
+	}
+}
+
+func (c *checker) index() {
+	c.byProc = map[string][]Event{}
+	c.grants = map[int64][]grant{}
+	c.byVal = map[string]*writeOp{}
+	c.logVal = map[string][]RegisterEntry{}
+	ev := append([]Event(nil), c.h.Events...)
+	SortEvents(ev)
+	calls := map[string]*writeOp{} // proc#op
+	for _, e := range ev {
+		p := e.Proc()
+		c.byProc[p] = append(c.byProc[p], e)
+		switch e.Kind {
+		case EvAcquired:
+			c.grants[e.Token] = append(c.grants[e.Token], grant{proc: p, holder: e.Holder, wall: e.Wall})
+		case EvWriteCall:
+			w := &writeOp{call: e}
+			calls[fmt.Sprintf("%s#%d", p, e.Op)] = w
+			c.writes = append(c.writes, w)
+			if e.Value != "" {
+				c.byVal[e.Value] = w
+			}
+		case EvWriteReturn:
+			if w, ok := calls[fmt.Sprintf("%s#%d", p, e.Op)]; ok {
+				r := e
+				w.ret = &r
+				w.result = e.Result
+			}
+		}
+	}
+	for _, r := range c.h.Register {
+		c.logVal[r.Value] = append(c.logVal[r.Value], r)
+	}
+}
+
+func (c *checker) stats() {
+	s := &c.res.Stats
+	s.FaultsByKind = map[string]int{}
+	for _, f := range c.h.Faults {
+		s.FaultsByKind[f.Kind]++
+	}
+	for _, w := range c.writes {
+		switch w.result {
+		case Accepted:
+			s.WritesAccepted++
+		case Refused:
+			s.WritesRefused++
+		default:
+			s.WritesUnknown++
+		}
+	}
+	for _, r := range c.h.Reads {
+		if r.Err == "" {
+			s.Reads++
+		}
+	}
+	s.Terms = len(c.grants)
+	s.Processes = len(c.byProc)
+	s.FailoverBound = FailoverBound(c.h.Timings, c.h.Slack)
+	s.Failovers = c.failovers()
+}
+
+// failovers measures, for each fault that hit the leader or the whole store,
+// the time from its start to the first grant of a newer term, if that came
+// before the next fault began.
+func (c *checker) failovers() []time.Duration {
+	faults := append([]Fault(nil), c.h.Faults...)
+	sort.Slice(faults, func(i, j int) bool { return faults[i].Start < faults[j].Start })
+	var acquired []Event
+	for _, e := range c.h.Events {
+		if e.Kind == EvAcquired {
+			acquired = append(acquired, e)
+		}
+	}
+	SortEvents(acquired)
+	var out []time.Duration
+	for i, f := range faults {
+		if !f.Leader && f.Target != "store" {
+			continue
+		}
+		limit := c.h.End
+		if i+1 < len(faults) {
+			limit = faults[i+1].Start
+		}
+		for _, a := range acquired {
+			if a.Wall > f.Start && a.Wall <= limit && a.Token > f.Token {
+				out = append(out, time.Duration(a.Wall-f.Start))
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func (c *checker) checkMonotonic() string {
+	byRes := map[string][]RegisterEntry{}
+	n := 0
+	for _, r := range c.h.Register {
+		if r.Result == Accepted {
+			byRes[r.Resource] = append(byRes[r.Resource], r)
+			n++
+		}
+	}
+	for _, res := range sortedKeys(byRes) {
+		log := byRes[res]
+		sort.Slice(log, func(i, j int) bool { return log[i].Seq < log[j].Seq })
+		var max RegisterEntry
+		for _, r := range log {
+			if r.Token < max.Token {
+				c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: res,
+					Msg: fmt.Sprintf("resource %s accepted token %d from %s (write %s, seq %d) after it had accepted token %d from %s (seq %d): a stale write landed",
+						res, r.Token, r.Writer, r.Value, r.Seq, max.Token, max.Writer, max.Seq)})
+				continue
+			}
+			max = r
+		}
+	}
+	return fmt.Sprintf("%d accepted writes on %d resources", n, len(byRes))
+}
+
+func (c *checker) checkUniqueToken() string {
+	tokens := make([]int64, 0, len(c.grants))
+	for t := range c.grants {
+		tokens = append(tokens, t)
+	}
+	sort.Slice(tokens, func(i, j int) bool { return tokens[i] < tokens[j] })
+	for _, t := range tokens {
+		g := c.grants[t]
+		if t < 1 {
+			c.violate(Violation{Wall: g[0].wall, Proc: g[0].proc, Token: t, Msg: fmt.Sprintf("token %d granted to %s is below 1", t, g[0].proc)})
+		}
+		if len(g) > 1 {
+			var who []string
+			for _, x := range g {
+				who = append(who, fmt.Sprintf("%s (%s)", x.proc, x.holder))
+			}
+			c.violate(Violation{Wall: g[1].wall, Proc: g[1].proc, Token: t,
+				Msg: fmt.Sprintf("token %d was granted %d times: to %s", t, len(g), strings.Join(who, ", "))})
+		}
+	}
+	return fmt.Sprintf("%d grants", len(tokens))
+}
+
+// termWindow is when process proc ran the guarded work of token: from its
+// work-start to its work-stop (or the end of its history).
+func (c *checker) inTerm(proc string, token int64, wall int64) bool {
+	var start, stop int64 = -1, math.MaxInt64
+	for _, e := range c.byProc[proc] {
+		if e.Token != token {
+			continue
+		}
+		switch e.Kind {
+		case EvWorkStart:
+			start = e.Wall
+		case EvWorkStop:
+			stop = e.Wall
+		}
+	}
+	return start >= 0 && wall >= start && wall <= stop
+}
+
+func (c *checker) checkWriteOwner() string {
+	n := 0
+	for _, r := range c.h.Register {
+		if r.Result != Accepted {
+			continue
+		}
+		n++
+		g := c.grants[r.Token]
+		switch {
+		case len(g) == 0:
+			c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("resource %s accepted write %s with token %d from %s, but no node was ever granted token %d", r.Resource, r.Value, r.Token, r.Writer, r.Token)})
+			continue
+		case g[0].proc != r.Writer:
+			c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("resource %s accepted write %s with token %d from %s, but token %d was granted to %s", r.Resource, r.Value, r.Token, r.Writer, r.Token, g[0].proc)})
+			continue
+		}
+		w := c.byVal[r.Value]
+		switch {
+		case w == nil:
+			c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("resource %s accepted write %s (token %d, from %s) that no node recorded sending", r.Resource, r.Value, r.Token, r.Writer)})
+		case w.call.Token != r.Token || w.call.Proc() != r.Writer || w.call.Resource != r.Resource:
+			c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("resource %s logged write %s as token %d from %s, but %s sent it to %s with token %d", r.Resource, r.Value, r.Token, r.Writer, w.call.Proc(), w.call.Resource, w.call.Token)})
+		case !c.inTerm(r.Writer, r.Token, w.call.Wall):
+			c.violate(Violation{Wall: w.call.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("write %s with token %d was sent by %s outside the guarded work of its term %d", r.Value, r.Token, r.Writer, r.Token)})
+		}
+	}
+	acked := 0
+	for _, w := range c.writes {
+		if w.result != Accepted {
+			continue
+		}
+		acked++
+		found := false
+		for _, r := range c.logVal[w.call.Value] {
+			if r.Result == Accepted && r.Token == w.call.Token && r.Resource == w.call.Resource {
+				found = true
+			}
+		}
+		if !found {
+			c.violate(Violation{Wall: w.ret.Wall, Proc: w.call.Proc(), Token: w.call.Token, Resource: w.call.Resource,
+				Msg: fmt.Sprintf("%s was told its write %s (token %d) to %s was accepted, but the register has no such write", w.call.Proc(), w.call.Value, w.call.Token, w.call.Resource)})
+		}
+	}
+	return fmt.Sprintf("%d writes accepted by the register, %d acknowledged to nodes", n, acked)
+}
+
+// pausedOver reports whether proc was frozen (a pause fault) at some moment
+// of [from, to] (wall ns).
+func (c *checker) pausedOver(proc string, from, to int64) bool {
+	for _, f := range c.h.Faults {
+		if f.Kind == FaultPause && f.Target == proc && f.Start <= to && f.End >= from {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *checker) checkSafeUntil() string {
+	t := c.h.Timings
+	const arithSlack = int64(2 * time.Millisecond)
+	n, exempt := 0, 0
+	for _, proc := range sortedKeys(c.byProc) {
+		for _, e := range c.byProc[proc] {
+			switch e.Kind {
+			case EvAcquired, EvRenewed:
+				if e.SafeUntil == 0 {
+					continue
+				}
+				n++
+				// The request was sent at least Latency before the event was
+				// recorded (at Clock); safeUntil may be no later than that send
+				// time plus the renew deadline.
+				limit := e.Clock - e.Latency + int64(t.RenewDeadline) + arithSlack
+				if e.SafeUntil > limit {
+					c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
+						Msg: fmt.Sprintf("%s %s token %d with safeUntil %v on its clock, later than send time + renewDeadline (%v): safeUntil must count from when the request was sent",
+							proc, e.Kind, e.Token, time.Duration(e.SafeUntil), time.Duration(limit-arithSlack))})
+				}
+			case EvWriteCall, EvWorkStop:
+				if e.SafeUntil == 0 {
+					continue
+				}
+				n++
+				over := e.Clock - e.SafeUntil
+				if over <= 0 {
+					continue
+				}
+				// Clock rates stay above 1/2 (validated), so the deadline
+				// passed at most 2×over ago in real time.
+				if c.pausedOver(proc, e.Wall-2*over-int64(t.WindDown), e.Wall) {
+					exempt++
+					continue
+				}
+				what := "sent write " + e.Value
+				if e.Kind == EvWorkStop {
+					what = "returned from its guarded work"
+				}
+				c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
+					Msg: fmt.Sprintf("%s %s with token %d %v after its safeUntil, on its own clock, and it was not frozen then", proc, what, e.Token, time.Duration(over))})
+			}
+		}
+	}
+	return fmt.Sprintf("%d deadlines (%d overruns by frozen processes exempt)", n, exempt)
+}
+
+func (c *checker) checkFailover() string {
+	bound := int64(FailoverBound(c.h.Timings, c.h.Slack))
+	var lead []int64
+	for _, e := range c.h.Events {
+		if e.Kind == EvAcquired || e.Kind == EvRenewed {
+			lead = append(lead, e.Wall)
+		}
+	}
+	sort.Slice(lead, func(i, j int) bool { return lead[i] < lead[j] })
+	n := 0
+	for _, f := range c.h.Faults {
+		if f.Err != "" {
+			continue // not injected
+		}
+		heal := f.End
+		if heal+bound > c.h.End {
+			continue // the run ended first; the harness leaves a quiet period to avoid this
+		}
+		n++
+		i := sort.Search(len(lead), func(i int) bool { return lead[i] >= heal })
+		if i < len(lead) && lead[i] <= heal+bound {
+			continue
+		}
+		c.violate(Violation{Wall: heal, Proc: f.Target,
+			Msg: fmt.Sprintf("no leader within %v after the %s fault on %s healed", time.Duration(bound), f.Kind, f.Target)})
+	}
+	return fmt.Sprintf("%d healed faults, bound %v", n, time.Duration(bound))
+}
+
+// Porcupine model of a fenced register: a write is accepted if and only if its
+// token is at least the highest accepted so far; a read returns the last
+// accepted write.
+
+type regInput struct {
+	Resource string
+	Read     bool
+	Token    int64
+	Value    string
+}
+
+type regOutput struct {
+	Accepted bool
+	Value    string
+	Token    int64
+}
+
+type regState struct {
+	Value string
+	Token int64
+}
+
+// RegisterModel is the porcupine model of one fenced register, partitioned
+// by resource.
+func RegisterModel() porcupine.Model {
+	return porcupine.Model{
+		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+			byRes := map[string][]porcupine.Operation{}
+			var order []string
+			for _, op := range history {
+				r := op.Input.(regInput).Resource
+				if _, ok := byRes[r]; !ok {
+					order = append(order, r)
+				}
+				byRes[r] = append(byRes[r], op)
+			}
+			out := make([][]porcupine.Operation, 0, len(order))
+			for _, r := range order {
+				out = append(out, byRes[r])
+			}
+			return out
+		},
+		Init: func() any { return regState{} },
+		Step: func(state, input, output any) (bool, any) {
+			s, in, out := state.(regState), input.(regInput), output.(regOutput)
+			if in.Read {
+				return out.Value == s.Value && out.Token == s.Token, s
+			}
+			accept := in.Token >= s.Token
+			if out.Accepted != accept {
+				return false, s
+			}
+			if accept {
+				return true, regState{Value: in.Value, Token: in.Token}
+			}
+			return true, s
+		},
+		DescribeOperation: func(input, output any) string {
+			in, out := input.(regInput), output.(regOutput)
+			if in.Read {
+				return fmt.Sprintf("read(%s) -> %q #%d", in.Resource, out.Value, out.Token)
+			}
+			return fmt.Sprintf("write(%s, %q, #%d) -> accepted=%v", in.Resource, in.Value, in.Token, out.Accepted)
+		},
+		DescribeState: func(state any) string {
+			s := state.(regState)
+			return fmt.Sprintf("%q #%d", s.Value, s.Token)
+		},
+	}
+}
+
+// Operations turns a history into porcupine operations: each write with the
+// answer its node got and each successful read. A write without a definite
+// answer is resolved from the register's log: if the register accepted it, it
+// is an accepted write whose return is unknown (concurrent with everything
+// after its call); otherwise it had no effect and is left out.
+func Operations(h *History) []porcupine.Operation {
+	c := &checker{h: h, opts: CheckOptions{}, res: &Result{}}
+	c.index()
+	return c.operations()
+}
+
+func (c *checker) operations() []porcupine.Operation {
+	var ops []porcupine.Operation
+	const never = math.MaxInt64 / 2
+	for _, w := range c.writes {
+		in := regInput{Resource: w.call.Resource, Token: w.call.Token, Value: w.call.Value}
+		switch w.result {
+		case Accepted, Refused:
+			ops = append(ops, porcupine.Operation{Input: in, Call: w.call.Wall, Output: regOutput{Accepted: w.result == Accepted}, Return: w.ret.Wall})
+		default:
+			for _, r := range c.logVal[w.call.Value] {
+				if r.Result == Accepted {
+					ops = append(ops, porcupine.Operation{Input: in, Call: w.call.Wall, Output: regOutput{Accepted: true}, Return: never})
+					break
+				}
+			}
+		}
+	}
+	for _, r := range c.h.Reads {
+		if r.Err != "" {
+			continue
+		}
+		ops = append(ops, porcupine.Operation{Input: regInput{Resource: r.Resource, Read: true}, Call: r.Call,
+			Output: regOutput{Value: r.Value, Token: r.Token}, Return: r.Return})
+	}
+	return ops
+}
+
+func (c *checker) checkLinearizable() string {
+	ops := c.operations()
+	model := RegisterModel()
+	res := porcupine.CheckOperationsTimeout(model, ops, c.opts.LinearizeTimeout)
+	c.res.Stats.Linearizable = string(res)
+	switch res {
+	case porcupine.Illegal:
+		// Name the resources whose histories cannot be linearized.
+		for _, part := range model.Partition(ops) {
+			if porcupine.CheckOperationsTimeout(model, part, c.opts.LinearizeTimeout) != porcupine.Illegal {
+				continue
+			}
+			r := part[0].Input.(regInput).Resource
+			c.violate(Violation{Resource: r, Msg: fmt.Sprintf("the history of resource %s (%d operations) is not linearizable as a fenced register: some write was accepted or refused, or some read returned a value, that no order of the operations explains", r, len(part))})
+		}
+		if c.cur.Violations == 0 { // only the whole history is illegal (cannot happen with a sound partition)
+			c.violate(Violation{Msg: fmt.Sprintf("the register's history of %d operations is not linearizable as a fenced register", len(ops))})
+		}
+	case porcupine.Unknown:
+		c.inconclude = fmt.Sprintf("porcupine did not finish within %v", c.opts.LinearizeTimeout)
+	}
+	return fmt.Sprintf("%d operations", len(ops))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,367 @@
+package chaos
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Hand-made histories: a clean one that passes every check, and variants
+// that each break one property, to prove that each check can fail.
+
+const base = int64(1_700_000_000) * int64(time.Second)
+
+func at(s float64) int64 { return base + int64(s*1e9) }
+
+func sec(s float64) int64 { return int64(s * 1e9) }
+
+type histBuilder struct{ h *History }
+
+func (b *histBuilder) ev(proc string, s float64, e Event) {
+	slot, inc, _ := strings.Cut(proc, ".")
+	e.Node = slot
+	fmt.Sscanf(inc, "%d", &e.Inc)
+	e.Wall = at(s)
+	e.Mono = sec(s)
+	e.Clock = sec(s) // rate 1, no offset: the node's clock reads seconds since start
+	b.h.Events = append(b.h.Events, e)
+}
+
+func (b *histBuilder) write(proc string, s float64, op int64, res string, token int64, safeUntil float64, result string) string {
+	v := fmt.Sprintf("%s#%d", proc, op)
+	b.ev(proc, s, Event{Kind: EvWriteCall, Op: op, Token: token, Resource: res, Value: v, SafeUntil: sec(safeUntil)})
+	b.ev(proc, s+0.002, Event{Kind: EvWriteReturn, Op: op, Token: token, Resource: res, Value: v, Result: result})
+	return v
+}
+
+func (b *histBuilder) logged(res string, token int64, value, writer string, s float64) {
+	b.h.Register = append(b.h.Register, RegisterEntry{Seq: int64(len(b.h.Register) + 1), Wall: at(s), Resource: res, Token: token, Value: value, Writer: writer, Result: Accepted})
+}
+
+func testTimings() TimingsJSON {
+	return TimingsJSON{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond,
+		RetryPeriod: 300 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
+}
+
+// cleanHistory: n1 leads with token 1, is paused past its lease, n2 takes
+// over with token 2, n1 wakes up and its late write is refused.
+func cleanHistory() *History {
+	b := &histBuilder{h: &History{Store: "test://", Seed: 1, Fenced: true, Timings: testTimings(), Slack: time.Second,
+		Start: at(0), End: at(9), Resources: []string{"r0", "r1"}}}
+	lat := int64(5 * time.Millisecond)
+	b.ev("n1.1", 0, Event{Kind: EvStart, Identity: "n1", Holder: "n1-aaaa"})
+	b.ev("n2.1", 0, Event{Kind: EvStart, Identity: "n2", Holder: "n2-bbbb"})
+	b.ev("n1.1", 1.0, Event{Kind: EvAcquired, Holder: "n1-aaaa", Token: 1, SafeUntil: sec(0.995 + 1.4), Latency: lat})
+	b.ev("n1.1", 1.0, Event{Kind: EvWorkStart, Token: 1, SafeUntil: sec(0.995 + 1.4)})
+	v1 := b.write("n1.1", 1.1, 1, "r0", 1, 2.395, Accepted)
+	b.logged("r0", 1, v1, "n1.1", 1.101)
+	b.ev("n1.1", 1.4, Event{Kind: EvRenewed, Token: 1, SafeUntil: sec(1.395 + 1.4), Latency: lat})
+	v2 := b.write("n1.1", 1.5, 2, "r1", 1, 2.795, Accepted)
+	b.logged("r1", 1, v2, "n1.1", 1.501)
+	b.ev("n1.1", 1.8, Event{Kind: EvRenewed, Token: 1, SafeUntil: sec(1.795 + 1.4), Latency: lat})
+	b.ev("n1.1", 2.2, Event{Kind: EvRenewed, Token: 1, SafeUntil: sec(2.195 + 1.4), Latency: lat})
+	v3 := b.write("n1.1", 2.4, 3, "r0", 1, 3.595, Accepted)
+	b.logged("r0", 1, v3, "n1.1", 2.401)
+	// Paused from 2.5 s to 5.5 s: n2 takes over at 4.8 s.
+	b.h.Faults = append(b.h.Faults, Fault{Kind: FaultPause, Target: "n1.1", Leader: true, Token: 1, Start: at(2.5), End: at(5.5), Detail: "SIGSTOP"})
+	b.ev("n2.1", 4.8, Event{Kind: EvAcquired, Holder: "n2-bbbb", Token: 2, SafeUntil: sec(4.795 + 1.4), Latency: lat})
+	b.ev("n2.1", 4.8, Event{Kind: EvWorkStart, Token: 2, SafeUntil: sec(4.795 + 1.4)})
+	v4 := b.write("n2.1", 4.9, 1, "r0", 2, 6.195, Accepted)
+	b.logged("r0", 2, v4, "n2.1", 4.901)
+	v5 := b.write("n2.1", 5.0, 2, "r1", 2, 6.195, Accepted)
+	b.logged("r1", 2, v5, "n2.1", 5.001)
+	for s := 5.2; s < 8.9; s += 0.4 {
+		b.ev("n2.1", s, Event{Kind: EvRenewed, Token: 2, SafeUntil: sec(s - 0.005 + 1.4), Latency: lat})
+	}
+	// n1 wakes: its write, prepared before the pause, goes out late and is refused.
+	b.write("n1.1", 5.5, 4, "r1", 1, 3.595, Refused)
+	b.ev("n1.1", 5.503, Event{Kind: EvLost, Token: 1, SafeUntil: sec(3.595), Reason: "expired"})
+	b.ev("n1.1", 5.504, Event{Kind: EvWorkStop, Token: 1, SafeUntil: sec(3.595)})
+	v6 := b.write("n2.1", 6.0, 3, "r0", 2, 7.395, Accepted)
+	b.logged("r0", 2, v6, "n2.1", 6.001)
+	b.h.Reads = []ReadOp{
+		{Call: at(3.0), Return: at(3.001), Resource: "r0", Value: v3, Token: 1},
+		{Call: at(7.0), Return: at(7.001), Resource: "r0", Value: v6, Token: 2},
+		{Call: at(7.0), Return: at(7.001), Resource: "r1", Value: v5, Token: 2},
+	}
+	SortEvents(b.h.Events)
+	return b.h
+}
+
+func violationsOf(r *Result) map[string]int {
+	m := map[string]int{}
+	for _, c := range r.Checks {
+		if c.Violations > 0 {
+			m[c.Name] = c.Violations
+		}
+	}
+	return m
+}
+
+func TestCheckCleanHistoryPasses(t *testing.T) {
+	h := cleanHistory()
+	r := Check(h, CheckOptions{})
+	if !r.OK() {
+		t.Fatalf("clean history has violations: %v", r.Violations)
+	}
+	if len(r.Checks) != len(CheckNames) {
+		t.Fatalf("ran %d checks, want %d", len(r.Checks), len(CheckNames))
+	}
+	for i, c := range r.Checks {
+		if c.Name != CheckNames[i] || c.Checked == "" || c.Title == "" {
+			t.Errorf("check %d = %+v", i, c)
+		}
+	}
+	s := r.Stats
+	if s.WritesAccepted != 6 || s.WritesRefused != 1 || s.WritesUnknown != 0 || s.Terms != 2 || s.Processes != 2 || s.Reads != 3 {
+		t.Errorf("stats = %+v", s)
+	}
+	if s.Linearizable != string(porcupine.Ok) {
+		t.Errorf("linearizable = %q", s.Linearizable)
+	}
+	if len(s.Failovers) != 1 || s.Failovers[0] != 2300*time.Millisecond {
+		t.Errorf("failovers = %v, want [2.3s]", s.Failovers)
+	}
+	// The late write after the pause was exempt, and said so.
+	for _, c := range r.Checks {
+		if c.Name == CheckSafeUntil && !strings.Contains(c.Checked, "2 overruns by frozen processes exempt") {
+			t.Errorf("safe-until examined %q", c.Checked)
+		}
+	}
+	sum := Summary(h, r)
+	for _, want := range []string{"PASS", "faults 1 (pause 1)", "writes 6 accepted, 1 refused, 0 unknown", "violations 0", "failover p50 2.3s p99 2.3s max 2.3s (n=1)", "linearizable Ok"} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary %q lacks %q", sum, want)
+		}
+	}
+}
+
+// Each variant breaks one property; the named check must catch it.
+func TestCheckCatchesEachViolation(t *testing.T) {
+	cases := []struct {
+		name  string
+		break_ func(h *History)
+		want  []string // checks that must fail
+		other bool     // other checks may fail too
+	}{
+		{
+			name: "stale write accepted (fencing off)",
+			break_: func(h *History) {
+				for i := range h.Events {
+					if h.Events[i].Value == "n1.1#4" && h.Events[i].Kind == EvWriteReturn {
+						h.Events[i].Result = Accepted
+					}
+				}
+				h.Register = append(h.Register, RegisterEntry{Seq: 99, Wall: at(5.501), Resource: "r1", Token: 1, Value: "n1.1#4", Writer: "n1.1", Result: Accepted})
+				h.Reads[2].Value, h.Reads[2].Token = "n1.1#4", 1 // what an unfenced register holds
+			},
+			want: []string{CheckMonotonic, CheckLinearizable},
+		},
+		{
+			name: "token granted twice",
+			break_: func(h *History) {
+				h.Events = append(h.Events, Event{Wall: at(6), Node: "n3", Inc: 1, Kind: EvAcquired, Holder: "n3-cccc", Token: 2, SafeUntil: sec(7.395), Latency: sec(0.005), Clock: sec(6)})
+				SortEvents(h.Events)
+			},
+			want: []string{CheckUniqueToken},
+		},
+		{
+			name: "write with another term's token",
+			break_: func(h *History) {
+				// n1 sends a write with token 2, which was granted to n2.
+				for i := range h.Events {
+					if h.Events[i].Value == "n1.1#3" {
+						h.Events[i].Token = 2
+					}
+				}
+				for i := range h.Register {
+					if h.Register[i].Value == "n1.1#3" {
+						h.Register[i].Token = 2
+					}
+				}
+			},
+			want:  []string{CheckWriteOwner},
+			other: true, // token 2 before token 1's writes also breaks the register's order
+		},
+		{
+			name: "write after safeUntil without a pause",
+			break_: func(h *History) {
+				for i := range h.Events {
+					if h.Events[i].Value == "n2.1#3" && h.Events[i].Kind == EvWriteCall {
+						h.Events[i].SafeUntil = h.Events[i].Clock - sec(0.1)
+					}
+				}
+			},
+			want: []string{CheckSafeUntil},
+		},
+		{
+			name: "safeUntil counted from the answer, not the send",
+			break_: func(h *History) {
+				for i := range h.Events {
+					e := &h.Events[i]
+					if e.Kind == EvRenewed && e.Node == "n2" && e.Wall == at(5.2) {
+						e.Latency = sec(0.2)
+						e.SafeUntil = e.Clock + sec(1.4) // receipt + renewDeadline: 0.2 s too late
+					}
+				}
+			},
+			want: []string{CheckSafeUntil},
+		},
+		{
+			name: "no leader after a fault heals",
+			break_: func(h *History) {
+				var keep []Event
+				for _, e := range h.Events {
+					if e.Kind == EvRenewed && e.Wall > at(6) {
+						continue
+					}
+					keep = append(keep, e)
+				}
+				h.Events = keep
+				h.End = at(12)
+				h.Faults = append(h.Faults, Fault{Kind: FaultBlackhole, Target: "n2.1", Leader: true, Token: 2, Start: at(6.1), End: at(6.5)})
+			},
+			want: []string{CheckFailover},
+		},
+		{
+			name: "read of an overwritten value",
+			break_: func(h *History) {
+				h.Reads = append(h.Reads, ReadOp{Call: at(8), Return: at(8.001), Resource: "r0", Value: "n1.1#3", Token: 1})
+			},
+			want: []string{CheckLinearizable},
+		},
+		{
+			name: "acknowledged write missing from the register",
+			break_: func(h *History) {
+				var keep []RegisterEntry
+				for _, r := range h.Register {
+					if r.Value != "n2.1#3" {
+						keep = append(keep, r)
+					}
+				}
+				h.Register = keep
+			},
+			want:  []string{CheckWriteOwner},
+			other: true, // the read at 7 s then sees a value nobody wrote
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := cleanHistory()
+			tc.break_(h)
+			r := Check(h, CheckOptions{})
+			got := violationsOf(r)
+			for _, w := range tc.want {
+				if got[w] == 0 {
+					t.Errorf("check %s found nothing; violations: %v", w, r.Violations)
+				}
+			}
+			if !tc.other {
+				for name := range got {
+					found := false
+					for _, w := range tc.want {
+						found = found || w == name
+					}
+					if !found {
+						t.Errorf("unexpected violation of %s: %v", name, r.Violations)
+					}
+				}
+			}
+			if r.OK() || !strings.Contains(Summary(h, r), "FAIL") {
+				t.Errorf("summary does not fail: %s", Summary(h, r))
+			}
+		})
+	}
+}
+
+func TestOperationsResolveUnknownWritesFromTheLog(t *testing.T) {
+	h := cleanHistory()
+	// n2's third write got no answer, but the register logged it: it must be
+	// an accepted write with an open-ended return. A write without an answer
+	// that the register never logged had no effect and is left out.
+	for i := range h.Events {
+		if h.Events[i].Value == "n2.1#3" && h.Events[i].Kind == EvWriteReturn {
+			h.Events[i].Result = Unknown
+		}
+	}
+	b := &histBuilder{h: h}
+	b.ev("n2.1", 6.5, Event{Kind: EvWriteCall, Op: 4, Token: 2, Resource: "r1", Value: "n2.1#4", SafeUntil: sec(7.395)})
+	SortEvents(h.Events)
+	ops := Operations(h)
+	var found bool
+	for _, op := range ops {
+		in := op.Input.(regInput)
+		if in.Value == "n2.1#4" {
+			t.Errorf("write with no answer and no log entry was included: %+v", op)
+		}
+		if in.Value == "n2.1#3" {
+			found = true
+			if !op.Output.(regOutput).Accepted || op.Return < at(100) {
+				t.Errorf("unknown write resolved to %+v", op)
+			}
+		}
+	}
+	if !found {
+		t.Error("the logged write with no answer is missing")
+	}
+	r := Check(h, CheckOptions{})
+	if !r.OK() {
+		t.Errorf("violations: %v", r.Violations)
+	}
+	if r.Stats.WritesUnknown != 2 {
+		t.Errorf("unknown writes = %d, want 2", r.Stats.WritesUnknown)
+	}
+}
+
+func TestHistoryRoundTripAndReport(t *testing.T) {
+	h := cleanHistory()
+	var buf bytes.Buffer
+	if err := WriteHistory(&buf, h); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := ReadHistory(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h2.Events) != len(h.Events) || h2.Timings != h.Timings || len(h2.Faults) != 1 {
+		t.Fatalf("round trip lost data")
+	}
+	r := Check(h2, CheckOptions{})
+	var page bytes.Buffer
+	if err := WriteReport(&page, h2, r); err != nil {
+		t.Fatal(err)
+	}
+	s := page.String()
+	for _, want := range []string{"<svg", "PASS", "#1</text>", "#2</text>", "refused: n1.1 wrote n1.1#4 with token 1", "pause on n1.1", CheckLinearizable} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "<script") || strings.Contains(s, "http://") && !strings.Contains(s, "http://www.w3.org/2000/svg") {
+		t.Error("report is not self-contained")
+	}
+}
+
+func TestReadEventsSkipsATruncatedLastLine(t *testing.T) {
+	in := `{"wall":1,"ev":"start","node":"n1","inc":1}
+{"wall":2,"ev":"acquired","node":"n1","inc":1,"token":3}
+{"wall":3,"ev":"write-ca`
+	ev, err := ReadEvents(strings.NewReader(in))
+	if err != nil || len(ev) != 2 || ev[1].Token != 3 {
+		t.Fatalf("ReadEvents = %v, %v", ev, err)
+	}
+	if _, err := ReadEvents(strings.NewReader("garbage\n" + in)); err == nil {
+		t.Fatal("a bad line in the middle was accepted")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if Percentile(d, 0.5) != 5 || Percentile(d, 0.99) != 10 || Percentile(nil, 0.5) != 0 || Percentile(d[:1], 0.99) != 1 {
+		t.Fatal("wrong percentiles")
+	}
+}

@@ -1,0 +1,242 @@
+package chaos
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Kinds of node history events (Event.Kind).
+const (
+	EvStart       = "start"        // the process started; Holder is its holder identity
+	EvAcquired    = "acquired"     // a term was granted: Token, SafeUntil, Latency of the acquire
+	EvRenewed     = "renewed"      // a renewal succeeded: SafeUntil moved; Latency
+	EvRenewFailed = "renew-failed" // a renewal failed (Err)
+	EvLost        = "lost"         // the node stopped holding Token (Reason)
+	EvReleased    = "released"     // the release request returned (Err)
+	EvWorkStart   = "work-start"   // the guarded work began, under Token
+	EvWorkStop    = "work-stop"    // the guarded work returned
+	EvWriteCall   = "write-call"   // a write to the register is about to be sent (Op, Res, Value, Token)
+	EvWriteReturn = "write-return" // its answer: Result accepted, refused or error
+	EvClock       = "clock"        // the node's clock was changed (Detail)
+	EvExit        = "exit"         // the process is exiting normally
+)
+
+// Results of a write (Event.Result, RegisterEntry.Result).
+const (
+	Accepted = "accepted"
+	Refused  = "refused"
+	Unknown  = "error" // no definite answer: the write may or may not have landed
+)
+
+// Event is one line of a node's history file. Times are recorded three ways:
+// Wall is the host's wall clock (Unix nanoseconds; every process on the host
+// shares it, so the checker orders events of different processes by it); Mono
+// is the real monotonic time since the process started; Clock and SafeUntil
+// are readings of the node's own injected clock (nanoseconds since that
+// clock's reading at process start), the clock on which the node decides when
+// to stop trusting its term.
+type Event struct {
+	Wall  int64  `json:"wall"`
+	Mono  int64  `json:"mono"`
+	Clock int64  `json:"clock"`
+	Node  string `json:"node"` // the process slot: n1, n2, or a twin such as n1b
+	Inc   int    `json:"inc"`  // incarnation of the slot: 1, then +1 per restart
+	Kind  string `json:"ev"`
+
+	Identity  string `json:"identity,omitempty"` // the configured identity (twins share it)
+	Holder    string `json:"holder,omitempty"`   // the holder identity: Identity plus a random suffix
+	PID       int    `json:"pid,omitempty"`
+	Token     int64  `json:"token,omitempty"`
+	SafeUntil int64  `json:"safe_until,omitempty"` // on the node's clock, like Clock
+	Latency   int64  `json:"latency,omitempty"`    // ns: round trip of the request, from when it was sent
+	Reason    string `json:"reason,omitempty"`
+	Err       string `json:"err,omitempty"`
+	Op        int64  `json:"op,omitempty"` // write number within the process
+	Resource  string `json:"res,omitempty"`
+	Value     string `json:"value,omitempty"`
+	Result    string `json:"result,omitempty"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+// Proc names one process: its slot and incarnation, such as "n2.3".
+func (e Event) Proc() string { return ProcName(e.Node, e.Inc) }
+
+// ProcName is the name of incarnation inc of slot node.
+func ProcName(node string, inc int) string { return fmt.Sprintf("%s.%d", node, inc) }
+
+// RegisterEntry is one write the fenced register logged. SQL registers log
+// the writes they accepted, in the same statement as the write; the HTTP
+// register logs every attempt, accepted or refused.
+type RegisterEntry struct {
+	Seq      int64  `json:"seq"` // the register's own order of writes
+	Wall     int64  `json:"wall"`
+	Resource string `json:"res"`
+	Token    int64  `json:"token"`
+	Value    string `json:"value"`
+	Writer   string `json:"writer"` // the writing process (Event.Proc)
+	Result   string `json:"result"` // Accepted or Refused
+}
+
+// ReadOp is one read of the register by the harness.
+type ReadOp struct {
+	Call     int64  `json:"call"` // wall ns
+	Return   int64  `json:"return"`
+	Resource string `json:"res"`
+	Value    string `json:"value"`
+	Token    int64  `json:"token"`
+	Err      string `json:"err,omitempty"`
+}
+
+// Fault is one fault the harness injected. Start and End are wall times (Unix
+// ns); End is when the fault healed (equal to Start for an instant fault).
+type Fault struct {
+	Kind   string `json:"kind"`
+	Target string `json:"target,omitempty"` // the process (Event.Proc), or "store"
+	// Leader is true when the target held the lease when the fault began.
+	Leader bool   `json:"leader,omitempty"`
+	Token  int64  `json:"token,omitempty"` // the live token when the fault began (0: none)
+	Start  int64  `json:"start"`
+	End    int64  `json:"end"`
+	Detail string `json:"detail,omitempty"`
+	Err    string `json:"err,omitempty"`
+}
+
+// History is everything a run recorded: the input of the checker.
+type History struct {
+	Store   string      `json:"store"` // the store URL, password redacted
+	Seed    uint64      `json:"seed"`
+	Fenced  bool        `json:"fenced"`
+	Timings TimingsJSON `json:"timings"`
+	// Slack is added to the failover bound (see Check).
+	Slack    time.Duration   `json:"slack"`
+	Start    int64           `json:"start"`
+	End      int64           `json:"end"`
+	Events   []Event         `json:"events"`
+	Register []RegisterEntry `json:"register"`
+	// RegisterLogsRefused is true when Register holds refused attempts too
+	// (the HTTP register), not only the accepted writes (SQL registers).
+	RegisterLogsRefused bool     `json:"register_logs_refused"`
+	Reads               []ReadOp `json:"reads"`
+	Faults              []Fault  `json:"faults"`
+	// Resources are the register's resources.
+	Resources []string `json:"resources"`
+}
+
+// TimingsJSON is leasehold.Timings as recorded in a history.
+type TimingsJSON struct {
+	LeaseDuration time.Duration `json:"lease_duration"`
+	RenewDeadline time.Duration `json:"renew_deadline"`
+	RenewInterval time.Duration `json:"renew_interval"`
+	RetryPeriod   time.Duration `json:"retry_period"`
+	Jitter        float64       `json:"jitter"`
+	WindDown      time.Duration `json:"wind_down"`
+}
+
+// historyWriter appends events to a node's history file, one write per line,
+// so that a SIGKILL loses at most the line being written.
+type historyWriter struct {
+	mu    sync.Mutex
+	f     *os.File
+	node  string
+	inc   int
+	start time.Time // real, monotonic
+	clock func() int64
+	err   error
+}
+
+func (w *historyWriter) emit(e Event) {
+	now := time.Now()
+	e.Wall = now.UnixNano()
+	e.Mono = int64(now.Sub(w.start))
+	e.Clock = w.clock()
+	e.Node, e.Inc = w.node, w.inc
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(err) // an Event always marshals
+	}
+	b = append(b, '\n')
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return
+	}
+	if _, err := w.f.Write(b); err != nil {
+		w.err = err
+	}
+}
+
+// ReadEvents reads a node history file. A truncated last line (a process
+// killed mid-write) is skipped; any other bad line is an error.
+func ReadEvents(r io.Reader) ([]Event, error) {
+	var out []Event
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var pending error
+	line := 0
+	for sc.Scan() {
+		line++
+		if pending != nil {
+			return nil, pending
+		}
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			pending = fmt.Errorf("leasehold/chaos: history line %d: %w", line, err)
+			continue
+		}
+		out = append(out, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("leasehold/chaos: read history: %w", err)
+	}
+	return out, nil // a bad last line is a truncated write: dropped
+}
+
+// ReadEventFiles reads and merges history files, ordered by wall time.
+func ReadEventFiles(paths []string) ([]Event, error) {
+	var all []Event
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("leasehold/chaos: %w", err)
+		}
+		ev, err := ReadEvents(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, p)
+		}
+		all = append(all, ev...)
+	}
+	SortEvents(all)
+	return all, nil
+}
+
+// SortEvents orders events by wall time, keeping each process's own order.
+func SortEvents(ev []Event) {
+	sort.SliceStable(ev, func(i, j int) bool { return ev[i].Wall < ev[j].Wall })
+}
+
+// WriteHistory writes h as JSON.
+func WriteHistory(w io.Writer, h *History) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(h)
+}
+
+// ReadHistory reads a history written by WriteHistory.
+func ReadHistory(r io.Reader) (*History, error) {
+	var h History
+	if err := json.NewDecoder(r).Decode(&h); err != nil {
+		return nil, fmt.Errorf("leasehold/chaos: read history: %w", err)
+	}
+	if h.Timings.LeaseDuration <= 0 {
+		return nil, errors.New("leasehold/chaos: history has no timings")
+	}
+	return &h, nil
+}

@@ -1,0 +1,283 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+)
+
+// Opener opens the store a URL names (the leasehold command's registry, or a
+// test's).
+type Opener func(ctx context.Context, u *url.URL) (store.Store, error)
+
+// nodeReady is the line a node prints on stdout once it contends.
+type nodeReady struct {
+	Holder string `json:"holder"`
+	PID    int    `json:"pid"`
+}
+
+// NodeMain is the chaos node program: it contends for a lease with the
+// leasehold library and, while it leads, writes to the fenced register with
+// its token, recording everything in its history file. The harness starts it
+// as a separate process (the leasehold command's hidden node subcommand, or a
+// test binary) and controls it with signals and with lines on its stdin:
+//
+//	clock RATE STEP   set the node's clock rate and step it forward (e.g. "clock 1.1 200ms")
+//
+// It exits when its context ends (SIGTERM, via the caller) or stdin closes
+// (the harness went away). It returns the exit code.
+func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, open Opener) int {
+	if err := runNode(ctx, args, stdin, stdout, open); err != nil {
+		fmt.Fprintf(stderr, "chaos node: %v\n", err)
+		if errors.Is(err, ErrInvalid) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+type nodeConfig struct {
+	node, identity, storeURL, lease, history string
+	inc                                      int
+	reg                                      registerSpec
+	resources                                []string
+	timings                                  leasehold.Timings
+	writeInterval, think, writeTimeout       time.Duration
+	clockOffset                              time.Duration
+	clockRate                                float64
+}
+
+func parseNodeFlags(args []string) (*nodeConfig, error) {
+	c := &nodeConfig{}
+	fs := flag.NewFlagSet("chaos node", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.node, "node", "", "process slot name")
+	fs.StringVar(&c.identity, "identity", "", "configured identity")
+	fs.IntVar(&c.inc, "inc", 1, "incarnation")
+	fs.StringVar(&c.storeURL, "store", "", "store URL (through the fault proxy)")
+	fs.StringVar(&c.lease, "lease", "", "lease name")
+	fs.StringVar(&c.history, "history", "", "history file")
+	fs.StringVar(&c.reg.Kind, "register-kind", RegisterHTTP, "register kind")
+	fs.StringVar(&c.reg.URL, "register", "", "register address")
+	fs.StringVar(&c.reg.Table, "register-table", "", "register table")
+	unfenced := fs.Bool("unfenced", false, "write without the token check (negative control)")
+	res := fs.String("resources", "r0", "comma-separated resources")
+	fs.DurationVar(&c.timings.LeaseDuration, "lease-duration", 0, "")
+	fs.DurationVar(&c.timings.RenewDeadline, "renew-deadline", 0, "")
+	fs.DurationVar(&c.timings.RenewInterval, "renew-interval", 0, "")
+	fs.DurationVar(&c.timings.RetryPeriod, "retry-period", 0, "")
+	fs.Float64Var(&c.timings.Jitter, "jitter", 0, "")
+	fs.DurationVar(&c.timings.WindDown, "wind-down", 0, "")
+	fs.DurationVar(&c.writeInterval, "write-interval", 10*time.Millisecond, "")
+	fs.DurationVar(&c.think, "think", 0, "")
+	fs.DurationVar(&c.writeTimeout, "write-timeout", time.Second, "")
+	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "")
+	fs.Float64Var(&c.clockRate, "clock-rate", 1, "")
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	c.reg.Fenced = !*unfenced
+	c.resources = strings.Split(*res, ",")
+	switch {
+	case c.node == "" || c.identity == "" || c.storeURL == "" || c.lease == "" || c.history == "" || c.reg.URL == "":
+		return nil, fmt.Errorf("%w: --node, --identity, --store, --lease, --history and --register are required", ErrInvalid)
+	case c.writeInterval <= 0 || c.writeTimeout <= 0 || c.think < 0:
+		return nil, fmt.Errorf("%w: --write-interval and --write-timeout must be positive, --think not negative", ErrInvalid)
+	}
+	if err := c.timings.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	c.timings = c.timings.WithDefaults()
+	return c, nil
+}
+
+func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer, open Opener) error {
+	c, err := parseNodeFlags(args)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	clock, err := NewDriftClock(c.clockOffset, c.clockRate)
+	if err != nil {
+		return err
+	}
+	clockStart := clock.Now()
+	rel := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return int64(t.Sub(clockStart))
+	}
+	f, err := os.OpenFile(c.history, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	defer f.Close()
+	hw := &historyWriter{f: f, node: c.node, inc: c.inc, start: start, clock: func() int64 { return rel(clock.Now()) }}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The harness controls the node through stdin; EOF means it is gone.
+	go func() {
+		defer cancel()
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) == 3 && fields[0] == "clock" {
+				rate, err1 := strconv.ParseFloat(fields[1], 64)
+				step, err2 := time.ParseDuration(fields[2])
+				if err := errors.Join(err1, err2); err != nil {
+					hw.emit(Event{Kind: EvClock, Err: err.Error()})
+					continue
+				}
+				if err := clock.Set(rate, step); err != nil {
+					hw.emit(Event{Kind: EvClock, Err: err.Error()})
+					continue
+				}
+				hw.emit(Event{Kind: EvClock, Detail: fmt.Sprintf("rate %v step %v", rate, step)})
+			}
+		}
+	}()
+
+	u, err := url.Parse(c.storeURL)
+	if err != nil {
+		return fmt.Errorf("%w: store URL does not parse", ErrInvalid)
+	}
+	st, err := retryOpen(ctx, func(ctx context.Context) (store.Store, error) { return open(ctx, u) })
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	reg, err := retryOpen(ctx, func(ctx context.Context) (registerClient, error) { return openRegisterClient(ctx, c.reg) })
+	if err != nil {
+		return fmt.Errorf("open register: %w", err)
+	}
+	defer reg.Close()
+
+	var mu sync.Mutex
+	var acqLatency time.Duration
+	onEvent := func(ev leasehold.Event) {
+		switch ev.Kind {
+		case leasehold.EventAcquireAttempt:
+			if ev.Err == nil {
+				mu.Lock()
+				acqLatency = ev.Latency
+				mu.Unlock()
+			}
+		case leasehold.EventAcquired:
+			mu.Lock()
+			lat := acqLatency
+			mu.Unlock()
+			hw.emit(Event{Kind: EvAcquired, Holder: ev.Term.Holder, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(lat)})
+		case leasehold.EventRenewed:
+			hw.emit(Event{Kind: EvRenewed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency)})
+		case leasehold.EventRenewFailed:
+			hw.emit(Event{Kind: EvRenewFailed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency), Err: errString(ev.Err)})
+		case leasehold.EventLost:
+			hw.emit(Event{Kind: EvLost, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Reason: leasehold.LossReason(ev.Err), Err: errString(ev.Err)})
+		case leasehold.EventReleased:
+			hw.emit(Event{Kind: EvReleased, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
+		}
+	}
+	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
+		Name: c.lease, Identity: c.identity, Timings: c.timings, Clock: clock, OnEvent: onEvent,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	hw.emit(Event{Kind: EvStart, Identity: c.identity, Holder: e.Identity(), PID: os.Getpid(),
+		Detail: fmt.Sprintf("clock offset %v rate %v", c.clockOffset, c.clockRate)})
+	b, _ := json.Marshal(nodeReady{Holder: e.Identity(), PID: os.Getpid()})
+	fmt.Fprintf(stdout, "%s\n", b)
+
+	var op int64
+	work := func(ctx context.Context, l *leasehold.Leader) error {
+		tok := l.Token()
+		hw.emit(Event{Kind: EvWorkStart, Token: tok, SafeUntil: rel(l.SafeUntil())})
+		defer func() { hw.emit(Event{Kind: EvWorkStop, Token: tok, SafeUntil: rel(l.SafeUntil())}) }()
+		pace := time.NewTimer(0)
+		defer pace.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-pace.C:
+			}
+			res := c.resources[i%len(c.resources)]
+			op++
+			value := fmt.Sprintf("%s#%d", ProcName(c.node, c.inc), op)
+			// The work between deciding to write and the write landing. It
+			// does not look at the lease: a write already on its way is not
+			// recalled when the lease runs out, and a pause that lands here
+			// sends it late. Stopping such writes is the fence's job.
+			if c.think > 0 {
+				think := time.NewTimer(c.think)
+				<-think.C
+			}
+			hw.emit(Event{Kind: EvWriteCall, Op: op, Token: tok, Resource: res, Value: value, SafeUntil: rel(l.SafeUntil())})
+			wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), c.writeTimeout)
+			ok, err := reg.Write(wctx, res, tok, value, ProcName(c.node, c.inc))
+			wcancel()
+			result := Refused
+			switch {
+			case err != nil:
+				result = Unknown
+			case ok:
+				result = Accepted
+			}
+			hw.emit(Event{Kind: EvWriteReturn, Op: op, Token: tok, Resource: res, Value: value, Result: result, Err: errString(err)})
+			pace.Reset(c.writeInterval)
+		}
+	}
+	err = e.Run(ctx, work)
+	hw.emit(Event{Kind: EvExit, Err: errString(err)})
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// retryOpen calls open until it succeeds or ctx ends: a node restarted while
+// the store is briefly unreachable waits for it.
+func retryOpen[T any](ctx context.Context, open func(context.Context) (T, error)) (T, error) {
+	var zero T
+	for {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := open(octx)
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		if errors.Is(err, ErrInvalid) || errors.Is(err, store.ErrInvalid) {
+			return zero, err
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,243 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The kinds of fault the harness injects.
+const (
+	// FaultPause freezes a node with SIGSTOP for longer than the lease, then
+	// resumes it with SIGCONT.
+	FaultPause = "pause"
+	// FaultKill kills a node with SIGKILL and starts it again a little later.
+	FaultKill = "kill"
+	// FaultBlackhole cuts a node off from the store (its proxy stops
+	// forwarding but keeps the connections open) for longer than the lease.
+	FaultBlackhole = "blackhole"
+	// FaultReset closes every connection between a node and the store.
+	FaultReset = "reset"
+	// FaultLatency adds latency between a node and the store for a while.
+	FaultLatency = "latency"
+	// FaultStoreRestart stops the store and starts it again (a real restart
+	// where the harness runs the store, else an emulation: every proxy resets
+	// its connections and refuses new ones while the store is "down").
+	FaultStoreRestart = "store-restart"
+	// FaultClock makes a node's clock run fast or slow for a while, after a
+	// forward step.
+	FaultClock = "clock"
+	// FaultTwin starts a second process with the same configured identity as
+	// a node, for a while.
+	FaultTwin = "twin"
+)
+
+// AllFaults lists every fault kind.
+var AllFaults = []string{FaultPause, FaultKill, FaultBlackhole, FaultReset, FaultLatency, FaultStoreRestart, FaultClock, FaultTwin}
+
+// NetworkFaults need a store reached over TCP (through the fault proxy).
+var NetworkFaults = []string{FaultBlackhole, FaultReset, FaultLatency, FaultStoreRestart}
+
+func isNetworkFault(k string) bool {
+	for _, n := range NetworkFaults {
+		if n == k {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseFaults parses a comma-separated list of fault kinds ("all" means
+// every kind). Unknown names are an error naming the known ones.
+func ParseFaults(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if f == "all" {
+			for _, k := range AllFaults {
+				if !seen[k] {
+					seen[k] = true
+					out = append(out, k)
+				}
+			}
+			continue
+		}
+		known := false
+		for _, k := range AllFaults {
+			if k == f {
+				known = true
+			}
+		}
+		if !known {
+			return nil, fmt.Errorf("%w: unknown fault %q; known faults: %s (or all)", ErrInvalid, f, strings.Join(AllFaults, ", "))
+		}
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no faults named", ErrInvalid)
+	}
+	return out, nil
+}
+
+// Planned is one fault of a schedule.
+type Planned struct {
+	// At is when the fault begins, from the start of the fault phase.
+	At   time.Duration `json:"at"`
+	Kind string        `json:"kind"`
+	// Leader: aim at whichever node leads when the fault begins. Otherwise,
+	// or when nobody leads, aim at node index Node (0-based).
+	Leader bool `json:"leader"`
+	Node   int  `json:"node"`
+	// Duration is how long the fault lasts (the downtime for kill and
+	// store-restart; zero for reset).
+	Duration time.Duration `json:"duration"`
+	// Latency is the added round-trip latency (latency faults).
+	Latency time.Duration `json:"latency,omitempty"`
+	// Rate and Step are the clock's new rate and forward step (clock faults).
+	Rate float64       `json:"rate,omitempty"`
+	Step time.Duration `json:"step,omitempty"`
+}
+
+func (p Planned) String() string {
+	who := fmt.Sprintf("node %d", p.Node+1)
+	if p.Leader {
+		who = "the leader"
+	}
+	if p.Kind == FaultStoreRestart {
+		who = "the store"
+	}
+	s := fmt.Sprintf("%v %s %s", p.At.Round(time.Millisecond), p.Kind, who)
+	switch p.Kind {
+	case FaultReset:
+	case FaultLatency:
+		s += fmt.Sprintf(" +%v for %v", p.Latency.Round(time.Millisecond), p.Duration.Round(time.Millisecond))
+	case FaultClock:
+		s += fmt.Sprintf(" rate %.3f step +%v for %v", p.Rate, p.Step.Round(time.Millisecond), p.Duration.Round(time.Millisecond))
+	default:
+		s += fmt.Sprintf(" for %v", p.Duration.Round(time.Millisecond))
+	}
+	return s
+}
+
+// PlanConfig is what a schedule is drawn from.
+type PlanConfig struct {
+	Seed    uint64
+	Faults  []string
+	Span    time.Duration // the length of the fault phase
+	Nodes   int
+	Timings TimingsJSON
+	Slack   time.Duration
+	// MaxDrift bounds clock-rate changes: rates are drawn from
+	// [1-MaxDrift, 1+MaxDrift].
+	MaxDrift float64
+	// LeaderBias is the share of node faults aimed at the leader (default 0.7).
+	LeaderBias float64
+}
+
+// faultLength is the longest a fault of kind k can last under t.
+func faultLength(k string, t TimingsJSON) time.Duration {
+	ld := t.LeaseDuration
+	switch k {
+	case FaultPause, FaultBlackhole:
+		return ld * 2
+	case FaultKill:
+		return ld
+	case FaultReset:
+		return 0
+	case FaultLatency:
+		return ld * 2
+	case FaultStoreRestart:
+		return ld * 3 / 2
+	case FaultClock:
+		return ld * 3
+	case FaultTwin:
+		return ld * 4
+	}
+	return ld * 4
+}
+
+// MinSpan is the shortest fault phase that fits one fault of each of kinds,
+// each followed by its quiet period.
+func MinSpan(kinds []string, t TimingsJSON, slack time.Duration) time.Duration {
+	var longest time.Duration
+	for _, k := range kinds {
+		longest = max(longest, faultLength(k, t))
+	}
+	return longest + quietPeriod(t, slack) + t.LeaseDuration/2
+}
+
+// quietPeriod is the least time between one fault's healing and the next
+// fault: the failover bound, so that each heal is judged on its own.
+func quietPeriod(t TimingsJSON, slack time.Duration) time.Duration {
+	return FailoverBound(t, slack)
+}
+
+// Plan draws a fault schedule from the seed: faults one after another, each
+// followed by a quiet period of at least the failover bound. The same
+// configuration and seed always give the same schedule. (Which node is "the
+// leader" when a fault begins is decided by the real run.)
+func Plan(pc PlanConfig) ([]Planned, error) {
+	if len(pc.Faults) == 0 {
+		return nil, fmt.Errorf("%w: no faults to plan", ErrInvalid)
+	}
+	if pc.Nodes < 1 {
+		return nil, fmt.Errorf("%w: %d nodes", ErrInvalid, pc.Nodes)
+	}
+	if min := MinSpan(pc.Faults, pc.Timings, pc.Slack); pc.Span < min {
+		return nil, fmt.Errorf("%w: the fault phase of %v is too short: with a %v lease, the faults %s need at least %v (the longest fault plus a quiet period of leaseDuration + retryPeriod + slack); run longer or with a shorter lease",
+			ErrInvalid, pc.Span, pc.Timings.LeaseDuration, strings.Join(pc.Faults, ","), min)
+	}
+	bias := pc.LeaderBias
+	if bias == 0 {
+		bias = 0.7
+	}
+	rng := rand.New(rand.NewPCG(pc.Seed, pc.Seed^0x9e3779b97f4a7c15))
+	t := pc.Timings
+	ld := t.LeaseDuration
+	frac := func(lo, hi float64) time.Duration { // a random share of the lease
+		return time.Duration((lo + (hi-lo)*rng.Float64()) * float64(ld))
+	}
+	quiet := quietPeriod(t, pc.Slack)
+	var out []Planned
+	at := frac(0, 0.5)
+	for {
+		k := pc.Faults[rng.IntN(len(pc.Faults))]
+		p := Planned{At: at, Kind: k, Leader: rng.Float64() < bias, Node: rng.IntN(pc.Nodes)}
+		switch k {
+		case FaultPause, FaultBlackhole:
+			p.Duration = frac(1.25, 2)
+		case FaultKill:
+			p.Duration = frac(0.25, 1)
+		case FaultReset:
+		case FaultLatency:
+			p.Duration = frac(1, 2)
+			p.Latency = time.Duration((0.1 + 0.5*rng.Float64()) * float64(t.RenewDeadline))
+		case FaultStoreRestart:
+			p.Leader = false
+			p.Duration = frac(0.5, 1.5)
+		case FaultClock:
+			p.Duration = frac(1, 3)
+			p.Rate = 1 + pc.MaxDrift*(2*rng.Float64()-1)
+			p.Step = time.Duration(rng.Float64() * float64(t.LeaseDuration-t.RenewDeadline) / 2)
+		case FaultTwin:
+			p.Duration = frac(2, 4)
+		}
+		end := at + p.Duration + quiet
+		if end > pc.Span {
+			break
+		}
+		out = append(out, p)
+		at = end + frac(0, 0.5)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out, nil
+}
