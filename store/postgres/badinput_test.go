@@ -109,17 +109,24 @@ func TestUnreachableDatabase(t *testing.T) {
 
 func TestBadConnectionString(t *testing.T) {
 	const secret = "s3cret-pa55"
-	for _, dsn := range []string{
-		"postgres://leasehold:" + secret + "@127.0.0.1:notaport/test",
-		"host=127.0.0.1 password=" + secret + " port=notaport",
-		"postgres://leasehold:" + secret + "@127.0.0.1/test?sslmode=sometimes",
+	for _, c := range []struct{ dsn, why string }{
+		{"postgres://leasehold:" + secret + "@127.0.0.1:notaport/test", "invalid port"},
+		{"host=127.0.0.1 password=" + secret + " port=notaport", "invalid port"},
+		{"host=127.0.0.1 password='" + secret + " x' port=notaport", "invalid port"},
+		{"postgres://leasehold@127.0.0.1:notaport/test?password=" + secret, "invalid port"},
+		{"postgres://leasehold:" + secret + "@127.0.0.1/test?sslmode=sometimes", "sslmode"},
+		{"postgres://leasehold:" + secret + "@[::1/test", "IPv6"},
 	} {
-		_, err := postgres.Open(ctxFor(t), dsn, postgres.Options{})
+		_, err := postgres.Open(ctxFor(t), c.dsn, postgres.Options{})
 		if !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("Open(%s): err = %v, want ErrInvalid", postgres.Redact(dsn), err)
+			t.Errorf("Open(%s): err = %v, want ErrInvalid", postgres.Redact(c.dsn), err)
+			continue
 		}
-		if err != nil && strings.Contains(err.Error(), secret) {
+		if strings.Contains(err.Error(), secret) {
 			t.Errorf("the error shows the password: %v", err)
+		}
+		if !strings.Contains(err.Error(), c.why) {
+			t.Errorf("Open(%s): error %q does not say why (%s)", postgres.Redact(c.dsn), err, c.why)
 		}
 	}
 	for _, raw := range []string{

@@ -108,7 +108,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 
 // NewConn returns a store on one pgx connection the caller owns. Calls are
 // serialised on it; Close does not close it. The connection must not be
-// used by anyone else while the store uses it.
+// used by anyone else while the store uses it. Watch opens one more
+// connection, with the same config, for LISTEN (Options.NoWatch prevents it).
 func NewConn(ctx context.Context, conn *pgx.Conn, opts Options) (*Store, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("leasehold/postgres: connection is nil: %w", store.ErrInvalid)
@@ -157,16 +158,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// parseErr reports a connection string that does not parse, without
-// echoing it: pgx's own message quotes it, redacted only on a best-effort basis.
+// parseErr reports a connection string that does not parse. pgx's message
+// says why and quotes the string with the password redacted on a best-effort
+// basis; every password the string holds is scrubbed from it again here.
 func parseErr(dsn string, err error) error {
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		if inner := pe.Unwrap(); inner != nil {
-			return fmt.Errorf("leasehold/postgres: cannot parse connection string %s (%v): %w", Redact(dsn), inner, store.ErrInvalid)
-		}
+	msg := err.Error()
+	for _, secret := range passwordsIn(dsn) {
+		msg = strings.ReplaceAll(msg, secret, "xxxxx")
 	}
-	return fmt.Errorf("leasehold/postgres: cannot parse connection string %s: %w", Redact(dsn), store.ErrInvalid)
+	return fmt.Errorf("leasehold/postgres: %s: %w", msg, store.ErrInvalid)
 }
 
 // URL query parameters that OpenURL takes for itself and removes before

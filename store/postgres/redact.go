@@ -3,6 +3,7 @@ package postgres
 import (
 	"net/url"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -49,4 +50,43 @@ func RedactURL(u *url.URL) string {
 		c.RawQuery = q.Encode()
 	}
 	return c.String()
+}
+
+var (
+	urlUserPassword = regexp.MustCompile(`://[^/?#@]*?:([^/?#@]*)@`)
+	urlParamSecret  = regexp.MustCompile(`[?&](?i:ssl)?password=([^&#]*)`)
+	kvSecret        = regexp.MustCompile(`(?:^|\s)(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)`)
+)
+
+// passwordsIn returns every password-like value in a connection string, as
+// written and unescaped, longest first, even when the string does not parse.
+func passwordsIn(dsn string) []string {
+	var out []string
+	add := func(v string) {
+		if v == "" {
+			return
+		}
+		out = append(out, v)
+		if u, err := url.PathUnescape(v); err == nil && u != v {
+			out = append(out, u)
+		}
+		if u, err := url.QueryUnescape(v); err == nil && u != v {
+			out = append(out, u)
+		}
+	}
+	if m := urlUserPassword.FindStringSubmatch(dsn); m != nil {
+		add(m[1])
+	}
+	for _, m := range urlParamSecret.FindAllStringSubmatch(dsn, -1) {
+		add(m[1])
+	}
+	for _, m := range kvSecret.FindAllStringSubmatch(dsn, -1) {
+		v := m[1]
+		if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+			v = v[1 : len(v)-1]
+		}
+		add(v)
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
 }
