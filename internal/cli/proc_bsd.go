@@ -10,5 +10,3 @@ import "syscall"
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
-
-func deathSignalAttr(a *syscall.SysProcAttr) *syscall.SysProcAttr { return a }

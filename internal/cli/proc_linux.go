@@ -10,9 +10,3 @@ import "syscall"
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
-
-// deathSignalAttr asks the kernel to SIGKILL a process when this one dies.
-func deathSignalAttr(a *syscall.SysProcAttr) *syscall.SysProcAttr {
-	a.Pdeathsig = syscall.SIGKILL
-	return a
-}
