@@ -189,25 +189,54 @@ func (e *etcdEnv) floorLib() *lib {
 		name: floorName, store: "etcd", kind: "floor",
 		config: "Delete -> watch (from the failed Txn's next revision) sees the delete -> Txn put-if-absent (no etcd lease)",
 		newContender: func(ctx context.Context, lockName string, s setup) (contender, error) {
-			return &rawEtcdC{cli: e.cli, key: e.prefix + "raw/" + lockName}, nil
+			return &rawEtcdC{e: e, cli: e.cli, key: e.prefix + "raw/" + lockName, s: s}, nil
 		},
 	}
 }
 
+// rawEtcdC in the failover scenario (keepAlive) attaches its key to an etcd
+// lease kept alive by the client's own keep-alive loop: its failover is
+// etcd's own expiry of a lease (the leader revokes expired leases on a
+// 500 ms tick), plus the watch and one Txn.
 type rawEtcdC struct {
+	e   *etcdEnv
 	cli *clientv3.Client
 	key string
+	s   setup
 }
 
 func (c *rawEtcdC) acquire(ctx context.Context) (held, error) {
 	id := randHex(8)
-	for {
-		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
-			Then(clientv3.OpPut(c.key, id)).Commit()
+	var lease clientv3.LeaseID
+	var kaCancel context.CancelFunc = func() {}
+	if c.s.keepAlive {
+		g, err := c.cli.Grant(ctx, int64(ttlSecs(c.s.ttl)))
 		if err != nil {
 			return nil, err
 		}
+		lease = g.ID
+		kctx, cancel := context.WithCancel(context.Background())
+		if _, err := c.cli.KeepAlive(kctx, lease); err != nil {
+			cancel()
+			return nil, err
+		}
+		kaCancel = cancel
+	}
+	for {
+		put := clientv3.OpPut(c.key, id)
+		if lease != 0 {
+			put = clientv3.OpPut(c.key, id, clientv3.WithLease(lease))
+		}
+		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
+			Then(put).Commit()
+		if err != nil {
+			kaCancel()
+			return nil, err
+		}
 		if resp.Succeeded {
+			if lease != 0 {
+				return &rawEtcdHeld{e: c.e, lease: lease, stop: kaCancel, key: c.key, cli: c.cli}, nil
+			}
 			h := &peerHeld{rel: func(ctx context.Context) error {
 				_, err := c.cli.Delete(ctx, c.key)
 				return err
@@ -230,12 +259,29 @@ func (c *rawEtcdC) acquire(ctx context.Context) (held, error) {
 		}
 		cancel()
 		if ctx.Err() != nil {
+			kaCancel()
 			return nil, ctx.Err()
 		}
 	}
 }
 
 func (c *rawEtcdC) close() {}
+
+type rawEtcdHeld struct {
+	e     *etcdEnv
+	cli   *clientv3.Client
+	key   string
+	lease clientv3.LeaseID
+	stop  context.CancelFunc
+}
+
+func (h *rawEtcdHeld) release(ctx context.Context) error {
+	h.stop()
+	_, err := h.cli.Revoke(ctx, h.lease)
+	return err
+}
+func (h *rawEtcdHeld) crash()                 { h.stop() }
+func (h *rawEtcdHeld) lastRenewal() time.Time { return h.e.leases.lastOf(h.lease) }
 
 // --- Kubernetes: Update the Lease free; watch the Lease; Update it taken
 // (resourceVersion compare-and-swap).

@@ -56,6 +56,7 @@ type options struct {
 	quick        bool
 	starveBound  int
 	requireStore bool
+	diag         int
 }
 
 var allStores = []string{"redis", "postgres", "etcd", "kubernetes"}
@@ -118,6 +119,7 @@ func run(args []string) int {
 	fs.StringVar(&o.svgOut, "svg", "", "write the hand-off and failover chart to this SVG file")
 	fs.StringVar(&o.from, "from", "", "read samples from this JSON file instead of running (to redraw the report and chart)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke test: one short round, Kubernetes skipped, under a minute")
+	fs.IntVar(&o.diag, "diag", 0, "after the rounds, count the requests and time of this many leasehold cycles per store (where the time goes)")
 	fs.BoolVar(&o.requireStore, "require-all", false, "fail instead of skipping a store whose server is missing")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -185,7 +185,7 @@ func report(w io.Writer, r *Results, o options) {
 			xs := r.get(scFailover, k)
 			p50 := median(xs)
 			ratio := math.NaN()
-			if !isLeasehold(n) {
+			if !isLeasehold(n) && n != floorName {
 				if b := baseline(keys, s, kindOf(n)); b != "" {
 					ratio = p50 / median(r.get(scFailover, b))
 				}
@@ -201,6 +201,9 @@ func report(w io.Writer, r *Results, o options) {
 			}
 			xs := r.get(scFailover, k)
 			addT(maxOf(xs) <= ttl+50, "%s %s: crash failover (every sample) <= lease %v + 50 ms: max %s ms, p50 %s ms", s, n, o.failTTL, fmtMs(maxOf(xs)), fmtMs(median(xs)))
+			if fl := r.get(scFailover, s+"/"+floorName); len(fl) > 0 {
+				addT(median(xs) <= median(fl)+50, "%s %s: crash failover p50 %s ms <= the store's own expiry (a bare etcd lease's failover, p50 %s ms) + 50 ms", s, n, fmtMs(median(xs)), fmtMs(median(fl)))
+			}
 		}
 	}
 
@@ -334,7 +337,7 @@ func report(w io.Writer, r *Results, o options) {
 		fmt.Fprintf(w, "\n== A fenced write against the same write unfenced, PostgreSQL (one UPDATE of one row, committed), ms\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "write\tn\tp50\tp99\tp50 / unfenced\t")
-		base := map[string]string{fwTx: fwTx, fwClaim: fwTx, fwClaimLease: fwTx, fwAuto: fwAuto, fwDirect: fwAuto}
+		base := map[string]string{fwTx: fwTx, fwClaim: fwTx, fwClaimLease: fwTx, fwPipelined: fwTx, fwAuto: fwAuto, fwDirect: fwAuto}
 		for _, k := range fenceKinds {
 			xs := r.get("fence", k)
 			if len(xs) == 0 {
@@ -367,6 +370,10 @@ func report(w io.Writer, r *Results, o options) {
 		fmt.Fprintf(w, "\nMUTUAL EXCLUSION VIOLATIONS: %v\n", r.Violations)
 	} else {
 		fmt.Fprintf(w, "\nmutual exclusion: no violation observed\n")
+	}
+
+	if r.Diag != "" {
+		fmt.Fprint(w, r.Diag)
 	}
 
 	fmt.Fprintf(w, "\n== Targets (issue 10)\n")

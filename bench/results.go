@@ -27,6 +27,9 @@ type Results struct {
 	// Violations counts observed breaches of mutual exclusion.
 	Violations map[string]map[string]int `json:"violations"`
 
+	// Diag is the text of the -diag section, if it ran.
+	Diag string `json:"diag,omitempty"`
+
 	mu sync.Mutex
 }
 

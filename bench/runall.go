@@ -178,6 +178,11 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 		logf("round %d/%d done in %v", round+1, o.rounds, time.Since(rs).Round(time.Millisecond))
 	}
 	r.Machine["duration"] = time.Since(began).Round(time.Second).String()
+	if o.diag > 0 && ctx.Err() == nil {
+		var b strings.Builder
+		runDiag(ctx, &b, &e, o.diag)
+		r.Diag = b.String()
+	}
 	return r, ctx.Err()
 }
 
@@ -217,7 +222,7 @@ func runRound(ctx context.Context, r *Results, o options, e *envs, libs []*lib, 
 	if o.scenarios["failover"] {
 		for i := 0; i < o.failovers; i++ {
 			for _, l := range order {
-				if l.kind == "floor" || l.kind == "try" {
+				if l.kind == "try" || (l.kind == "floor" && l.store != "etcd") {
 					continue
 				}
 				runFailover(ctx, r, l, tag("f", l), o.failTTL)
