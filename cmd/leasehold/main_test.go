@@ -289,6 +289,7 @@ func leasehold(t *testing.T, env []string, args ...string) (int, string, string)
 const (
 	leaseDuration = 2 * time.Second
 	renewInterval = 400 * time.Millisecond
+	retryPeriod   = 200 * time.Millisecond
 )
 
 var timingArgs = []string{"--lease-duration", "2s", "--renew-deadline", "1200ms", "--renew-interval", "400ms", "--retry-period", "200ms"}
@@ -347,10 +348,11 @@ func twoRuns(t *testing.T, storeURL string) {
 	if bStart.token != aStart.token+1 {
 		t.Fatalf("b's token %d, want a's %d + 1", bStart.token, aStart.token)
 	}
-	// a's last renewal reached the store at most one renew interval before
-	// it was killed, so the store let b in no earlier than a lease duration
-	// after that.
-	if earliest := killedAt.Add(leaseDuration - renewInterval - 50*time.Millisecond); bStart.at.Before(earliest) {
+	// a's last successful renewal was sent at most one renew interval (plus
+	// one retry period, had a renewal failed) before it was killed, so the
+	// store let b in no earlier than a lease duration after that: b did not
+	// take over early.
+	if earliest := killedAt.Add(leaseDuration - renewInterval - retryPeriod); bStart.at.Before(earliest) {
 		t.Fatalf("b took over %v after a was killed, before a's lease could expire (lease %v, renewed every %v)", bStart.at.Sub(killedAt), leaseDuration, renewInterval)
 	}
 	ar := a.record()
