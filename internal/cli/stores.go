@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/store"
+	etcdstore "github.com/leasehold/leasehold/store/etcd"
 	"github.com/leasehold/leasehold/store/postgres"
 	redisstore "github.com/leasehold/leasehold/store/redis"
 	"github.com/leasehold/leasehold/store/sqlite"
@@ -30,6 +31,7 @@ var storeSchemes = map[string]Opener{
 	"postgres":   postgres.OpenURL,
 	"postgresql": postgres.OpenURL,
 	"redis":      redisstore.OpenURL, "rediss": redisstore.OpenURL,
+	"etcd": etcdstore.OpenURL, "etcds": etcdstore.OpenURL,
 }
 
 func schemeNames() []string {
