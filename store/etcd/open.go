@@ -36,7 +36,8 @@ type Config struct {
 	// certificate's common name is the etcd user).
 	TLS *tls.Config
 	// DialTimeout bounds connecting, authenticating, and the first request
-	// Open makes to check access to Prefix. Zero means 5 s.
+	// Open makes to check access to Prefix (as does the deadline of Open's
+	// context, if sooner). Zero means 5 s.
 	DialTimeout time.Duration
 	// Logger receives the etcd client's own log; nil means none.
 	Logger *zap.Logger
@@ -66,6 +67,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 5 * time.Second
+	}
+	// clientv3 bounds its dial and authentication by DialTimeout alone: keep
+	// it within ctx's deadline too.
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			return nil, fmt.Errorf("leasehold/etcd: open: %w", context.DeadlineExceeded)
+		}
+		if left < cfg.DialTimeout {
+			cfg.DialTimeout = left
+		}
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -112,7 +124,7 @@ func openError(where string, cfg Config, err error) error {
 		user = fmt.Sprintf(" as user %q", cfg.Username)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w at %s within %v%s (%w)", ErrUnreachable, where, cfg.DialTimeout, user, err)
+		return fmt.Errorf("%w at %s within %v%s (%w)", ErrUnreachable, where, cfg.DialTimeout.Round(time.Millisecond), user, err)
 	}
 	return fmt.Errorf("leasehold/etcd: open %s%s: %w", where, user, err)
 }

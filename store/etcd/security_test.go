@@ -387,3 +387,20 @@ func TestTLSClientCertificates(t *testing.T) {
 		t.Fatal("OpenURL trusting the wrong CA succeeded")
 	}
 }
+
+// TestOpenHonoursContextDeadline: Open gives up at its context's deadline
+// even when the dial timeout is longer.
+func TestOpenHonoursContextDeadline(t *testing.T) {
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := Open(ctx, Config{Endpoints: []string{ep}, DialTimeout: time.Hour})
+	if !errors.Is(err, ErrUnreachable) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Open with a 300ms context and a 1h dial timeout: %v", err)
+	}
+	if d := time.Since(mustDeadline(ctx)); d > 10*time.Second {
+		t.Fatalf("Open returned %v after its context's deadline", d)
+	}
+}
+
+func mustDeadline(ctx context.Context) time.Time { d, _ := ctx.Deadline(); return d }
