@@ -143,10 +143,10 @@ func TestCheckCleanHistoryPasses(t *testing.T) {
 // Each variant breaks one property; the named check must catch it.
 func TestCheckCatchesEachViolation(t *testing.T) {
 	cases := []struct {
-		name  string
+		name   string
 		break_ func(h *History)
-		want  []string // checks that must fail
-		other bool     // other checks may fail too
+		want   []string // checks that must fail
+		other  bool     // other checks may fail too
 	}{
 		{
 			name: "stale write accepted (fencing off)",

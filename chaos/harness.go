@@ -61,6 +61,9 @@ type Config struct {
 	// Faults are the fault kinds to inject (default: every kind the store
 	// supports; a local store such as SQLite has no network to cut).
 	Faults []string
+	// LeaderBias is the share of node faults aimed at whichever node leads
+	// (default 0.7; 1 aims every one at the leader).
+	LeaderBias float64
 
 	// Timings of the lease (default: a 2 s lease, 1.4 s renew deadline,
 	// 400 ms renew interval, 300 ms retry period, 0.2 jitter, 400 ms wind-down).
@@ -153,6 +156,12 @@ func (c *Config) normalize() (*url.URL, storeKind, []string, error) {
 	}
 	if c.Nodes == 0 {
 		c.Nodes = 3
+	}
+	if c.LeaderBias == 0 {
+		c.LeaderBias = 0.7
+	}
+	if c.LeaderBias < 0 || c.LeaderBias > 1 {
+		return bad("leader bias %v must be in [0, 1]", c.LeaderBias)
 	}
 	if c.Nodes < 2 || c.Nodes > 9 {
 		return bad("--nodes %d: need 2 to 9 nodes", c.Nodes)
@@ -277,7 +286,7 @@ func Validate(c Config) ([]Planned, error) {
 }
 
 func (c *Config) planConfig() PlanConfig {
-	return PlanConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack, MaxDrift: c.MaxDrift}
+	return PlanConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack, MaxDrift: c.MaxDrift, LeaderBias: c.LeaderBias}
 }
 
 // proc is one node process.
@@ -388,7 +397,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	rng := rand.New(rand.NewPCG(c.Seed^0x5bd1e995, c.Seed))
 	offsets := make([]time.Duration, c.Nodes)
 	for i := range offsets {
-		offsets[i] = time.Duration((2*rng.Float64() - 1) * float64(c.MaxSkew))
+		offsets[i] = time.Duration((2*rng.Float64() - 1) * float64(c.MaxSkew)).Round(time.Millisecond)
 	}
 
 	h.start = time.Now()
@@ -455,7 +464,7 @@ func (h *harness) openRegister(ctx context.Context, runID string, resources []st
 	case RegisterPostgres:
 		table := "chaos_reg_" + runID
 		if s := h.u.Query().Get("schema"); s != "" {
-			if !tableRE.MatchString(s) {
+			if !tableRE.MatchString(s) || strings.Contains(s, ".") {
 				return nil, fmt.Errorf("%w: schema %q is not a plain lower-case identifier", ErrInvalid, s)
 			}
 			table = s + "." + table

@@ -45,7 +45,9 @@ const (
 	RegisterSQLite   = "sqlite"
 )
 
-var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,40}$`)
+// tableRE is a register table name: a plain lower-case identifier,
+// optionally schema-qualified (PostgreSQL).
+var tableRE = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,40}$`)
 
 // registerClient is a node's connection to the register.
 type registerClient interface {

@@ -95,8 +95,11 @@ func Summary(h *History, r *Result) string {
 type term struct {
 	token      int64
 	start, end int64
-	reason     string
-	open       bool // no loss recorded: the process died or the run ended
+	// safe is when the holder's last safeUntil fell, in wall time (mapped
+	// from its own clock at the event that set it); 0 if unknown.
+	safe   int64
+	reason string
+	open   bool // no loss recorded: the process died or the run ended
 }
 
 type procRow struct {
@@ -131,7 +134,11 @@ func buildRows(h *History) []*procRow {
 		case EvStart:
 			r.identity, r.holder, r.clockDetail = e.Identity, e.Holder, e.Detail
 		case EvAcquired:
-			open[p] = &term{token: e.Token, start: e.Wall, open: true}
+			open[p] = &term{token: e.Token, start: e.Wall, open: true, safe: e.Wall + (e.SafeUntil - e.Clock)}
+		case EvRenewed:
+			if t := open[p]; t != nil && t.token == e.Token && e.SafeUntil != 0 {
+				t.safe = e.Wall + (e.SafeUntil - e.Clock)
+			}
 		case EvLost:
 			if t := open[p]; t != nil && t.token == e.Token {
 				t.end, t.reason, t.open = e.Wall, e.Reason, false
@@ -312,7 +319,8 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 	b.WriteString("</table>\n")
 	b.WriteString(`<p class="note">How to read this: each row is one node process (slot.incarnation; a slot restarted after a kill gets a new row, a
 "b" slot is a twin started with another node's identity). A coloured bar is a term the process held, labelled with its fencing token,
-from its grant to the moment it stopped trusting it; the colour follows the token. Shaded spans are the faults injected into that process;
+from its grant to the moment it stopped trusting it; the colour follows the token. A hatched end is time the holder spent past its own
+safeUntil before it could notice: it was frozen (a pause), which is exactly when only the fence protects the resource. Shaded spans are the faults injected into that process;
 a red band across every row is a store restart. Small ticks under a bar are writes the register accepted; red crosses are writes it refused
 (a stale token: the fence at work); grey question marks are writes with no answer. A red vertical line marks a violation.
 The histories (history-*.jsonl, history.json) and the checker's result (result.json) are next to this file.</p>
@@ -339,7 +347,7 @@ func writeTimeline(b *strings.Builder, h *History, r *Result) {
 	const (
 		labelW = 96
 		plotW  = 1080
-		rowH   = 30
+		rowH   = 34
 		barH   = 14
 		top    = 26
 	)
@@ -358,6 +366,7 @@ func writeTimeline(b *strings.Builder, h *History, r *Result) {
 		return labelW + plotW*float64(wall-h.Start)/span
 	}
 	fmt.Fprintf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"timeline\">\n", labelW+plotW+20, height, labelW+plotW+20, height)
+	b.WriteString(`<defs><pattern id="stale" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff"/><line x1="0" y1="0" x2="0" y2="6" stroke="#c8322b" stroke-width="2.2"/></pattern></defs>` + "\n")
 	// Axis: a tick every 1, 2, 5, 10... seconds.
 	secs := span / 1e9
 	step := 1.0
@@ -427,8 +436,16 @@ func writeTimeline(b *strings.Builder, h *History, r *Result) {
 		mid := ry + rowH/2
 		for _, t := range row.terms {
 			x0, x1 := x(t.start), x(t.end)
-			wdt := math.Max(x1-x0, 1.5)
 			tip := esc(fmt.Sprintf("%s token %d: %.2fs–%.2fs (%s)", row.name, t.token, float64(t.start-h.Start)/1e9, float64(t.end-h.Start)/1e9, orDefault(t.reason, "no loss recorded")))
+			// Past its safeUntil a holder no longer trusts its term; if it
+			// only noticed later, it was frozen: draw that part hatched.
+			xs := x1
+			if t.safe > t.start && t.safe+int64(50*time.Millisecond) < t.end {
+				xs = x(t.safe)
+				ftip := esc(fmt.Sprintf("%s token %d past its safeUntil (%.2fs) until it could notice (%.2fs)", row.name, t.token, float64(t.safe-h.Start)/1e9, float64(t.end-h.Start)/1e9))
+				fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"url(#stale)\" stroke=\"%s\" stroke-width=\"1\" rx=\"3\"><title>%s</title></rect>\n", xs, mid-barH/2, math.Max(x1-xs, 1.5), barH, tokenColor(t.token), ftip)
+			}
+			wdt := math.Max(xs-x0, 1.5)
 			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" rx=\"3\"><title>%s</title></rect>\n", x0, mid-barH/2, wdt, barH, tokenColor(t.token), tip)
 			if wdt > 22 {
 				fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"10.5\" fill=\"#fff\" font-weight=\"600\" text-anchor=\"middle\">#%d</text>\n", x0+wdt/2, mid+4, t.token)
@@ -464,11 +481,15 @@ func writeTimeline(b *strings.Builder, h *History, r *Result) {
 		xx := x(v.Wall)
 		fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#c8322b\" stroke-width=\"1.5\" stroke-dasharray=\"3 2\"><title>%s</title></line>\n",
 			xx, top-8, xx, axisY, esc(v.Check+": "+v.Msg))
+		if ry, ok := rowY[v.Proc]; ok {
+			fmt.Fprintf(b, "<circle cx=\"%.1f\" cy=\"%d\" r=\"6\" fill=\"none\" stroke=\"#c8322b\" stroke-width=\"2.5\"><title>%s</title></circle>\n", xx, ry+rowH/2, esc(v.Check+": "+v.Msg))
+		}
 	}
 	b.WriteString("</svg>\n")
 	b.WriteString("<div class=\"legend\">")
 	b.WriteString("<span><i style=\"background:" + tokenColor(3) + "\"></i>term (fencing token)</span>")
 	b.WriteString("<span><i style=\"background:#1e9e5a;height:4px\"></i>accepted writes</span>")
+	b.WriteString("<span><i style=\"background:repeating-linear-gradient(45deg,#c8322b 0 2px,#fff 2px 5px)\"></i>held past safeUntil (frozen)</span>")
 	b.WriteString("<span style=\"color:#c8322b;font-weight:700\">✕</span><span>refused (stale token)</span>")
 	b.WriteString("<span style=\"color:#7f8c8d\">?</span><span>no answer</span>")
 	for _, k := range AllFaults {

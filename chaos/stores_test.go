@@ -1,0 +1,146 @@
+package chaos_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/internal/testenv"
+)
+
+func randomSuffix() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// pgURL returns a URL on the machine's PostgreSQL with a schema of the
+// test's own, dropped when the test ends.
+func pgURL(t *testing.T) string {
+	t.Helper()
+	addr := testenv.Env("LEASEHOLD_PG_ADDR", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", addr, "start PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth, database test)")
+	schema := "chaos_" + randomSuffix()
+	base := fmt.Sprintf("postgres://postgres@%s/test?sslmode=disable", addr)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+	})
+	return base + "&schema=" + schema
+}
+
+// redisServer is a redis-server of the test's own, on a free port, with an
+// fsync on every write (appendfsync always): a restart keeps every token
+// counter, as a production Redis holding fencing tokens must. It is the
+// chaos harness's StoreControl: Stop kills it (SIGKILL), Start starts it
+// again on the same port and data.
+type redisServer struct {
+	t      *testing.T
+	bin    string
+	dir    string
+	port   int
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startRedis(t *testing.T) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		testenv.Missing(t, "redis-server", "install redis-server (apt-get install redis-server)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	r := &redisServer{t: t, bin: bin, dir: t.TempDir(), port: port}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	return r
+}
+
+func (r *redisServer) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+
+func (r *redisServer) Start(ctx context.Context) error {
+	r.cmd = exec.Command(r.bin, "--port", fmt.Sprint(r.port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "yes", "--appendfsync", "always", "--dir", r.dir, "--daemonize", "no",
+		"--logfile", filepath.Join(r.dir, "redis.log"))
+	r.cmd.Stdout, r.cmd.Stderr = os.Stderr, os.Stderr
+	if err := r.cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	r.exited = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(r.cmd, r.exited)
+	// Poll until it accepts connections, with a deadline.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.port), time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-r.exited:
+			return fmt.Errorf("redis-server exited at start; see %s", filepath.Join(r.dir, "redis.log"))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server did not listen on %d within 15s", r.port)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+}
+
+func (r *redisServer) Stop(context.Context) error {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return nil
+	}
+	select {
+	case <-r.exited:
+		return nil
+	default:
+	}
+	r.cmd.Process.Kill()
+	<-r.exited
+	return nil
+}
+
+func TestChaosPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	c := baseConfig(t, pgURL(t), 24*time.Second)
+	runClean(t, c)
+}
+
+func TestChaosRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	r := startRedis(t)
+	c := baseConfig(t, r.URL(), 24*time.Second)
+	c.StoreControl = r // store-restart faults restart this redis-server for real
+	runClean(t, c)
+}
