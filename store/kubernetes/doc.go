@@ -1,0 +1,120 @@
+// Package kubernetes is a leasehold store on coordination.k8s.io/v1 Lease
+// objects, the objects client-go's leader election uses. A leasehold elector
+// and a client-go LeaderElector (resourcelock.LeaseLock) configured with the
+// same namespace and name compete for one Lease correctly: each respects the
+// other's terms, and each takeover, by either, raises the fencing token.
+//
+//	cs, _ := clientset.NewForConfig(restConfig)
+//	st, _ := kubernetes.New(kubernetes.Config{Client: cs.CoordinationV1(), Namespace: "jobs"})
+//	e, _ := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "nightly-report", Identity: podName})
+//
+// or, for the CLI, kubernetes://NAMESPACE (see OpenURL).
+//
+// # What it writes
+//
+// The Lease's spec is written exactly as client-go's LeaseLock writes it:
+// holderIdentity, leaseDurationSeconds, acquireTime, renewTime and
+// leaseTransitions. Acquire sets all five (acquireTime = renewTime = now);
+// Renew keeps acquireTime and leaseTransitions and sets renewTime and the
+// duration; Release writes what client-go's ReleaseOnCancel writes: an empty
+// holderIdentity, leaseDurationSeconds 1, new times, and leaseTransitions
+// kept. Holder metadata goes in the annotation leasehold.dev/metadata.
+//
+// Every update carries the resourceVersion of the object it read, so the API
+// server applies it only if nobody wrote in between (an update without one
+// would be applied unconditionally; this store never sends one). A 409
+// Conflict means another writer won the race: the store reads the Lease again
+// and answers from what it finds, usually store.ErrHeld.
+//
+// # Expiry without a server clock
+//
+// Kubernetes does not expire a Lease: renewTime and leaseDurationSeconds are
+// just data, written with the writer's own wall clock. So, as client-go's
+// elector does, a store judges a term expired only after it has seen the
+// same version of the Lease (the same resourceVersion) unchanged for the
+// term's full leaseDurationSeconds, on its own monotonic clock. Record.Remaining
+// is that duration less how long this store has seen the version unchanged;
+// a store reading a Lease for the first time gives the holder the whole
+// duration, whatever its renewTime says, and a takeover of a crashed
+// holder's lease comes one full duration after the contender first saw its
+// last renewal. Timestamps are never compared across machines, so the rule
+// tolerates any skew between the nodes' clocks; it assumes only that their
+// clocks run at about the same rate.
+//
+// The holder's own deadline follows leasehold's rule for every store: it
+// stops trusting its term RenewDeadline after it sent the last successful
+// renewal. Any contender first saw that renewal after it was sent, and waits
+// a whole LeaseDuration from then, so the holder has stopped before a rival
+// can take over; LeaseDuration - RenewDeadline is the margin for the clocks'
+// rate drift.
+//
+// This differs from the SQL, Redis and etcd stores, where the server's clock
+// decides expiry and every contender agrees on it. Here each contender judges
+// for itself. Two consequences: a contender that starts (or restarts) while a
+// crashed holder's lease is stale still waits a full duration before taking
+// over; and "expired" is an opinion of one store value, not a fact in the
+// API server. A store value remembers what it has seen, so keep one per
+// process rather than one per call.
+//
+// # Fencing tokens
+//
+// The fencing token is the Lease's leaseTransitions. client-go increments it
+// whenever the holder changes, so a client-go elector taking over also raises
+// it; leasehold increments it on every grant, including a new term of the
+// same holder. A leasehold term's token is therefore strictly greater than
+// that of every term before it, leasehold's or client-go's, and a resource
+// that refuses a token lower than the last it saw refuses a stale leasehold
+// writer. Renew and Release keep it. (client-go counts changes of holder,
+// not terms: a client-go elector that renews its own lapsed lease keeps the
+// number.)
+//
+// What the token is worth rests on the Lease object. It lives in etcd behind
+// the API server and survives restarts of both, but deleting the Lease
+// (kubectl delete lease) resets it: a new object starts again at 0 (client-go)
+// or 1 (leasehold). A store that saw the old value grants above it, but a
+// process that never did may hand out a token already used. Do not delete a
+// Lease that fences anything. leaseTransitions is an int32: a lease runs out
+// of tokens after about two billion terms, and Acquire then fails.
+//
+// A term granted by client-go has no token of leasehold's making: its first
+// holder has leaseTransitions 0, which Get reports as token 0. Only
+// leasehold's own grants are at least 1.
+//
+// client-go's elector has no token of its own, and its timing is looser
+// than leasehold's: its leader steps down only once renewals have failed for
+// RenewDeadline, counted from a RetryPeriod after its last successful renewal
+// returned; and with ReleaseOnCancel it clears the Lease before it cancels
+// its work's context (client-go asks its users to finish the work first).
+// Where client-go and leasehold electors share a Lease, the client-go side
+// keeps client-go's guarantees, no more: give it a LeaseDuration well above
+// RenewDeadline + RetryPeriod.
+//
+// # Names
+//
+// A lease name that is a valid Kubernetes object name (a DNS subdomain:
+// lower-case letters, digits, '-', '.') names its Lease directly; use such a
+// name to share a Lease with client-go. Other lease names are mapped to an
+// object name deterministically (see ObjectName) and recorded in the
+// annotation leasehold.dev/name.
+//
+// # Durations
+//
+// leaseDurationSeconds is a whole number of seconds: TTLs are rounded up to
+// a second, and MinTTL is one second.
+//
+// # Permissions
+//
+// The store needs get, create, update and watch on leases in its namespace;
+// deploy/kubernetes/rbac.yaml is that Role, and the package's tests run the
+// conformance suite under it. List (store.Lister, for `leasehold status`)
+// also needs list.
+//
+// # Watch
+//
+// The store implements store.Watcher with a watch on the one Lease object
+// (field selector metadata.name). A waiter wakes when the holder or token
+// changes, in particular at once when the holder releases, by leasehold's
+// Release or client-go's ReleaseOnCancel; renewals do not wake it. A crashed
+// holder's expiry is not an event: waiters wake for it on their own timer,
+// set from Record.Remaining.
+package kubernetes

@@ -1,0 +1,740 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// MinTTL is the smallest TTL the store accepts. A Lease holds its duration
+// in whole seconds (spec.leaseDurationSeconds), so every TTL is rounded up to
+// a whole second, and Record.TTL reports the rounded value.
+const MinTTL = time.Second
+
+// maxConflicts bounds how often one call re-reads the Lease after losing a
+// race (409 Conflict, 409 AlreadyExists). Each loss means another writer got
+// in first; the re-read nearly always shows a live term, so the bound is
+// only a guard against a livelock.
+const maxConflicts = 10
+
+// Config configures a Store.
+type Config struct {
+	// Client reaches Lease objects; clientset.CoordinationV1() will do.
+	// Required.
+	Client coordinationv1client.LeasesGetter
+	// Namespace holds the Lease objects. Required.
+	Namespace string
+	// Now is the store's clock, used only to measure how long it has seen a
+	// Lease unchanged. It must carry a monotonic reading, as time.Now does.
+	// nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is a lease store on coordination.k8s.io/v1 Lease objects in one
+// namespace. See the package documentation for how it judges expiry and
+// what its tokens are.
+type Store struct {
+	leases coordinationv1client.LeaseInterface
+	ns     string
+	now    func() time.Time
+
+	mu     sync.Mutex
+	closed bool
+	seen   map[string]*sighting // by object name
+
+	// done is closed by Close; it ends the watches, and wg waits for them.
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// sighting is what this Store has seen of one Lease object.
+type sighting struct {
+	// last is the latest version of the object this store read or wrote.
+	last *coordinationv1.Lease
+	// since is when this store first saw last's resourceVersion: when the
+	// answer carrying it arrived.
+	since time.Time
+	// maxToken is the highest leaseTransitions this store has seen on the
+	// object, so that a Lease deleted and created again does not make this
+	// store hand out a token it has handed out before.
+	maxToken int64
+}
+
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.Watcher       = (*Store)(nil)
+	_ store.ForceReleaser = (*Store)(nil)
+	_ store.Lister        = (*Store)(nil)
+)
+
+// New returns a Store for cfg. It makes no request.
+func New(cfg Config) (*Store, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: kubernetes: Config.Client is nil", store.ErrInvalid)
+	}
+	if cfg.Namespace == "" {
+		return nil, fmt.Errorf("%w: kubernetes: Config.Namespace is empty", store.ErrInvalid)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{
+		leases: cfg.Client.Leases(cfg.Namespace),
+		ns:     cfg.Namespace,
+		now:    now,
+		seen:   map[string]*sighting{},
+		done:   make(chan struct{}),
+	}, nil
+}
+
+// Namespace is the namespace of the store's Lease objects.
+func (s *Store) Namespace() string { return s.ns }
+
+func (s *Store) check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// view is one reading of a Lease object, as this store judges it.
+type view struct {
+	holder   string
+	token    int64
+	dur      time.Duration // spec.leaseDurationSeconds
+	unseen   bool          // first sight of this resourceVersion
+	elapsed  time.Duration // how long this store has seen the resourceVersion unchanged
+	metadata string
+}
+
+// remaining is the time left of the term by this store's reckoning: the
+// lease duration less how long the store has seen the object unchanged.
+func (v view) remaining() time.Duration {
+	if v.holder == "" {
+		return 0
+	}
+	return v.dur - v.elapsed
+}
+
+func (v view) record(name string) store.Record {
+	return store.Record{
+		Term:      store.Term{Name: name, Holder: v.holder, Token: v.token},
+		Remaining: v.remaining(),
+		TTL:       v.dur,
+		Metadata:  v.metadata,
+	}
+}
+
+// observe notes that this store has read l (answer arrived at now) and
+// returns its view of it. A resourceVersion seen before keeps the time it was
+// first seen; a new one starts the clock again.
+func (s *Store) observe(l *coordinationv1.Lease, now time.Time) view {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sg := s.seen[l.Name]
+	if sg == nil {
+		sg = &sighting{}
+		s.seen[l.Name] = sg
+	}
+	v := specView(l)
+	if sg.last == nil || sg.last.ResourceVersion != l.ResourceVersion {
+		sg.last, sg.since = l, now
+	}
+	v.elapsed = now.Sub(sg.since)
+	sg.maxToken = max(sg.maxToken, v.token)
+	return v
+}
+
+// wrote notes l, the answer to this store's own write, which arrived at now.
+func (s *Store) wrote(l *coordinationv1.Lease, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sg := s.seen[l.Name]
+	if sg == nil {
+		sg = &sighting{}
+		s.seen[l.Name] = sg
+	}
+	sg.last, sg.since = l, now
+	if l.Spec.LeaseTransitions != nil {
+		sg.maxToken = max(sg.maxToken, int64(*l.Spec.LeaseTransitions))
+	}
+}
+
+// forget drops what this store knows of an object that is gone, except the
+// highest token it saw.
+func (s *Store) forget(obj string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sg := s.seen[obj]; sg != nil {
+		sg.last = nil
+	}
+}
+
+func (s *Store) maxToken(obj string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sg := s.seen[obj]; sg != nil {
+		return sg.maxToken
+	}
+	return 0
+}
+
+// cached returns the last version of obj this store saw, and how long ago it
+// first saw it.
+func (s *Store) cached(obj string, now time.Time) (*coordinationv1.Lease, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sg := s.seen[obj]; sg != nil && sg.last != nil {
+		return sg.last, now.Sub(sg.since)
+	}
+	return nil, 0
+}
+
+func specView(l *coordinationv1.Lease) view {
+	var v view
+	sp := l.Spec
+	if sp.HolderIdentity != nil {
+		v.holder = *sp.HolderIdentity
+	}
+	if sp.LeaseTransitions != nil {
+		v.token = int64(*sp.LeaseTransitions)
+	}
+	if sp.LeaseDurationSeconds != nil {
+		v.dur = time.Duration(*sp.LeaseDurationSeconds) * time.Second
+	}
+	if v.holder != "" && l.Annotations[AnnotationMetadataToken] == strconv.FormatInt(v.token, 10) {
+		v.metadata = l.Annotations[AnnotationMetadata]
+	}
+	return v
+}
+
+// object maps name to its object name; see ObjectName.
+type object struct {
+	name     string // the lease name
+	obj      string // the Lease object name
+	verbatim bool
+}
+
+func objectFor(name string) (object, error) {
+	obj, verbatim, err := ObjectName(name)
+	if err != nil {
+		return object{}, err
+	}
+	return object{name: name, obj: obj, verbatim: verbatim}, nil
+}
+
+// claim checks that l belongs to lease o.name and not to another lease
+// whose name maps to the same object.
+func (o object) claim(l *coordinationv1.Lease) error {
+	owner, ok := l.Annotations[AnnotationName]
+	switch {
+	case ok && owner != o.name:
+		return fmt.Errorf("%w: lease name %q maps to Lease object %q, which belongs to lease %q", store.ErrInvalid, o.name, o.obj, owner)
+	case !ok && !o.verbatim:
+		return fmt.Errorf("%w: lease name %q maps to Lease object %q, which leasehold did not create for it (annotation %s missing)", store.ErrInvalid, o.name, o.obj, AnnotationName)
+	}
+	return nil
+}
+
+// ttlSeconds rounds ttl up to whole seconds.
+func ttlSeconds(ttl time.Duration) (int32, error) {
+	secs := (ttl + time.Second - 1) / time.Second
+	if secs > math.MaxInt32 {
+		return 0, fmt.Errorf("%w: ttl %v is beyond leaseDurationSeconds' range", store.ErrInvalid, ttl)
+	}
+	return int32(secs), nil
+}
+
+// spec is a LeaseSpec written exactly as client-go's LeaseLock writes one:
+// every field set, and nothing else (preferredHolder and strategy dropped).
+func spec(holder string, secs int32, acquired, renewed time.Time, transitions int64) coordinationv1.LeaseSpec {
+	t := int32(transitions)
+	return coordinationv1.LeaseSpec{
+		HolderIdentity:       &holder,
+		LeaseDurationSeconds: &secs,
+		AcquireTime:          &metav1.MicroTime{Time: acquired},
+		RenewTime:            &metav1.MicroTime{Time: renewed},
+		LeaseTransitions:     &t,
+	}
+}
+
+// setAnnotations sets leasehold's annotations on l for a term of token with
+// metadata (removing the metadata ones when metadata is empty).
+func (o object) setAnnotations(l *coordinationv1.Lease, token int64, metadata string) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	if !o.verbatim {
+		l.Annotations[AnnotationName] = o.name
+	}
+	if metadata == "" {
+		delete(l.Annotations, AnnotationMetadata)
+		delete(l.Annotations, AnnotationMetadataToken)
+	} else {
+		l.Annotations[AnnotationMetadata] = metadata
+		l.Annotations[AnnotationMetadataToken] = strconv.FormatInt(token, 10)
+	}
+	if len(l.Annotations) == 0 {
+		l.Annotations = nil
+	}
+}
+
+// update writes l, which must carry the resourceVersion it was read with.
+func (s *Store) update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if l.ResourceVersion == "" {
+		// An update without a resourceVersion is accepted unconditionally.
+		return nil, errors.New("leasehold/kubernetes: internal error: update without a resourceVersion")
+	}
+	return s.leases.Update(ctx, l, metav1.UpdateOptions{})
+}
+
+// Acquire implements store.Store. The new term's token is the Lease's
+// leaseTransitions plus one (at least the highest this store has seen plus
+// one); a new Lease starts at 1. The term is judged live, and Acquire
+// refuses with store.ErrHeld, until this store has seen the Lease unchanged
+// for its full duration; see the package documentation.
+func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	if err := s.check(); err != nil {
+		return store.Record{}, err
+	}
+	if err := store.ValidateAcquire(name, holder, ttl, MinTTL, metadata); err != nil {
+		return store.Record{}, err
+	}
+	o, err := objectFor(name)
+	if err != nil {
+		return store.Record{}, err
+	}
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return store.Record{}, err
+	}
+	fail := func(err error) (store.Record, error) {
+		return store.Record{}, fmt.Errorf("leasehold/kubernetes: acquire %q: %w", name, err)
+	}
+	for range maxConflicts {
+		cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			s.forget(o.obj)
+			token := s.maxToken(o.obj) + 1
+			if token > math.MaxInt32 {
+				return fail(errors.New("leaseTransitions is at its largest value; no higher token can be granted"))
+			}
+			now := s.now()
+			l := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: o.obj, Namespace: s.ns},
+				Spec:       spec(holder, secs, now, now, token),
+			}
+			o.setAnnotations(l, token, metadata)
+			created, err := s.leases.Create(ctx, l, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue // lost the race to create it: look again
+			}
+			if err != nil {
+				return fail(err)
+			}
+			s.wrote(created, s.now())
+			return granted(name, holder, token, secs, metadata), nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if err := o.claim(cur); err != nil {
+			return store.Record{}, err
+		}
+		v := s.observe(cur, s.now())
+		if v.holder != "" && v.holder != holder && v.remaining() > 0 {
+			return v.record(name), fmt.Errorf("leasehold/kubernetes: acquire %q: held by %s: %w", name, v.holder, store.ErrHeld)
+		}
+		token := max(v.token, s.maxToken(o.obj)) + 1
+		if token > math.MaxInt32 {
+			return fail(errors.New("leaseTransitions is at its largest value; no higher token can be granted"))
+		}
+		next := cur.DeepCopy()
+		now := s.now()
+		next.Spec = spec(holder, secs, now, now, token)
+		o.setAnnotations(next, token, metadata)
+		updated, err := s.update(ctx, next)
+		if apierrors.IsConflict(err) {
+			continue // lost the race: look again
+		}
+		if err != nil {
+			return fail(err)
+		}
+		s.wrote(updated, s.now())
+		return granted(name, holder, token, secs, metadata), nil
+	}
+	return fail(fmt.Errorf("lost the race to write the Lease %d times in a row", maxConflicts))
+}
+
+func granted(name, holder string, token int64, secs int32, metadata string) store.Record {
+	ttl := time.Duration(secs) * time.Second
+	return store.Record{
+		Term:      store.Term{Name: name, Holder: holder, Token: token},
+		Remaining: ttl,
+		TTL:       ttl,
+		Metadata:  metadata,
+	}
+}
+
+// liveTerm reads the Lease of t and reports whether t is its live term. It
+// tries the version this store last saw first (no request), and reads the
+// object when fresh is set or nothing is cached.
+func (s *Store) liveTerm(ctx context.Context, o object, t store.Term, fresh bool) (*coordinationv1.Lease, view, bool, error) {
+	var cur *coordinationv1.Lease
+	var v view
+	if !fresh {
+		now := s.now()
+		if l, elapsed := s.cached(o.obj, now); l != nil {
+			cur, v = l, specView(l)
+			v.elapsed = elapsed
+		}
+	}
+	if cur == nil {
+		l, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			s.forget(o.obj)
+			return nil, view{}, false, nil
+		}
+		if err != nil {
+			return nil, view{}, false, err
+		}
+		if err := o.claim(l); err != nil {
+			return nil, view{}, false, err
+		}
+		cur, v = l, s.observe(l, s.now())
+	}
+	live := v.holder == t.Holder && v.token == t.Token && v.remaining() > 0
+	return cur, v, live, nil
+}
+
+// Renew implements store.Store. It writes the same holder and token, a new
+// renewTime and the new duration, conditional on the resourceVersion it
+// read. A term this store has seen unchanged for its full duration is
+// expired and is not renewed.
+func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
+	if err := s.check(); err != nil {
+		return store.Record{}, err
+	}
+	if err := store.ValidateTerm(t); err != nil {
+		return store.Record{}, err
+	}
+	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+		return store.Record{}, err
+	}
+	o, err := objectFor(t.Name)
+	if err != nil {
+		return store.Record{}, err
+	}
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return store.Record{}, err
+	}
+	fail := func(err error) (store.Record, error) {
+		return store.Record{}, fmt.Errorf("leasehold/kubernetes: renew %s: %w", t, err)
+	}
+	// The first try writes on the version this store saw last, as client-go's
+	// fast path does; the server's resourceVersion check decides, and a
+	// conflict sends the next try to read the object first.
+	fresh := false
+	for range maxConflicts {
+		cur, v, live, err := s.liveTerm(ctx, o, t, fresh)
+		if err != nil {
+			return fail(err)
+		}
+		if !live {
+			if !fresh && cur != nil {
+				// The version this store saw last says no; read the
+				// current one before answering.
+				fresh = true
+				continue
+			}
+			return fail(store.ErrNotHeld)
+		}
+		next := cur.DeepCopy()
+		acquired := s.now()
+		if cur.Spec.AcquireTime != nil {
+			acquired = cur.Spec.AcquireTime.Time
+		}
+		next.Spec = spec(t.Holder, secs, acquired, s.now(), t.Token)
+		updated, err := s.update(ctx, next)
+		if apierrors.IsConflict(err) {
+			fresh = true
+			continue
+		}
+		if apierrors.IsNotFound(err) {
+			s.forget(o.obj)
+			return fail(store.ErrNotHeld)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		s.wrote(updated, s.now())
+		rec := granted(t.Name, t.Holder, t.Token, secs, v.metadata)
+		return rec, nil
+	}
+	return fail(fmt.Errorf("lost the race to write the Lease %d times in a row", maxConflicts))
+}
+
+// Release implements store.Store. It writes what client-go's elector writes
+// on ReleaseOnCancel: an empty holderIdentity, leaseDurationSeconds 1, new
+// acquireTime and renewTime, and the same leaseTransitions, conditional on
+// the resourceVersion it read. Waiters watching the Lease wake at once.
+func (s *Store) Release(ctx context.Context, t store.Term) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if err := store.ValidateTerm(t); err != nil {
+		return err
+	}
+	o, err := objectFor(t.Name)
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("leasehold/kubernetes: release %s: %w", t, err)
+	}
+	fresh := false
+	for range maxConflicts {
+		cur, _, live, err := s.liveTerm(ctx, o, t, fresh)
+		if err != nil {
+			return fail(err)
+		}
+		if !live {
+			if !fresh && cur != nil {
+				fresh = true
+				continue
+			}
+			return fail(store.ErrNotHeld)
+		}
+		next := cur.DeepCopy()
+		now := s.now()
+		next.Spec = spec("", 1, now, now, t.Token)
+		o.setAnnotations(next, t.Token, "")
+		updated, err := s.update(ctx, next)
+		if apierrors.IsConflict(err) {
+			fresh = true
+			continue
+		}
+		if apierrors.IsNotFound(err) {
+			s.forget(o.obj)
+			return fail(store.ErrNotHeld)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		s.wrote(updated, s.now())
+		return nil
+	}
+	return fail(fmt.Errorf("lost the race to write the Lease %d times in a row", maxConflicts))
+}
+
+// ForceRelease implements store.ForceReleaser: it clears whatever term is
+// live, whoever holds it (a client-go elector's included), the way Release
+// does, and returns the record as it was. A term this store has never seen
+// before counts as live: it cannot know how long the holder has been silent.
+func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, error) {
+	if err := s.check(); err != nil {
+		return store.Record{}, err
+	}
+	o, err := objectFor(name)
+	if err != nil {
+		return store.Record{}, err
+	}
+	fail := func(err error) (store.Record, error) {
+		return store.Record{}, fmt.Errorf("leasehold/kubernetes: force release %q: %w", name, err)
+	}
+	for range maxConflicts {
+		cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			s.forget(o.obj)
+			return fail(store.ErrNotFound)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if err := o.claim(cur); err != nil {
+			return store.Record{}, err
+		}
+		v := s.observe(cur, s.now())
+		if v.holder == "" || v.remaining() <= 0 {
+			return fail(store.ErrNotHeld)
+		}
+		next := cur.DeepCopy()
+		now := s.now()
+		next.Spec = spec("", 1, now, now, v.token)
+		o.setAnnotations(next, v.token, "")
+		updated, err := s.update(ctx, next)
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fail(err)
+		}
+		s.wrote(updated, s.now())
+		return v.record(name), nil
+	}
+	return fail(fmt.Errorf("lost the race to write the Lease %d times in a row", maxConflicts))
+}
+
+// List implements store.Lister: the record of every Lease in the namespace,
+// client-go's included, ordered by lease name (a mapped object is listed
+// under its leasehold name; an object whose name is longer than a lease name
+// may be is left out). It needs the "list" verb on leases, which the minimal
+// Role in deploy/kubernetes does not grant.
+func (s *Store) List(ctx context.Context) ([]store.Record, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	list, err := s.leases.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/kubernetes: list: %w", err)
+	}
+	now := s.now()
+	var recs []store.Record
+	for i := range list.Items {
+		l := &list.Items[i]
+		name := l.Name
+		if n, ok := l.Annotations[AnnotationName]; ok {
+			name = n
+		}
+		o, err := objectFor(name)
+		if err != nil || o.obj != l.Name {
+			continue
+		}
+		recs = append(recs, s.observe(l, now).record(name))
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
+	return recs, nil
+}
+
+// Get implements store.Store. Remaining is the lease duration less how long
+// this store has seen the Lease unchanged: a Lease it reads for the first
+// time has its full duration left, whatever its renewTime says.
+func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
+	if err := s.check(); err != nil {
+		return store.Record{}, err
+	}
+	o, err := objectFor(name)
+	if err != nil {
+		return store.Record{}, err
+	}
+	cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		s.forget(o.obj)
+		return store.Record{}, fmt.Errorf("leasehold/kubernetes: get %q: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Record{}, fmt.Errorf("leasehold/kubernetes: get %q: %w", name, err)
+	}
+	if err := o.claim(cur); err != nil {
+		return store.Record{}, err
+	}
+	return s.observe(cur, s.now()).record(name), nil
+}
+
+// Watch implements store.Watcher with a Kubernetes watch on the one Lease
+// object (field selector metadata.name). The channel receives a value when
+// the watch starts (the object's current state), and whenever the Lease's
+// holder or token changes or the object is created or deleted; renewals do
+// not wake it. It is closed when ctx ends, the store is closed, or the
+// server ends the watch (as it does after its request timeout).
+func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	o, err := objectFor(name)
+	if err != nil {
+		return nil, err
+	}
+	w, err := s.leases.Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", o.obj).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/kubernetes: watch %q: %w", name, err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		w.Stop()
+		return nil, store.ErrClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	out := make(chan struct{}, 1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer w.Stop()
+		wake := func() {
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+		var last *view
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.done:
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				switch ev.Type {
+				case watch.Added, watch.Modified:
+					l, ok := ev.Object.(*coordinationv1.Lease)
+					if !ok {
+						return
+					}
+					v := specView(l)
+					if last == nil || ev.Type == watch.Added || v.holder != last.holder || v.token != last.token {
+						wake()
+					}
+					last = &v
+				case watch.Deleted:
+					last = nil
+					wake()
+				case watch.Bookmark:
+				default: // watch.Error: the watch is broken
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Close implements store.Store: it ends the store's watches and waits for
+// them. It releases no lease.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}

@@ -1,0 +1,478 @@
+package kubernetes_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
+	"github.com/leasehold/leasehold/store/storetest"
+)
+
+// checkedLeases wraps a Lease client and fails the test on any update
+// without a resourceVersion: the server accepts such an update whatever the
+// object's version, so it would overwrite a rival's write.
+type checkedLeases struct {
+	coordinationv1client.LeasesGetter
+	t       testing.TB
+	updates *atomic.Int64
+}
+
+func (c checkedLeases) Leases(ns string) coordinationv1client.LeaseInterface {
+	return checkedLease{LeaseInterface: c.LeasesGetter.Leases(ns), c: c}
+}
+
+type checkedLease struct {
+	coordinationv1client.LeaseInterface
+	c checkedLeases
+}
+
+func (l checkedLease) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if lease.ResourceVersion == "" {
+		l.c.t.Errorf("update of Lease %s without a resourceVersion", lease.Name)
+	}
+	l.c.updates.Add(1)
+	return l.LeaseInterface.Update(ctx, lease, opts)
+}
+
+// TestConformanceCheckedUpdates runs the suite again with every update
+// checked for its resourceVersion.
+func TestConformanceCheckedUpdates(t *testing.T) {
+	srv := apiserver(t)
+	var updates atomic.Int64
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			ns := namespace(t)
+			return func() (store.Store, error) {
+				client := checkedLeases{LeasesGetter: mustClient(t, srv.AdminConfig()).CoordinationV1(), t: t, updates: &updates}
+				return k8sstore.New(k8sstore.Config{Client: client, Namespace: ns})
+			}
+		},
+		MinTTL: k8sstore.MinTTL,
+	})
+	if updates.Load() == 0 {
+		t.Error("no update went through the check")
+	}
+	t.Logf("%d updates, each with a resourceVersion", updates.Load())
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// putLease writes a Lease as another client would (client-go, kubectl),
+// through the admin client.
+func putLease(t testing.TB, ns, name string, mutate func(*coordinationv1.Lease)) *coordinationv1.Lease {
+	t.Helper()
+	c := adminClient(t).CoordinationV1().Leases(ns)
+	ctx := ctxT(t)
+	l, err := c.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		mutate(l)
+		l, err = c.Create(ctx, l, metav1.CreateOptions{})
+	} else if err == nil {
+		mutate(l)
+		l, err = c.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Fatalf("write Lease %s: %v", name, err)
+	}
+	return l
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// waitNotLive polls st.Get until name is not live, and returns how long it took.
+func waitNotLive(t testing.TB, st store.Store, name string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	eventually(t, timeout, 50*time.Millisecond, name+" expired", func() (bool, error) {
+		r, err := st.Get(ctxT(t), name)
+		return err == nil && !r.Live(), err
+	})
+	return time.Since(start)
+}
+
+// TestExpiryIgnoresTimestamps: a store judges expiry only by how long it has
+// seen the Lease unchanged, never by the renewTime another node's clock
+// wrote, so a holder with a skewed clock neither loses its lease early nor
+// keeps it forever.
+func TestExpiryIgnoresTimestamps(t *testing.T) {
+	ns := namespace(t)
+	st := openStore(t, apiserver(t).AdminConfig(), ns)
+	for name, skew := range map[string]time.Duration{"past": -time.Hour, "future": time.Hour} {
+		t.Run(name, func(t *testing.T) {
+			putLease(t, ns, name, func(l *coordinationv1.Lease) {
+				at := metav1.NewMicroTime(time.Now().Add(skew))
+				l.Spec = coordinationv1.LeaseSpec{
+					HolderIdentity: ptr("skewed-node"), LeaseDurationSeconds: ptr(int32(2)),
+					AcquireTime: &at, RenewTime: &at, LeaseTransitions: ptr(int32(7)),
+				}
+			})
+			r, err := st.Get(ctxT(t), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Live() || r.Remaining < time.Second || r.Remaining > 2*time.Second || r.Token != 7 || r.Holder != "skewed-node" {
+				t.Fatalf("first sight of a Lease renewed at now%+v: %+v; want live, about 2 s left, token 7", skew, r)
+			}
+			if _, err := st.Acquire(ctxT(t), name, "me", 2*time.Second, ""); !errors.Is(err, store.ErrHeld) {
+				t.Fatalf("Acquire while it is live: err = %v, want ErrHeld", err)
+			}
+			took := waitNotLive(t, st, name, 20*time.Second)
+			if took < 1500*time.Millisecond {
+				t.Errorf("expired %v after first sight, want about the 2 s lease duration", took)
+			}
+			rec, err := st.Acquire(ctxT(t), name, "me", 2*time.Second, "")
+			if err != nil || rec.Token != 8 {
+				t.Fatalf("Acquire after expiry = %+v, %v; want token 8 (leaseTransitions + 1)", rec, err)
+			}
+		})
+	}
+}
+
+// TestFreshObserverWaitsFullDuration: a store that has never seen a Lease
+// cannot know how long ago it was renewed, so it gives the holder the whole
+// duration from its first sight, as client-go does.
+func TestFreshObserverWaitsFullDuration(t *testing.T) {
+	ns := namespace(t)
+	cfg := apiserver(t).AdminConfig()
+	a := openStore(t, cfg, ns)
+	if _, err := a.Acquire(ctxT(t), "job", "node-a", 2*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitNotLive(t, a, "job", 20*time.Second)
+	fresh := openStore(t, cfg, ns)
+	r, err := fresh.Get(ctxT(t), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Live() || r.Remaining < time.Second {
+		t.Fatalf("a fresh store's first Get = %+v; want live with the full duration left", r)
+	}
+	if _, err := fresh.Acquire(ctxT(t), "job", "node-b", 2*time.Second, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("fresh store's Acquire: err = %v, want ErrHeld until it has waited itself", err)
+	}
+	// The old holder's own store has seen the term expire: no revival.
+	if _, err := a.Renew(ctxT(t), store.Term{Name: "job", Holder: "node-a", Token: r.Token}, 2*time.Second); !errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("Renew of a term its own store saw expire: err = %v, want ErrNotHeld", err)
+	}
+	waitNotLive(t, fresh, "job", 20*time.Second)
+	if _, err := fresh.Acquire(ctxT(t), "job", "node-b", 2*time.Second, ""); err != nil {
+		t.Fatalf("Acquire after waiting: %v", err)
+	}
+}
+
+// TestLeaseFields checks the Lease as client-go reads it: the fields
+// client-go's LeaseLock writes, the token in leaseTransitions, and release
+// as client-go's ReleaseOnCancel writes it.
+func TestLeaseFields(t *testing.T) {
+	ns := namespace(t)
+	st := openStore(t, apiserver(t).AdminConfig(), ns)
+	leases := adminClient(t).CoordinationV1().Leases(ns)
+	before := time.Now().Add(-time.Second)
+	rec, err := st.Acquire(ctxT(t), "fields", "node-a", 1500*time.Millisecond, "addr=10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.TTL != 2*time.Second {
+		t.Errorf("TTL 1.5 s granted as %v, want rounded up to 2 s", rec.TTL)
+	}
+	l, err := leases.Get(ctxT(t), "fields", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := l.Spec
+	if sp.HolderIdentity == nil || *sp.HolderIdentity != "node-a" ||
+		sp.LeaseDurationSeconds == nil || *sp.LeaseDurationSeconds != 2 ||
+		sp.LeaseTransitions == nil || int64(*sp.LeaseTransitions) != rec.Token ||
+		sp.AcquireTime == nil || sp.AcquireTime.Before(&metav1.MicroTime{Time: before}) ||
+		sp.RenewTime == nil || !sp.RenewTime.Equal(sp.AcquireTime) {
+		t.Fatalf("Lease spec after Acquire = %+v", sp)
+	}
+	if l.Annotations[k8sstore.AnnotationMetadata] != "addr=10.0.0.1" {
+		t.Errorf("annotations %v, want the metadata", l.Annotations)
+	}
+	acquired := sp.AcquireTime.Time
+	if _, err := st.Renew(ctxT(t), rec.Term, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = leases.Get(ctxT(t), "fields", metav1.GetOptions{})
+	sp = l.Spec
+	if !sp.AcquireTime.Time.Equal(acquired) || !sp.RenewTime.After(acquired) || *sp.LeaseDurationSeconds != 3 || int64(*sp.LeaseTransitions) != rec.Token {
+		t.Errorf("Lease spec after Renew = %+v; want acquireTime kept, renewTime later, duration 3, same transitions", sp)
+	}
+	if err := st.Release(ctxT(t), rec.Term); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = leases.Get(ctxT(t), "fields", metav1.GetOptions{})
+	sp = l.Spec
+	if sp.HolderIdentity == nil || *sp.HolderIdentity != "" || *sp.LeaseDurationSeconds != 1 || int64(*sp.LeaseTransitions) != rec.Token {
+		t.Errorf("Lease spec after Release = %+v; want holderIdentity \"\", leaseDurationSeconds 1, transitions kept (as client-go's release)", sp)
+	}
+	if _, ok := l.Annotations[k8sstore.AnnotationMetadata]; ok {
+		t.Errorf("metadata annotation kept after release: %v", l.Annotations)
+	}
+}
+
+// TestMetadataNotInherited: client-go keeps annotations it does not know, so
+// a client-go holder taking over must not appear to carry leasehold's
+// metadata.
+func TestMetadataNotInherited(t *testing.T) {
+	ns := namespace(t)
+	st := openStore(t, apiserver(t).AdminConfig(), ns)
+	rec, err := st.Acquire(ctxT(t), "meta", "node-a", 2*time.Second, "addr=10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	putLease(t, ns, "meta", func(l *coordinationv1.Lease) { // as client-go's takeover writes it
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec = coordinationv1.LeaseSpec{
+			HolderIdentity: ptr("client-go-node"), LeaseDurationSeconds: ptr(int32(2)),
+			AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr(int32(rec.Token + 1)),
+		}
+	})
+	r, err := st.Get(ctxT(t), "meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Holder != "client-go-node" || r.Token != rec.Token+1 || r.Metadata != "" {
+		t.Fatalf("Get after a client-go takeover = %+v; want its holder, token %d and no metadata", r, rec.Token+1)
+	}
+}
+
+// TestTokenSurvivesDeletion: a Lease deleted (by an operator) and created
+// again restarts leaseTransitions; a store that saw the old value still
+// grants above it.
+func TestTokenSurvivesDeletion(t *testing.T) {
+	ns := namespace(t)
+	st := openStore(t, apiserver(t).AdminConfig(), ns)
+	var last int64
+	for range 3 {
+		rec, err := st.Acquire(ctxT(t), "job", "node-a", 2*time.Second, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rec.Token
+	}
+	if err := adminClient(t).CoordinationV1().Leases(ns).Delete(ctxT(t), "job", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Acquire(ctxT(t), "job", "node-a", 2*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Token <= last {
+		t.Fatalf("token after the Lease was deleted = %d, want > %d", rec.Token, last)
+	}
+}
+
+// TestNameCollision: two lease names never share a Lease object, even if
+// one is the mapped object name of the other.
+func TestNameCollision(t *testing.T) {
+	ns := namespace(t)
+	st := openStore(t, apiserver(t).AdminConfig(), ns)
+	obj, verbatim, err := k8sstore.ObjectName("Jobs/Nightly")
+	if err != nil || verbatim {
+		t.Fatalf("ObjectName: %q, %v, %v", obj, verbatim, err)
+	}
+	if _, err := st.Acquire(ctxT(t), "Jobs/Nightly", "node-a", 2*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := st.Get(ctxT(t), "Jobs/Nightly"); err != nil || r.Holder != "node-a" {
+		t.Fatalf("Get of the mapped name = %+v, %v", r, err)
+	}
+	// obj is itself a valid lease name, used verbatim: it must not be taken
+	// for the same lease.
+	if _, err := st.Acquire(ctxT(t), obj, "node-b", 2*time.Second, ""); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("Acquire of %q, the object of another lease: err = %v, want ErrInvalid", obj, err)
+	}
+	// An object of a mapped name that leasehold did not write is refused too.
+	other, _, _ := k8sstore.ObjectName("Other")
+	putLease(t, ns, other, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr("x") })
+	if _, err := st.Get(ctxT(t), "Other"); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("Get of a mapped name whose object leasehold did not write: err = %v, want ErrInvalid", err)
+	}
+}
+
+// TestReleaseWakesWaiters: a waiter watching the Lease takes over as soon as
+// the holder releases it, by leasehold's Release or by client-go's
+// ReleaseOnCancel, long before its next poll would have.
+func TestReleaseWakesWaiters(t *testing.T) {
+	// A retry period far longer than a hand-off through the watch.
+	timings := leasehold.Timings{
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RenewInterval: 3 * time.Second,
+		RetryPeriod:   5 * time.Second,
+	}
+	for _, holderKind := range []string{"leasehold", "client-go"} {
+		t.Run(holderKind, func(t *testing.T) {
+			ns := namespace(t)
+			var release func()
+			switch holderKind {
+			case "leasehold":
+				st := openStore(t, apiserver(t).AdminConfig(), ns)
+				rec, err := st.Acquire(ctxT(t), interopLease, "holder", timings.LeaseDuration, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				release = func() {
+					if err := st.Release(ctxT(t), rec.Term); err != nil {
+						t.Errorf("Release: %v", err)
+					}
+				}
+			case "client-go":
+				m := newMonitor(t)
+				cg := startClientGo(t, m, ns, "cg-holder", true)
+				m.waitLeader("", 30*time.Second)
+				release = cg.stop
+			}
+
+			type stamped struct {
+				kind leasehold.EventKind
+				err  error
+				at   time.Time
+			}
+			events := make(chan stamped, 100)
+			e, err := leasehold.NewElector(openStore(t, apiserver(t).AdminConfig(), ns), leasehold.ElectorConfig{
+				Name: interopLease, Identity: "waiter", Timings: timings,
+				OnEvent: func(ev leasehold.Event) {
+					select {
+					case events <- stamped{ev.Kind, ev.Err, time.Now()}:
+					default:
+					}
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				e.Run(ctx, func(ctx context.Context, l *leasehold.Leader) error { <-ctx.Done(); return nil })
+			}()
+			t.Cleanup(func() { cancel(); <-done })
+
+			// The waiter tries twice: once at start, once more when its
+			// watch reports the Lease's current state. Then it waits for a
+			// change or for its retry period.
+			var lastHeld time.Time
+			for held := 0; held < 2; {
+				ev := next(t, events)
+				if ev.kind == leasehold.EventAcquireAttempt && errors.Is(ev.err, store.ErrHeld) {
+					held++
+					lastHeld = ev.at
+				}
+			}
+			released := time.Now()
+			release()
+			for {
+				ev := next(t, events)
+				if ev.kind != leasehold.EventAcquired {
+					continue
+				}
+				t.Logf("hand-off %v after the release; %v after the waiter's last try (retry period %v)",
+					ev.at.Sub(released).Round(time.Millisecond), ev.at.Sub(lastHeld).Round(time.Millisecond), timings.RetryPeriod)
+				if ev.at.Sub(lastHeld) >= timings.RetryPeriod {
+					t.Errorf("the waiter took over %v after its last try: woken by its retry timer, not by the release", ev.at.Sub(lastHeld))
+				}
+				return
+			}
+		})
+	}
+}
+
+func next[T any](t testing.TB, ch <-chan T) T {
+	t.Helper()
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatal("no event within 30 s")
+		panic("unreachable")
+	}
+}
+
+// TestOpenURL opens the store from kubernetes:// URLs with a kubeconfig.
+func TestOpenURL(t *testing.T) {
+	srv := apiserver(t)
+	ns := namespace(t)
+	ctxNS := namespace(t)
+	kc, err := srv.Kubeconfig("kubeconfig-"+ns, srv.AdminToken, "test-ctx", ctxNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod
+	t.Setenv("KUBECONFIG", "")
+	open := func(raw string) (store.Store, error) {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := k8sstore.OpenURL(ctxT(t), u)
+		if err == nil {
+			t.Cleanup(func() { st.Close() })
+		}
+		return st, err
+	}
+	ok := map[string]string{
+		"kubernetes://" + ns + "?kubeconfig=" + kc:                       ns,
+		"kubernetes://" + ns + "?kubeconfig=" + kc + "&context=test-ctx": ns,
+		"kubernetes://?kubeconfig=" + kc:                                 ctxNS, // the context's namespace
+		"kubernetes:///?kubeconfig=" + kc:                                ctxNS,
+	}
+	for raw, wantNS := range ok {
+		st, err := open(raw)
+		if err != nil {
+			t.Errorf("OpenURL(%s): %v", raw, err)
+			continue
+		}
+		if got := st.(*k8sstore.Store).Namespace(); got != wantNS {
+			t.Errorf("OpenURL(%s) namespace %q, want %q", raw, got, wantNS)
+		}
+		if _, err := st.Get(ctxT(t), "nothing"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("OpenURL(%s): Get = %v, want ErrNotFound", raw, err)
+		}
+	}
+	t.Setenv("KUBECONFIG", kc)
+	st, err := open("kubernetes://" + ns)
+	if err != nil {
+		t.Fatalf("OpenURL with $KUBECONFIG: %v", err)
+	}
+	if _, err := st.Acquire(ctxT(t), "job", "node-a", 2*time.Second, ""); err != nil {
+		t.Fatalf("Acquire through a store from $KUBECONFIG: %v", err)
+	}
+	invalid := []string{
+		"kubernetes://user:secret@" + ns,
+		"kubernetes://" + ns + "/path",
+		"kubernetes://" + ns + ":443",
+		"kubernetes://Bad_Namespace",
+		"kubernetes://" + ns + "?bogus=1",
+		"etcd://" + ns,
+	}
+	for _, raw := range invalid {
+		if _, err := open(raw); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("OpenURL(%s): err = %v, want ErrInvalid", raw, err)
+		}
+	}
+	if _, err := open("kubernetes://" + ns + "?context=no-such-context"); err == nil {
+		t.Errorf("OpenURL with an unknown context: no error")
+	}
+}
