@@ -282,7 +282,7 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 		b.WriteString("</table>\n")
 	}
 
-	b.WriteString("<h2>Faults</h2>\n<table><tr><th class=\"num\">at</th><th>fault</th><th>target</th><th>detail</th><th class=\"num\">healed after</th><th class=\"num\">new term after</th></tr>\n")
+	b.WriteString("<h2>Faults</h2>\n<table><tr><th class=\"num\">at</th><th>fault</th><th>target</th><th>detail</th><th class=\"num\">healed after</th><th class=\"num\">new term after</th><th class=\"num\">leader after heal</th></tr>\n")
 	acq := acquiredTimes(h)
 	for i, f := range h.Faults {
 		who := f.Target
@@ -294,7 +294,7 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 		if i+1 < len(h.Faults) {
 			limit = h.Faults[i+1].Start
 		}
-		if f.Leader || f.Target == "store" {
+		if f.Leader {
 			for _, a := range acq {
 				if a.Wall > f.Start && a.Wall <= limit && a.Token > f.Token {
 					next = fmt.Sprintf("%s (token %d)", round(time.Duration(a.Wall-f.Start)), a.Token)
@@ -306,8 +306,12 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 		if f.Err != "" {
 			detail += " — error: " + f.Err
 		}
-		fmt.Fprintf(&b, "<tr><td class=\"num\">%.2fs</td><td><span style=\"color:%s\">■</span> %s</td><td>%s</td><td>%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td></tr>\n",
-			float64(f.Start-h.Start)/1e9, faultColors[f.Kind], esc(f.Kind), esc(who), esc(detail), round(time.Duration(f.End-f.Start)), esc(next))
+		rec := "none recorded"
+		if d, ok := Recovery(h, f); ok {
+			rec = round(d)
+		}
+		fmt.Fprintf(&b, "<tr><td class=\"num\">%.2fs</td><td><span style=\"color:%s\">■</span> %s</td><td>%s</td><td>%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td></tr>\n",
+			float64(f.Start-h.Start)/1e9, faultColors[f.Kind], esc(f.Kind), esc(who), esc(detail), round(time.Duration(f.End-f.Start)), esc(next), rec)
 	}
 	b.WriteString("</table>\n")
 

@@ -158,9 +158,9 @@ func faultLength(k string, t TimingsJSON) time.Duration {
 	case FaultStoreRestart:
 		return ld * 3 / 2
 	case FaultClock:
-		return ld * 3
+		return ld * 2
 	case FaultTwin:
-		return ld * 4
+		return ld * 5 / 2
 	}
 	return ld * 4
 }
@@ -182,7 +182,8 @@ func quietPeriod(t TimingsJSON, slack time.Duration) time.Duration {
 }
 
 // Plan draws a fault schedule from the seed: faults one after another, each
-// followed by a quiet period of at least the failover bound. The same
+// followed by a quiet period of at least the failover bound, every kind once
+// (in a random order) before any kind repeats. The same
 // configuration and seed always give the same schedule. (Which node is "the
 // leader" when a fault begins is decided by the real run.)
 func Plan(pc PlanConfig) ([]Planned, error) {
@@ -207,10 +208,23 @@ func Plan(pc PlanConfig) ([]Planned, error) {
 		return time.Duration((lo + (hi-lo)*rng.Float64()) * float64(ld))
 	}
 	quiet := quietPeriod(t, pc.Slack)
+	// Kinds come from a shuffled bag: every kind once before any repeats,
+	// so that a short run with a few kinds injects each of them.
+	var bag []string
+	next := func() string {
+		if len(bag) == 0 {
+			for _, i := range rng.Perm(len(pc.Faults)) {
+				bag = append(bag, pc.Faults[i])
+			}
+		}
+		k := bag[0]
+		bag = bag[1:]
+		return k
+	}
 	var out []Planned
 	at := frac(0, 0.5)
 	for {
-		k := pc.Faults[rng.IntN(len(pc.Faults))]
+		k := next()
 		p := Planned{At: at, Kind: k, Leader: rng.Float64() < bias, Node: rng.IntN(pc.Nodes)}
 		switch k {
 		case FaultPause, FaultBlackhole:
@@ -225,11 +239,11 @@ func Plan(pc PlanConfig) ([]Planned, error) {
 			p.Leader = false
 			p.Duration = frac(0.5, 1.5)
 		case FaultClock:
-			p.Duration = frac(1, 3)
+			p.Duration = frac(1, 2)
 			p.Rate = 1 + pc.MaxDrift*(2*rng.Float64()-1)
 			p.Step = time.Duration(rng.Float64() * float64(t.LeaseDuration-t.RenewDeadline) / 2)
 		case FaultTwin:
-			p.Duration = frac(2, 4)
+			p.Duration = frac(1.5, 2.5)
 		}
 		end := at + p.Duration + quiet
 		if end > pc.Span {

@@ -55,6 +55,25 @@ func TestPlanIsReproducibleAndSpaced(t *testing.T) {
 	}
 }
 
+func TestPlanTakesEveryKindBeforeRepeating(t *testing.T) {
+	pc := planConfig(7)
+	pc.Faults = []string{FaultPause, FaultKill, FaultTwin}
+	p, err := Plan(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) < 3 {
+		t.Fatalf("only %d faults", len(p))
+	}
+	seen := map[string]bool{}
+	for _, f := range p[:3] {
+		seen[f.Kind] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("the first three faults are %v %v %v", p[0].Kind, p[1].Kind, p[2].Kind)
+	}
+}
+
 func TestPlanEveryKindEventually(t *testing.T) {
 	seen := map[string]bool{}
 	for seed := uint64(1); seed <= 20; seed++ {

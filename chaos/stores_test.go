@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/chaos"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
@@ -131,8 +132,12 @@ func TestChaosPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	c := baseConfig(t, pgURL(t), 24*time.Second)
-	runClean(t, c)
+	c := baseConfig(t, pgURL(t), 30*time.Second)
+	// The machine's shared PostgreSQL is not restarted: the harness emulates
+	// the restart at the proxies (every connection reset, new ones refused).
+	c.Faults = []string{chaos.FaultBlackhole, chaos.FaultLatency, chaos.FaultStoreRestart, chaos.FaultReset}
+	out := runClean(t, c)
+	requireKinds(t, out, c.Faults...)
 }
 
 func TestChaosRedis(t *testing.T) {
@@ -142,5 +147,7 @@ func TestChaosRedis(t *testing.T) {
 	r := startRedis(t)
 	c := baseConfig(t, r.URL(), 24*time.Second)
 	c.StoreControl = r // store-restart faults restart this redis-server for real
-	runClean(t, c)
+	c.Faults = []string{chaos.FaultStoreRestart, chaos.FaultPause, chaos.FaultBlackhole}
+	out := runClean(t, c)
+	requireKinds(t, out, c.Faults...)
 }

@@ -1,0 +1,108 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/leasehold/leasehold/chaos"
+	"github.com/leasehold/leasehold/store/etcd"
+)
+
+func init() {
+	openers["etcd"] = etcd.OpenURL
+	openers["etcds"] = etcd.OpenURL
+}
+
+// etcdMember is a one-member etcd cluster run inside the test process
+// (etcd's own server code, package embed), with short ticks so that 1 s
+// leases work. As the harness's StoreControl it stops (Close) and starts
+// again on the same data directory and ports: a real member restart.
+type etcdMember struct {
+	t                    *testing.T
+	dir                  string
+	clientPort, peerPort int
+	e                    *embed.Etcd
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startEtcd(t *testing.T) *etcdMember {
+	t.Helper()
+	m := &etcdMember{t: t, dir: t.TempDir(), clientPort: freePort(t), peerPort: freePort(t)}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(context.Background()) })
+	return m
+}
+
+func (m *etcdMember) URL() string {
+	return fmt.Sprintf("etcd://127.0.0.1:%d/chaos/", m.clientPort)
+}
+
+func (m *etcdMember) Start(ctx context.Context) error {
+	cfg := embed.NewConfig()
+	cfg.Name = "chaos"
+	cfg.Dir = m.dir
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.TickMs = 100
+	cfg.ElectionMs = 600 // etcd's minimum lease TTL becomes 1 s
+	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", m.clientPort))
+	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", m.peerPort))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("start embedded etcd: %w", err)
+	}
+	t := time.NewTimer(30 * time.Second)
+	defer t.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("embedded etcd failed: %w", err)
+	case <-t.C:
+		e.Close()
+		return fmt.Errorf("embedded etcd not ready within 30s")
+	}
+	m.e = e
+	return nil
+}
+
+func (m *etcdMember) Stop(context.Context) error {
+	if m.e != nil {
+		m.e.Close()
+		m.e = nil
+	}
+	return nil
+}
+
+func TestChaosEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	m := startEtcd(t)
+	c := baseConfig(t, m.URL(), 24*time.Second)
+	c.StoreControl = m // store-restart faults restart the member for real
+	c.Faults = []string{chaos.FaultStoreRestart, chaos.FaultKill, chaos.FaultLatency}
+	out := runClean(t, c)
+	requireKinds(t, out, c.Faults...)
+}
