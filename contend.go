@@ -70,20 +70,13 @@ func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
 // back any term an unknown outcome may have granted, and returns ctx's error.
 func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error) {
 	var watch <-chan struct{}
+	var noWatchUntil time.Time // after a watch broke, poll until then
 	stopWatch := func() {}
 	defer func() { stopWatch() }()
 	for {
 		if err := ctx.Err(); err != nil {
 			c.giveBackUnknown(ctx)
 			return store.Record{}, time.Time{}, err
-		}
-		if watch == nil && c.watcher != nil {
-			wctx, cancel := context.WithCancel(ctx)
-			if ch, err := c.watcher.Watch(wctx, c.name); err == nil {
-				watch, stopWatch = ch, cancel
-			} else {
-				cancel()
-			}
 		}
 		rec, sent, err := c.try(ctx)
 		if err == nil {
@@ -92,6 +85,17 @@ func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error
 		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
 			c.giveBackUnknown(ctx)
 			return store.Record{}, time.Time{}, err
+		}
+		if errors.Is(err, store.ErrHeld) && watch == nil && c.watcher != nil && !c.clock.Now().Before(noWatchUntil) {
+			// Watch only once there is something to wait for, so a slow watch
+			// never delays a free lease; then try again at once, so that a
+			// release between the refusal and the subscription is not missed.
+			wctx, cancel := context.WithCancel(ctx)
+			if ch, werr := c.watcher.Watch(wctx, c.name); werr == nil {
+				watch, stopWatch = ch, cancel
+				continue
+			}
+			cancel()
 		}
 		wait := c.retryWait()
 		// Only a definite "held" answer may be cut short: after an unknown
@@ -106,14 +110,23 @@ func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error
 			}
 		}
 		timer := c.clock.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-timer.C():
-		case _, ok := <-wake:
-			if !ok {
-				watch = nil
-				stopWatch()
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+			case <-timer.C():
+			case _, ok := <-wake:
+				if !ok {
+					// The watch broke: finish this wait by the timer, and
+					// subscribe again no sooner than a retry period from now,
+					// so a watch that keeps breaking cannot make us spin.
+					watch, wake = nil, nil
+					stopWatch()
+					noWatchUntil = c.clock.Now().Add(c.retryWait())
+					continue waiting
+				}
 			}
+			break
 		}
 		timer.Stop()
 	}

@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -248,8 +249,14 @@ func TestCandidateJitterInBounds(t *testing.T) {
 		if len(attempts) < 100 {
 			t.Fatalf("only %d attempts in 5 minutes", len(attempts))
 		}
+		// The second attempt follows the first at once: the candidate
+		// subscribed to the store's watch after the first refusal and tries
+		// again so as not to miss a release in between.
+		if d := attempts[1].at.Sub(attempts[0].at); d != 0 {
+			t.Errorf("second attempt %v after the first, want at once (after subscribing)", d)
+		}
 		lo, hi := time.Duration(1<<62), time.Duration(0)
-		for i := 1; i < len(attempts); i++ {
+		for i := 2; i < len(attempts); i++ {
 			if !errors.Is(attempts[i].Err, store.ErrHeld) {
 				t.Fatalf("attempt %d: %v, want ErrHeld", i, attempts[i].Err)
 			}
@@ -489,5 +496,48 @@ func TestLeaderReportsHolderAndMetadata(t *testing.T) {
 			t.Fatalf("Leader() = %+v, want %s with its metadata", rec, a.Identity())
 		}
 		stop()
+	})
+}
+
+// brokenWatch is a store whose watch breaks as soon as it is made.
+type brokenWatch struct {
+	*memstore.Store
+	mu      sync.Mutex
+	watches int
+}
+
+func (b *brokenWatch) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	b.mu.Lock()
+	b.watches++
+	b.mu.Unlock()
+	ch := make(chan struct{})
+	close(ch)
+	return ch, nil
+}
+
+// A watch that keeps breaking makes the candidate poll, not spin.
+func TestBrokenWatchDoesNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		a := newElector(t, f.faulty(), "node-a", nil, nil)
+		workA, _ := worker(0)
+		stopA, _ := running(a, workA)
+		synctest.Wait()
+		bw := &brokenWatch{Store: memstore.Open(f.backend)}
+		recB := &recorder{}
+		b := newElector(t, bw, "node-b", recB, nil)
+		workB, _ := worker(0)
+		stopB, _ := running(b, workB)
+		time.Sleep(time.Minute)
+		stopB()
+		stopA()
+		// One poll per retry period (2-2.4s) plus one immediate retry after
+		// each subscription: at most about 2 × 60s/2s attempts.
+		if n := len(recB.of(leasehold.EventAcquireAttempt)); n > 62 || n < 25 {
+			t.Errorf("%d acquire attempts in a minute, want about one or two per retry period", n)
+		}
+		if bw.watches > 31 {
+			t.Errorf("%d watches in a minute, want at most one per retry period", bw.watches)
+		}
 	})
 }

@@ -139,9 +139,12 @@ type Store interface {
 type Watcher interface {
 	// Watch returns a channel that receives a value (coalesced: at most one
 	// pending) soon after the named lease may have changed. The store closes
-	// the channel when ctx ends or the watch breaks; the caller then polls and
-	// may call Watch again. A spurious wake-up is allowed; a missed change is
-	// not, while the channel is open.
+	// the channel when ctx ends or when the watch breaks for good; the caller
+	// then polls and may call Watch again. A store that restores a broken
+	// watch by itself may keep the channel open instead, provided it sends a
+	// value once the watch is restored. A spurious wake-up is allowed; a
+	// missed change is not, while the channel is open. Callers subscribe only
+	// after an acquire was refused, then try once more at once.
 	Watch(ctx context.Context, name string) (<-chan struct{}, error)
 }
 
