@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/store"
 	etcdstore "github.com/leasehold/leasehold/store/etcd"
+	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
 	"github.com/leasehold/leasehold/store/postgres"
 	redisstore "github.com/leasehold/leasehold/store/redis"
 	"github.com/leasehold/leasehold/store/sqlite"
@@ -32,6 +33,7 @@ var storeSchemes = map[string]Opener{
 	"postgresql": postgres.OpenURL,
 	"redis":      redisstore.OpenURL, "rediss": redisstore.OpenURL,
 	"etcd": etcdstore.OpenURL, "etcds": etcdstore.OpenURL,
+	"kubernetes": k8sstore.OpenURL,
 }
 
 func schemeNames() []string {
