@@ -119,7 +119,6 @@ type view struct {
 	holder   string
 	token    int64
 	dur      time.Duration // spec.leaseDurationSeconds
-	unseen   bool          // first sight of this resourceVersion
 	elapsed  time.Duration // how long this store has seen the resourceVersion unchanged
 	metadata string
 }

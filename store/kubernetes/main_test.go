@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -30,10 +29,6 @@ var (
 	serverErr  error
 )
 
-// rbacUser is a token user with no permissions but those of the Roles bound
-// to it: the RBAC test binds it to the shipped minimal Role.
-const rbacUser = "leasehold-rbac"
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	server.Stop()
@@ -50,7 +45,7 @@ func apiserver(t testing.TB) *kubetest.Server {
 	t.Helper()
 	serverOnce.Do(func() {
 		start := time.Now()
-		server, serverErr = kubetest.Start(kubetest.Options{Users: []kubetest.User{{Name: rbacUser}}})
+		server, serverErr = kubetest.Start(kubetest.Options{})
 		if serverErr == nil {
 			fmt.Fprintf(os.Stderr, "kubetest: kube-apiserver ready at %s after %v\n", server.Host, time.Since(start).Round(time.Millisecond))
 		}
@@ -114,26 +109,6 @@ func openStore(t testing.TB, cfg *rest.Config, ns string) *k8sstore.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
-}
-
-// bindRole creates role in ns and binds it to user.
-func bindRole(t testing.TB, ns string, role *rbacv1.Role, user string) {
-	t.Helper()
-	c := adminClient(t)
-	ctx := context.Background()
-	role = role.DeepCopy()
-	role.Namespace = ns
-	if _, err := c.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create role: %v", err)
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-	}
-	if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create role binding: %v", err)
-	}
 }
 
 // eventually polls cond every interval until it is true or timeout passes.
