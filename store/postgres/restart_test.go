@@ -94,6 +94,11 @@ func TestDatabaseRestartMidLease(t *testing.T) {
 		}()
 	}
 	defer func() { cancel(); wg.Wait() }()
+	// A waiter's watch: electors subscribe only once refused, and these lead
+	// distinct names, so watch one name here to have a LISTEN connection.
+	if _, err := st.Watch(ctx, "job-0"); err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
 
 	first := map[string]store.Term{}
 	for range n {
