@@ -88,7 +88,7 @@ type Stats struct {
 	// the fault's start to the first grant of a newer term (before the next
 	// fault). Sorted. Store-wide faults are judged by the failover check
 	// (from their heal), not counted here: their downtime is not a takeover.
-	Failovers []time.Duration `json:"failovers"`
+	Failovers     []time.Duration `json:"failovers"`
 	FailoverBound time.Duration   `json:"failover_bound"`
 	Linearizable  string          `json:"linearizable"` // Ok, Illegal or Unknown (timed out)
 }

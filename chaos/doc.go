@@ -13,3 +13,7 @@ import "errors"
 // unknown fault, timings that cannot work, a store the harness cannot proxy.
 // The message names what was wrong.
 var ErrInvalid = errors.New("leasehold/chaos: invalid configuration")
+
+// ErrStore is matched by the error of a run whose store could not be opened
+// or reached at the start.
+var ErrStore = errors.New("leasehold/chaos: store unavailable")

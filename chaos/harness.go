@@ -375,7 +375,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	h.st, err = c.Open(octx, storeURL)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/chaos: open store %s: %w", redact(u), err)
+		return nil, fmt.Errorf("%w: open %s: %w", ErrStore, redact(u), err)
 	}
 	defer h.st.Close()
 

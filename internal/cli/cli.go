@@ -115,6 +115,8 @@ var commands = []commandInfo{
 	{name: "demo", summary: "see leader election, takeover and fencing on three local processes", new: newDemoCmd},
 	{name: keeperCommand, hidden: true, new: newKeeperCmd},
 	{name: demoWorkerCommand, hidden: true, new: newDemoWorkerCmd},
+	{name: "verify", summary: "prove on a store that no stale write is accepted: real processes, real faults, a checked history", new: newVerifyCmd},
+	{name: chaosNodeCommand, hidden: true, new: newChaosNodeCmd},
 }
 
 func lookup(name string) (commandInfo, bool) {
