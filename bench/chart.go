@@ -20,7 +20,7 @@ func chart(r *Results) string {
 	panels := []panel{
 		{"Hand-off, release long after the waiter started (ms, log scale)", scHandoff, 0},
 		{"Hand-off, release right after the waiter started (ms, log scale)", scEarly, 0},
-		{"Crash failover from the last renewal (ms, log scale)", scFailover, 0},
+		{fmt.Sprintf("Crash failover: ms after the %v lease ran out, counted from the holder's last renewal (log scale)", fmtTick(r.FailoverLeaseMs)), scFailover, r.FailoverLeaseMs},
 	}
 	const (
 		width    = 980
@@ -45,7 +45,7 @@ func chart(r *Results) string {
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, k := range keys {
 			for _, x := range r.get(p.sc, k) {
-				if x > 0 {
+				if x -= p.sub; x > 0 {
 					lo = math.Min(lo, x)
 					hi = math.Max(hi, x)
 				}
@@ -93,7 +93,10 @@ func chart(r *Results) string {
 				color = "#c2410c"
 			}
 			fmt.Fprintf(&body, `<text x="%d" y="%d" font-size="12" text-anchor="end" font-weight="%s" fill="%s">%s</text>`+"\n", left-10, cy+4, weight, color, html.EscapeString(s+" / "+n))
-			xs := r.get(p.sc, k)
+			var xs []float64
+			for _, x := range r.get(p.sc, k) {
+				xs = append(xs, x-p.sub)
+			}
 			for j, x := range xs {
 				jit := float64((j*7)%9-4) * 1.2
 				fmt.Fprintf(&body, `<circle cx="%.1f" cy="%.1f" r="2.6" fill="%s" fill-opacity="0.55"/>`+"\n", xpos(x), float64(cy)+jit, color)
@@ -107,7 +110,7 @@ func chart(r *Results) string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="DejaVu Sans, Helvetica, Arial, sans-serif">`+"\n", width, y, width, y)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/>`+"\n")
 	b.WriteString(body.String())
-	fmt.Fprintf(&b, `<text x="10" y="%d" font-size="10" fill="#555">One dot per sample, bar at the median. Green: leasehold; orange: peer libraries; grey: the store's floor (bare primitives). Run started %s.</text>`+"\n", y-20, html.EscapeString(r.Started))
+	fmt.Fprintf(&b, `<text x="10" y="%d" font-size="10" fill="#555">One dot per sample, bar at the median (values below the axis are drawn at its left end). Green: leasehold; orange: peer libraries; grey: the store's floor (bare primitives). Run started %s.</text>`+"\n", y-20, html.EscapeString(r.Started))
 	b.WriteString("</svg>\n")
 	return b.String()
 }

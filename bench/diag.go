@@ -121,6 +121,40 @@ func diagCycles(ctx context.Context, st store.Store, c *counter, name string, n 
 		}
 		return h.Release(ctx)
 	})
+	// Contention: 8 Locks on one name for one second; requests per cycle.
+	c.take()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		cycles int
+	)
+	end := time.Now().Add(time.Second)
+	cctx, cancel := context.WithDeadline(ctx, end.Add(5*time.Second))
+	for i := range 8 {
+		l, err := leasehold.NewLock(st, name+"-k", leasehold.LockConfig{Identity: fmt.Sprintf("k%d", i)})
+		if err != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				h, err := l.Acquire(cctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				cycles++
+				mu.Unlock()
+				h.Release(cctx)
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	if m := c.take(); cycles > 0 {
+		rows = append(rows, diagRow{what: "8 x Lock.Acquire + Release on one lock (contention, 1 s)", n: cycles, perCycle: time.Second / time.Duration(cycles), requests: perCycle(m, cycles)})
+	}
 	return rows
 }
 

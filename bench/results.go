@@ -27,6 +27,8 @@ type Results struct {
 	// Violations counts observed breaches of mutual exclusion.
 	Violations map[string]map[string]int `json:"violations"`
 
+	// FailoverLeaseMs is the lease of the failover scenario.
+	FailoverLeaseMs float64 `json:"failover_lease_ms"`
 	// Diag is the text of the -diag section, if it ran.
 	Diag string `json:"diag,omitempty"`
 

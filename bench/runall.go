@@ -60,6 +60,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 	r := newResults()
 	r.Started = time.Now().UTC().Format(time.RFC3339)
 	r.Command = "go run . " + strings.Join(args, " ")
+	r.FailoverLeaseMs = ms(o.failTTL)
 	machine(r)
 	runID := randHex(4)
 	var e envs
