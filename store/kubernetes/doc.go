@@ -112,8 +112,9 @@
 // # Watch
 //
 // The store implements store.Watcher with a watch on the one Lease object
-// (field selector metadata.name). A waiter wakes when the holder or token
-// changes, in particular at once when the holder releases, by leasehold's
+// (field selector metadata.name), started from the version it has just read,
+// so subscribing costs one read and causes no wake-up of its own. A waiter
+// wakes when the holder or token changes, in particular at once when the holder releases, by leasehold's
 // Release or client-go's ReleaseOnCancel; renewals do not wake it. A crashed
 // holder's expiry is not an event: waiters wake for it on their own timer,
 // set from Record.Remaining.

@@ -649,11 +649,13 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 }
 
 // Watch implements store.Watcher with a Kubernetes watch on the one Lease
-// object (field selector metadata.name). The channel receives a value when
-// the watch starts (the object's current state), and whenever the Lease's
-// holder or token changes or the object is created or deleted; renewals do
-// not wake it. It is closed when ctx ends, the store is closed, or the
-// server ends the watch (as it does after its request timeout).
+// object (field selector metadata.name), started from the version it reads
+// first, so that it reports changes after that version and no synthetic
+// event for the current state. The channel receives a value when the
+// Lease's holder or token changes or the object is created or deleted;
+// renewals do not wake it. It is closed when ctx ends, the store is closed,
+// or the watch ends (the server ends watches after its request timeout, and
+// a version too old to watch from ends it at once).
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -662,8 +664,22 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	if err != nil {
 		return nil, err
 	}
+	var last *view
+	rv := ""
+	cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// Watch from now: a Lease created since the read arrives as an
+		// event, synthetic or not.
+	case err != nil:
+		return nil, fmt.Errorf("leasehold/kubernetes: watch %q: %w", name, err)
+	default:
+		v := s.observe(cur, s.now())
+		last, rv = &v, cur.ResourceVersion
+	}
 	w, err := s.leases.Watch(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", o.obj).String(),
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", o.obj).String(),
+		ResourceVersion: rv,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/kubernetes: watch %q: %w", name, err)
@@ -688,7 +704,6 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 			default:
 			}
 		}
-		var last *view
 		for {
 			select {
 			case <-ctx.Done():

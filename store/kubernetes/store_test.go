@@ -373,21 +373,33 @@ func TestReleaseWakesWaiters(t *testing.T) {
 			}()
 			t.Cleanup(func() { cancel(); <-done })
 
-			// The waiter tries twice: once at start, once more when its
-			// watch reports the Lease's current state. Then it waits for a
-			// change or for its retry period.
+			// Wait until the waiter has been refused and has gone quiet: it
+			// is then in its long wait, for its retry period or the holder's
+			// expiry. (It tries, subscribes to the watch, tries again.)
 			var lastHeld time.Time
-			for held := 0; held < 2; {
-				ev := next(t, events)
+			for {
+				quiet := 30 * time.Second
+				if !lastHeld.IsZero() {
+					quiet = 500 * time.Millisecond
+				}
+				ev, ok := within(events, quiet)
+				if !ok {
+					if lastHeld.IsZero() {
+						t.Fatal("the waiter was never refused")
+					}
+					break
+				}
 				if ev.kind == leasehold.EventAcquireAttempt && errors.Is(ev.err, store.ErrHeld) {
-					held++
 					lastHeld = ev.at
 				}
 			}
 			released := time.Now()
 			release()
 			for {
-				ev := next(t, events)
+				ev, ok := within(events, 30*time.Second)
+				if !ok {
+					t.Fatal("the waiter did not take over within 30 s of the release")
+				}
 				if ev.kind != leasehold.EventAcquired {
 					continue
 				}
@@ -402,16 +414,33 @@ func TestReleaseWakesWaiters(t *testing.T) {
 	}
 }
 
-func next[T any](t testing.TB, ch <-chan T) T {
-	t.Helper()
-	timer := time.NewTimer(30 * time.Second)
+// within returns the next value from ch, or false when ch is closed or
+// after timeout.
+func within[T any](ch <-chan T, timeout time.Duration) (T, bool) {
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
-	case v := <-ch:
-		return v
+	case v, ok := <-ch:
+		return v, ok
 	case <-timer.C:
-		t.Fatal("no event within 30 s")
-		panic("unreachable")
+		var zero T
+		return zero, false
+	}
+}
+
+// closedWithin drains ch until it is closed (true) or timeout passes (false).
+func closedWithin[T any](ch <-chan T, timeout time.Duration) bool {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return true
+			}
+		case <-timer.C:
+			return false
+		}
 	}
 }
 
@@ -479,5 +508,68 @@ func TestOpenURL(t *testing.T) {
 	}
 	if _, err := open("kubernetes://" + ns + "?context=no-such-context"); err == nil {
 		t.Errorf("OpenURL with an unknown context: no error")
+	}
+}
+
+// TestWatchEvents: the watch wakes for grants, releases, creation and
+// deletion of the Lease, not for renewals or for its own start, and ends
+// with the store.
+func TestWatchEvents(t *testing.T) {
+	ns := namespace(t)
+	cfg := apiserver(t).AdminConfig()
+	w := openStore(t, cfg, ns)
+	other := openStore(t, cfg, ns)
+	ctx := ctxT(t)
+	wakes := func(ch <-chan struct{}, want bool, after string) {
+		t.Helper()
+		// A wake comes within milliseconds; its absence is judged after a
+		// while, which can only make this test pass more often, not fail.
+		wait := 500 * time.Millisecond
+		if want {
+			wait = 30 * time.Second
+		}
+		_, ok := within(ch, wait)
+		if ok != want {
+			t.Fatalf("after %s: woken = %v, want %v", after, ok, want)
+		}
+	}
+	ch, err := w.Watch(ctx, "job") // no Lease yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := other.Acquire(ctx, "job", "node-a", 5*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakes(ch, true, "the Lease was created")
+	for range 3 {
+		if _, err := other.Renew(ctx, rec.Term, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wakes(ch, false, "three renewals")
+	ch2, err := w.Watch(ctx, "job") // the Lease exists: no wake for its current state
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakes(ch2, false, "subscribing")
+	if err := other.Release(ctx, rec.Term); err != nil {
+		t.Fatal(err)
+	}
+	wakes(ch, true, "a release")
+	wakes(ch2, true, "a release")
+	if _, err := other.Acquire(ctx, "job", "node-b", 5*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	wakes(ch, true, "a grant")
+	if err := adminClient(t).CoordinationV1().Leases(ns).Delete(ctx, "job", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wakes(ch, true, "the Lease was deleted")
+	w.Close()
+	for _, c := range []<-chan struct{}{ch, ch2} {
+		if !closedWithin(c, 10*time.Second) {
+			t.Fatal("watch channel still open 10 s after Close")
+		}
 	}
 }
