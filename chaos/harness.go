@@ -551,7 +551,9 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 		"--renew-interval", t.RenewInterval.String(), "--retry-period", t.RetryPeriod.String(),
 		"--jitter", strconv.FormatFloat(t.Jitter, 'g', -1, 64), "--wind-down", t.WindDown.String(),
 		"--write-interval", c.WriteInterval.String(), "--think", c.Think.String(),
-		"--write-timeout", (t.WindDown - c.Think).String(),
+		// A write begun as the work is told to stop (think, then the write)
+		// returns with half of the wind-down to spare before safeUntil.
+		"--write-timeout", ((t.WindDown - c.Think) / 2).String(),
 		"--clock-offset", offset.String(),
 	)
 	if !spec.Fenced {
@@ -821,9 +823,20 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 		if h.cfg.StoreControl != nil {
 			h.progress("chaos: %s restart the store (down %v)", h.elapsed(), p.Duration.Round(time.Millisecond))
 			f.Detail = fmt.Sprintf("real restart, down %v", p.Duration.Round(time.Millisecond))
+			// A store that dies resets its connections; the proxies do it at
+			// once, so that a store that stops gracefully does not wait for
+			// the nodes' open streams.
+			all := h.allProxies()
+			for _, px := range all {
+				px.Refuse(true)
+				px.Reset()
+			}
 			if err = h.cfg.StoreControl.Stop(ctx); err == nil {
 				sleepCtx(ctx, p.Duration)
 				err = h.cfg.StoreControl.Start(context.WithoutCancel(ctx))
+			}
+			for _, px := range all {
+				px.Refuse(false)
 			}
 		} else {
 			h.progress("chaos: %s store restart, emulated at the proxies (down %v)", h.elapsed(), p.Duration.Round(time.Millisecond))
