@@ -17,7 +17,8 @@
 //	P{N}          the lock: the holder string, PX = the term's TTL
 //	P{N}:token    the fencing token counter: INCRemented by each grant, never expires
 //	P{N}:meta     the term's token, TTL and metadata, with the same PX as the lock
-//	P{N}:events   the pub/sub channel on which grants and releases are published
+//	P{N}:events   the pub/sub channel on which releases are published (not grants: a
+//	              waiter has nothing to do while the lease is held)
 //
 // The {N} hash tag puts every key of a lease in one hash slot, so each
 // operation is one atomic script on Redis Cluster too. Renew and Release

@@ -234,8 +234,8 @@ func (s *Store) wrap(op string, err error) error {
 
 // Acquire implements store.Store with SET NX PX semantics in one script: if
 // the lock key is absent (or expired) or holds this same holder, the counter
-// is incremented, the lock key set to holder with PX ttl, and the grant
-// published on the lease's channel. A *TokenRegressError reports a counter
+// is incremented and the lock key set to holder with PX ttl. (Grants are not
+// published: waiters wake on releases and at expiry.) A *TokenRegressError reports a counter
 // below a token already seen; nothing was granted then.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {

@@ -58,7 +58,6 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 't', tok, 'ttl', ARGV[2], 'm', ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
-redis.call('PUBLISH', ARGV[5], 'acquired')
 return {1, ARGV[1], tok, redis.call('PTTL', KEYS[1]), ARGV[2], ARGV[3], ctr}
 `)
 

@@ -13,7 +13,7 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// Watch implements store.Watcher. Acquire and Release publish on the lease's
+// Watch implements store.Watcher. Release and ForceRelease publish on the lease's
 // channel inside their scripts; Watch subscribes to it on the store's one
 // pub/sub connection, and returns once Redis has confirmed the subscription,
 // so no publish after Watch returns is missed while the channel is open.

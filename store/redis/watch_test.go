@@ -47,20 +47,25 @@ func TestWatchFanOut(t *testing.T) {
 	if n := c.PubSubNumSub(ctx, channel).Val()[channel]; n != 1 {
 		t.Errorf("PUBSUB NUMSUB %s = %d with two watches on one store, want 1 (one subscription)", channel, n)
 	}
-	rec, err := other.Acquire(ctx, "job", "node-a", time.Minute, "")
-	if err != nil {
-		t.Fatal(err)
+	grantRelease := func(holder string) {
+		t.Helper()
+		rec, err := other.Acquire(ctx, "job", holder, time.Minute, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Release(ctx, rec.Term); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if !recv(t, w1, "grant, watch 1") || !recv(t, w2, "grant, watch 2") {
-		t.Fatal("a watch channel closed instead of waking on a grant")
+	grantRelease("node-a")
+	if !recv(t, w1, "release, watch 1") || !recv(t, w2, "release, watch 2") {
+		t.Fatal("a watch channel closed instead of waking on a release")
 	}
 
 	cancel1()
 	for recv(t, w1, "watch 1 after its context ended") {
 	}
-	if err := other.Release(ctx, rec.Term); err != nil {
-		t.Fatal(err)
-	}
+	grantRelease("node-b")
 	if !recv(t, w2, "release, watch 2") {
 		t.Fatal("watch 2 closed when watch 1 ended")
 	}
@@ -72,10 +77,8 @@ func TestWatchFanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Acquire(ctx, "job", "node-b", time.Minute, ""); err != nil {
-		t.Fatal(err)
-	}
-	if !recv(t, w3, "grant, watch 3") {
+	grantRelease("node-c")
+	if !recv(t, w3, "release, watch 3") {
 		t.Fatal("watch 3 closed instead of waking")
 	}
 
@@ -111,11 +114,11 @@ func TestWatchResubscribe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !recv(t, w, "grant") {
-			t.Fatalf("round %d: watch closed instead of waking", i)
-		}
 		if err := other.Release(ctx, rec.Term); err != nil {
 			t.Fatal(err)
+		}
+		if !recv(t, w, "release") {
+			t.Fatalf("round %d: watch closed instead of waking", i)
 		}
 		cancel()
 		for recv(t, w, "watch after its context ended") {
