@@ -413,7 +413,7 @@ func writeTimeline(b *strings.Builder, h *History, r *Result) {
 			x0, x1 := x(f.Start), x(f.End)
 			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" opacity=\"0.12\"><title>%s</title></rect>\n", x0, top, math.Max(x1-x0, 2), (len(rows)+storeRow)*rowH, col, tip)
 			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" opacity=\"0.8\" rx=\"2\"><title>%s</title></rect>\n", x0, top+rowH/2-barH/2, math.Max(x1-x0, 2), barH, col, tip)
-			fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"10.5\" fill=\"#fff\">restart</text>\n", x0+3, top+rowH/2+4)
+			fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"10.5\" fill=\"%s\">store restart</text>\n", math.Max(x1-x0, 2)+x0+4, top+rowH/2+4, col)
 			continue
 		}
 		ry, ok := rowY[f.Target]
@@ -429,6 +429,7 @@ func writeTimeline(b *strings.Builder, h *History, r *Result) {
 			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" opacity=\"0.15\"><title>%s</title></rect>\n", x0, ry+2, math.Max(x1-x0, 2), rowH-4, col, tip)
 		case FaultTwin:
 			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"none\" stroke=\"%s\" stroke-dasharray=\"4 3\"><title>%s</title></rect>\n", x0, ry+2, math.Max(x1-x0, 2), rowH-4, col, tip)
+			fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"9.5\" fill=\"%s\">twin</text>\n", x0+2, ry+10, col)
 		default:
 			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" opacity=\"0.22\" rx=\"3\"><title>%s</title></rect>\n", x0, ry+2, math.Max(x1-x0, 2), rowH-4, col, tip)
 			fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"9.5\" fill=\"%s\">%s</text>\n", x0+2, ry+10, col, esc(f.Kind))
