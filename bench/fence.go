@@ -28,20 +28,10 @@ const (
 	fwClaimLease = "tx + ClaimLease"
 	fwAuto       = "autocommit (unfenced)"
 	fwDirect     = "autocommit direct form"
-	fwPipelined  = "tx + claim pipelined with the write (prototype)"
+	fwPipelined  = "tx + QueueClaim (pipelined with the write)"
 )
 
 var fenceKinds = []string{fwTx, fwClaim, fwClaimLease, fwPipelined, fwAuto, fwDirect}
-
-// claimSQL is sqlfence's PostgreSQL claim statement (fence/sqlfence, copied
-// for the prototype below: sqlfence does not export it). The prototype sends
-// it in one pgx batch with the write, so that the claim costs no round trip
-// of its own.
-func (fe *fenceEnv) claimSQL() string {
-	return `INSERT INTO ` + fe.f.Table() + ` AS f (resource, token) VALUES ($1, $2)
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token
-RETURNING token`
-}
 
 type fenceEnv struct {
 	e     *pgEnv
@@ -99,16 +89,11 @@ func (fe *fenceEnv) write(ctx context.Context, kind string, id int) (time.Durati
 	case fwPipelined:
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
-			var got int64
-			b.Queue(fe.claimSQL(), "items-pipelined", tok).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
-			b.Queue(upd, id)
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			if err := fe.f.QueueClaim(b, "items-pipelined", tok); err != nil {
 				return err
 			}
-			if got != tok {
-				return fmt.Errorf("pipelined claim: the fence row says %d", got)
-			}
-			return nil
+			b.Queue(upd, id)
+			return tx.SendBatch(ctx, b).Close()
 		})
 	default:
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
