@@ -111,6 +111,9 @@ func runClean(t *testing.T, c chaos.Config) *chaos.Outcome {
 	for _, v := range out.Result.Violations {
 		t.Errorf("violation: %s", v)
 	}
+	for _, e := range out.UnexpectedExits {
+		t.Errorf("node: %s", e)
+	}
 	s := out.Result.Stats
 	if len(out.History.Faults) == 0 {
 		t.Error("no fault was injected")
@@ -206,5 +209,25 @@ func TestRunRejectsBadInputBeforeStarting(t *testing.T) {
 	entries, _ := os.ReadDir(c.Dir)
 	if len(entries) != 0 {
 		t.Fatalf("a rejected run wrote %d files", len(entries))
+	}
+}
+
+func TestRunRefusesAUsedOutputDirectory(t *testing.T) {
+	c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), 20*time.Second)
+	os.MkdirAll(c.Dir, 0o755)
+	if err := os.WriteFile(filepath.Join(c.Dir, "history-n1.1.jsonl"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := chaos.Run(context.Background(), c)
+	if !errors.Is(err, chaos.ErrInvalid) || !strings.Contains(err.Error(), "is not empty") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRunNamesABadStoreURLAsBadInput(t *testing.T) {
+	c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db")+"?colour=blue", 20*time.Second)
+	_, err := chaos.Run(context.Background(), c)
+	if !errors.Is(err, chaos.ErrInvalid) || errors.Is(err, chaos.ErrStore) {
+		t.Fatalf("err = %v, want ErrInvalid", err)
 	}
 }

@@ -2,9 +2,42 @@
 // etcd's robustness tests verify a database: it runs several real node
 // processes against a real store, injects faults into them at random (but
 // reproducibly from a seed), records what every node and the protected
-// resource did, and checks the record.
+// resource did, and checks the record. `leasehold verify` is its command.
 //
-// See README.md for what a run proves and how to read its report.
+// A run ([Run]) starts node processes ([NodeMain]) that contend for one lease
+// with leasehold.NewElector; the leader writes to a fenced register with its
+// token. Between each node and the store sits a TCP fault [Proxy]; each node's
+// elector runs on a [DriftClock]. The harness pauses (SIGSTOP), kills and
+// restarts nodes, cuts, resets and slows their connections, restarts the
+// store (for real through a [StoreControl], or emulated at the proxies), skews
+// and drifts their clocks, and starts twins with a node's identity, following
+// a schedule drawn from the seed ([Plan]). [Check] then verifies, from the
+// recorded [History] alone: that the register never accepted a token lower
+// than one it had accepted; that no token was granted twice; that every
+// accepted write came from its token's term; that no work ran past its
+// safeUntil on its own clock; that a leader came back within the failover
+// bound after each fault healed; and that the register is linearizable
+// (porcupine, per resource). [Summary] and [WriteReport] present the result.
+//
+// # What is and is not guaranteed
+//
+// A passing run is evidence, not proof: it shows that the faults and timings
+// it reached produced no violation. A failing check is a real finding, and the
+// checker can fail: its unit tests feed it a hand-made history for each kind
+// of violation, and the negative control (Config.Unfenced: the register's token
+// check turned off) must be caught in every CI run. All nodes run on one host
+// and share its wall clock, which is how events of different processes are
+// ordered; skew and drift are injected into each node's leasehold.Clock, not
+// into the host or the store. A seed fixes the fault schedule, not the
+// interleaving of the processes. A store restart is real only where the
+// caller supplies a StoreControl; otherwise it is emulated by resetting and
+// refusing every proxied connection while the server keeps running. The
+// harness needs a Unix system (signals); it only runs against a store on this
+// host unless told otherwise, because it cuts that store's connections and
+// writes test data (a lease named chaos-<run id>, and on PostgreSQL the
+// register's tables).
+//
+// See README.md for the command, the report and the soak.
 package chaos
 
 import "errors"

@@ -121,6 +121,10 @@ type Outcome struct {
 	Summary string
 	// Report is the path of the HTML report.
 	Report string
+	// UnexpectedExits lists node processes that ended by themselves with a
+	// failure, or did not stop when asked: each is worth reading (its
+	// stderr log is in Dir).
+	UnexpectedExits []string
 }
 
 // DefaultTimings are the chaos run's default lease timings.
@@ -302,6 +306,9 @@ type proc struct {
 	history  string
 	proxies  []*Proxy
 	offset   time.Duration
+	killed   bool // by a kill fault
+	forced   bool // killed because it did not stop when asked
+	errLog   string
 }
 
 type harness struct {
@@ -348,8 +355,14 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 		if dir, err = os.MkdirTemp("", "leasehold-chaos-"); err != nil {
 			return nil, fmt.Errorf("leasehold/chaos: %w", err)
 		}
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("leasehold/chaos: %w", err)
+	} else {
+		// Nodes append to their history files: two runs must not share a folder.
+		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+			return nil, fmt.Errorf("%w: the output directory %s is not empty; give each run its own", ErrInvalid, dir)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("leasehold/chaos: %w", err)
+		}
 	}
 	var idb [4]byte
 	crand.Read(idb[:])
@@ -375,6 +388,9 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	h.st, err = c.Open(octx, storeURL)
 	cancel()
 	if err != nil {
+		if errors.Is(err, store.ErrInvalid) {
+			return nil, fmt.Errorf("%w: store %s: %w", ErrInvalid, redact(u), err)
+		}
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStore, redact(u), err)
 	}
 	defer h.st.Close()
@@ -436,7 +452,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 		return nil, err
 	}
 	res := Check(hist, CheckOptions{LinearizeTimeout: c.LinearizeTimeout})
-	out := &Outcome{Dir: dir, Seed: c.Seed, Plan: plan, History: hist, Result: res}
+	out := &Outcome{Dir: dir, Seed: c.Seed, Plan: plan, History: hist, Result: res, UnexpectedExits: h.unexpectedExits()}
 	out.Summary = Summary(hist, res)
 	if err := h.writeOutputs(out); err != nil {
 		return nil, err
@@ -575,6 +591,7 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 		return nil, fmt.Errorf("leasehold/chaos: %w", err)
 	}
 	cmd.Stderr = errf
+	p.errLog = errf.Name()
 	if err := cmd.Start(); err != nil {
 		errf.Close()
 		return nil, fmt.Errorf("leasehold/chaos: start node %s (%s): %w", p.name, c.NodeCommand[0], err)
@@ -629,9 +646,28 @@ func (h *harness) stopProc(p *proc, wait time.Duration) {
 	select {
 	case <-p.exited:
 	case <-t.C:
+		p.forced = true
 		p.cmd.Process.Kill()
 		<-p.exited
 	}
+}
+
+// unexpectedExits lists the processes that failed on their own or had to be
+// killed at the end. Call it after stopAll.
+func (h *harness) unexpectedExits() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, p := range h.all {
+		switch st := p.cmd.ProcessState; {
+		case p.killed:
+		case p.forced:
+			out = append(out, fmt.Sprintf("%s did not stop within %v of being asked, and was killed (see %s)", p.name, h.cfg.Timings.LeaseDuration+5*time.Second, p.errLog))
+		case st != nil && !st.Success():
+			out = append(out, fmt.Sprintf("%s exited by itself: %v (see %s)", p.name, st, p.errLog))
+		}
+	}
+	return out
 }
 
 func (h *harness) stopAll(ctx context.Context) {
@@ -780,6 +816,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 		}
 	case FaultKill:
 		h.progress("chaos: %s kill %s (%s), restart after %v", h.elapsed(), target.name, role, p.Duration.Round(time.Millisecond))
+		target.killed = true
 		target.cmd.Process.Kill()
 		<-target.exited
 		sleepCtx(ctx, p.Duration)

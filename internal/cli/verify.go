@@ -156,6 +156,9 @@ Examples:
 		from = u.Redacted() // name the store, never its password
 	}
 	if res != nil {
+		for _, e := range res.UnexpectedExits {
+			fmt.Fprintf(c.env.Stderr, "leasehold verify: warning: node %s\n", e)
+		}
 		fmt.Fprintln(c.env.Stdout, res.Summary)
 		fmt.Fprintf(c.env.Stdout, "report: %s\n", res.Report)
 		fmt.Fprintf(c.env.Stdout, "repeat: leasehold verify --seed %d (with the same flags)\n", res.Seed)
