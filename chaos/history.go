@@ -14,18 +14,19 @@ import (
 
 // Kinds of node history events (Event.Kind).
 const (
-	EvStart       = "start"        // the process started; Holder is its holder identity
-	EvAcquired    = "acquired"     // a term was granted: Token, SafeUntil, Latency of the acquire
-	EvRenewed     = "renewed"      // a renewal succeeded: SafeUntil moved; Latency
-	EvRenewFailed = "renew-failed" // a renewal failed (Err)
-	EvLost        = "lost"         // the node stopped holding Token (Reason)
-	EvReleased    = "released"     // the release request returned (Err)
-	EvWorkStart   = "work-start"   // the guarded work began, under Token
-	EvWorkStop    = "work-stop"    // the guarded work returned
-	EvWriteCall   = "write-call"   // a write to the register is about to be sent (Op, Res, Value, Token)
-	EvWriteReturn = "write-return" // its answer: Result accepted, refused or error
-	EvClock       = "clock"        // the node's clock was changed (Detail)
-	EvExit        = "exit"         // the process is exiting normally
+	EvStart       = "start"         // the process started; Holder is its holder identity
+	EvAcquired    = "acquired"      // a term was granted: Token, SafeUntil, Latency of the acquire
+	EvAcquireErr  = "acquire-error" // an acquire attempt got no definite answer (Err): it may have granted a term
+	EvRenewed     = "renewed"       // a renewal succeeded: SafeUntil moved; Latency
+	EvRenewFailed = "renew-failed"  // a renewal failed (Err)
+	EvLost        = "lost"          // the node stopped holding Token (Reason)
+	EvReleased    = "released"      // the release request returned (Err)
+	EvWorkStart   = "work-start"    // the guarded work began, under Token
+	EvWorkStop    = "work-stop"     // the guarded work returned
+	EvWriteCall   = "write-call"    // a write to the register is about to be sent (Op, Res, Value, Token)
+	EvWriteReturn = "write-return"  // its answer: Result accepted, refused or error
+	EvClock       = "clock"         // the node's clock was changed (Detail)
+	EvExit        = "exit"          // the process is exiting normally
 )
 
 // Results of a write (Event.Result, RegisterEntry.Result).

@@ -173,10 +173,13 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	onEvent := func(ev leasehold.Event) {
 		switch ev.Kind {
 		case leasehold.EventAcquireAttempt:
-			if ev.Err == nil {
+			switch {
+			case ev.Err == nil:
 				mu.Lock()
 				acqLatency = ev.Latency
 				mu.Unlock()
+			case !errors.Is(ev.Err, store.ErrHeld):
+				hw.emit(Event{Kind: EvAcquireErr, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
 			}
 		case leasehold.EventAcquired:
 			mu.Lock()
