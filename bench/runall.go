@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -120,7 +121,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 		}
 	}
 	if o.stores["kubernetes"] {
-		bin, err := kubeBinDir(repoRoot())
+		bin, err := kubetest.BinDir()
 		if err != nil {
 			if err := missing("kubernetes", err); err != nil {
 				return nil, err

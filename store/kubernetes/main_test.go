@@ -18,7 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/testenv"
 	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
-	"github.com/leasehold/leasehold/store/kubernetes/internal/kubetest"
+	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 )
 
 // The package's tests share one etcd and kube-apiserver, started on first
