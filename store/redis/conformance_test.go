@@ -43,7 +43,7 @@ var aclCommands = []string{
 	"-@all",
 	"+ping", "+hello", "+auth",
 	"+eval", "+evalsha",
-	"+get", "+set", "+incr", "+del", "+hset", "+hget", "+hmget", "+pexpire", "+pttl",
+	"+get", "+set", "+incr", "+del", "+pexpire", "+pttl",
 	"+publish", "+subscribe", "+unsubscribe",
 	"+scan",
 }

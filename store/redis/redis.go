@@ -147,18 +147,59 @@ func (s *Store) Prefix() string { return s.prefix }
 // Client is the go-redis client this store uses.
 func (s *Store) Client() goredis.UniversalClient { return s.c }
 
-// keys are the keys of lease name: the lock, the counter and the metadata.
+// keys are the keys of lease name: the lock, the counter and the term.
 func (s *Store) keys(name string) []string {
 	lock := s.prefix + "{" + name + "}"
-	return []string{lock, lock + ":token", lock + ":meta"}
+	return []string{lock, lock + ":token", lock + ":term"}
 }
 
 // LockKey is the Redis key that holds the holder string of lease name: the
 // key a redislock or redsync client must use to exclude leasehold holders.
 func (s *Store) LockKey(name string) string { return s.keys(name)[0] }
 
-// channel is the pub/sub channel of lease name.
+// channel is the pub/sub channel of lease name. The scripts name it from
+// the lock key: KEYS[1] .. ':events'.
 func (s *Store) channel(name string) string { return s.prefix + "{" + name + "}:events" }
+
+// tokenArg is how the scripts are sent a term's token: "token:", the prefix
+// of its term record.
+func tokenArg(tok int64) string {
+	var b [24]byte
+	return string(append(strconv.AppendInt(b[:0], tok, 10), ':'))
+}
+
+// termRecord is a term record as the scripts store it, "token:ttl:metadata".
+type termRecord struct {
+	token, ttlMs int64
+	metadata     string
+}
+
+// parseTermRecord reads a term record; the empty string (no record: a lock
+// key written by another library) is the zero record.
+func parseTermRecord(v string) (termRecord, error) {
+	if v == "" {
+		return termRecord{}, nil
+	}
+	tok, rest, ok1 := strings.Cut(v, ":")
+	ttl, md, ok2 := strings.Cut(rest, ":")
+	t, err1 := strconv.ParseInt(tok, 10, 64)
+	ms, err2 := strconv.ParseInt(ttl, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return termRecord{}, fmt.Errorf("malformed term record %.40q", v)
+	}
+	return termRecord{token: t, ttlMs: ms, metadata: md}, nil
+}
+
+// record is the Record of a term read from Redis: holder, term record and
+// PTTL as the scripts return them.
+func record(name, holder string, tr termRecord, pttl int64) store.Record {
+	return store.Record{
+		Term:      store.Term{Name: name, Holder: holder, Token: tr.token},
+		Remaining: remaining(pttl),
+		TTL:       time.Duration(tr.ttlMs) * time.Millisecond,
+		Metadata:  tr.metadata,
+	}
+}
 
 func (s *Store) check(ctx context.Context) error {
 	s.mu.Lock()
@@ -234,9 +275,10 @@ func (s *Store) wrap(op string, err error) error {
 
 // Acquire implements store.Store with SET NX PX semantics in one script: if
 // the lock key is absent (or expired) or holds this same holder, the counter
-// is incremented and the lock key set to holder with PX ttl. (Grants are not
-// published: waiters wake on releases and at expiry.) A *TokenRegressError reports a counter
-// below a token already seen; nothing was granted then.
+// is incremented, the lock key set to holder with PX ttl, and the term's
+// record (token, TTL, metadata) written with the same PX. Grants are not
+// published: waiters wake on releases and at expiry. A *TokenRegressError
+// reports a counter below a token already seen; nothing was granted then.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
@@ -248,44 +290,59 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err != nil {
 		return store.Record{}, err
 	}
-	op := fmt.Sprintf("acquire %q", name)
 	ms := millis(ttl)
-	v, err := acquireScript.Run(ctx, s.c, s.keys(name), holder, ms, metadata, floor, s.channel(name)).Slice()
+	msArg := strconv.FormatInt(ms, 10)
+	res, err := acquireScript.Run(ctx, s.c, s.keys(name), holder, msArg, ":"+msArg+":"+metadata, floor).Result()
 	if err != nil {
-		return store.Record{}, s.wrap(op, err)
+		return store.Record{}, s.wrap(acquireOp(name), err)
 	}
-	var r reply
-	r.v = v
-	status := r.int(0)
-	rec := store.Record{
-		Term:      store.Term{Name: name, Holder: r.str(1), Token: r.int(2)},
-		Remaining: remaining(r.int(3)),
-		TTL:       time.Duration(r.int(4)) * time.Millisecond,
-		Metadata:  r.str(5),
+	if tok, ok := res.(int64); ok {
+		// Granted: the script set exactly what was asked; only the token is new.
+		s.observe(name, tok)
+		return store.Record{
+			Term:      store.Term{Name: name, Holder: holder, Token: tok},
+			Remaining: time.Duration(ms) * time.Millisecond,
+			TTL:       time.Duration(ms) * time.Millisecond,
+			Metadata:  metadata,
+		}, nil
 	}
-	counter := r.int(6)
-	if r.err != nil {
-		return store.Record{}, s.wrap(op, r.err)
+	v, ok := res.([]any)
+	if !ok {
+		return store.Record{}, s.wrap(acquireOp(name), fmt.Errorf("script reply is %T, want an integer or an array", res))
 	}
-	switch status {
-	case acqGranted:
-		s.observe(name, rec.Token)
-		return rec, nil
-	case acqHeld:
-		s.observe(name, max(rec.Token, counter))
-		return rec, fmt.Errorf("leasehold/redis: %s: %w", op, store.ErrHeld)
-	case acqHeldRegress:
-		s.observe(name, rec.Token)
-		return rec, fmt.Errorf("leasehold/redis: %s: %w (%w)", op, store.ErrHeld,
-			&TokenRegressError{Name: name, Seen: floor, Found: counter})
+	r := reply{v: v}
+	switch status := r.int(0); status {
 	case acqRegress:
+		counter := r.int(1)
+		if r.err != nil {
+			return store.Record{}, s.wrap(acquireOp(name), r.err)
+		}
 		return store.Record{}, &TokenRegressError{Name: name, Seen: floor, Found: counter, Granted: true}
+	case acqHeld, acqHeldRegress:
+		holder, tr, pttl, counter := r.str(1), r.term(2), r.int(3), r.int(4)
+		if r.err != nil {
+			return store.Record{}, s.wrap(acquireOp(name), r.err)
+		}
+		rec := record(name, holder, tr, pttl)
+		if status == acqHeld {
+			s.observe(name, max(rec.Token, counter))
+			return rec, fmt.Errorf("leasehold/redis: %s: %w", acquireOp(name), store.ErrHeld)
+		}
+		s.observe(name, rec.Token)
+		return rec, fmt.Errorf("leasehold/redis: %s: %w (%w)", acquireOp(name), store.ErrHeld,
+			&TokenRegressError{Name: name, Seen: floor, Found: counter})
+	default:
+		if r.err != nil {
+			return store.Record{}, s.wrap(acquireOp(name), r.err)
+		}
+		return store.Record{}, s.wrap(acquireOp(name), fmt.Errorf("unexpected script status %d", status))
 	}
-	return store.Record{}, s.wrap(op, fmt.Errorf("unexpected script status %d", status))
 }
 
+func acquireOp(name string) string { return fmt.Sprintf("acquire %q", name) }
+
 // Renew implements store.Store: one script compares the lock value with the
-// holder and the term's stored token with the token, then PEXPIREs.
+// holder and the term record's token with the token, then extends both keys.
 func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
@@ -297,32 +354,32 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 		return store.Record{}, err
 	}
 	ms := millis(ttl)
-	v, err := renewScript.Run(ctx, s.c, s.keys(t.Name), t.Holder, strconv.FormatInt(t.Token, 10), ms).Slice()
-	return s.renewed(t, ms, v, err)
+	res, err := renewScript.Run(ctx, s.c, s.keys(t.Name), t.Holder, tokenArg(t.Token), ms).Result()
+	return s.renewed(t, ms, res, err)
 }
 
-func (s *Store) renewed(t store.Term, ms int64, v []any, err error) (store.Record, error) {
-	op := "renew " + t.String()
+// renewed reads renewScript's reply: the term's metadata if renewed, 0 if not.
+func (s *Store) renewed(t store.Term, ms int64, res any, err error) (store.Record, error) {
 	if err != nil {
-		return store.Record{}, s.wrap(op, err)
+		return store.Record{}, s.wrap("renew "+t.String(), err)
 	}
-	r := reply{v: v}
-	if r.int(0) != renewRenewed {
-		if r.err != nil {
-			return store.Record{}, s.wrap(op, r.err)
+	switch x := res.(type) {
+	case string:
+		s.observe(t.Name, t.Token)
+		// The script set the term's PTTL to exactly ms.
+		return store.Record{Term: t, Remaining: time.Duration(ms) * time.Millisecond, TTL: time.Duration(ms) * time.Millisecond, Metadata: x}, nil
+	case int64:
+		if x == renewNotHeld {
+			return store.Record{}, fmt.Errorf("leasehold/redis: renew %s: %w", t, store.ErrNotHeld)
 		}
-		return store.Record{}, fmt.Errorf("leasehold/redis: %s: %w", op, store.ErrNotHeld)
 	}
-	rec := store.Record{Term: t, Remaining: remaining(r.int(1)), TTL: time.Duration(ms) * time.Millisecond, Metadata: r.str(2)}
-	if r.err != nil {
-		return store.Record{}, s.wrap(op, r.err)
-	}
-	s.observe(t.Name, t.Token)
-	return rec, nil
+	return store.Record{}, s.wrap("renew "+t.String(), fmt.Errorf("unexpected script reply %v (%T)", res, res))
 }
 
 // RenewMany implements store.BatchRenewer: the renew scripts of all terms go
-// in one pipeline (one round trip per Redis node).
+// in one pipeline of EVALSHA (one round trip per Redis node). If the server
+// does not have the script cached (a restart, SCRIPT FLUSH), those commands
+// ran nothing and are sent again once, with EVAL, which caches it.
 func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Duration) ([]store.Record, []error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, nil, err
@@ -337,32 +394,46 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 	pipe := s.c.Pipeline()
 	for i, t := range terms {
 		if errs[i] = store.ValidateTerm(t); errs[i] == nil {
-			// EVAL, not EVALSHA: a pipeline cannot fall back per command on
-			// NOSCRIPT, and the script is short.
-			cmds[i] = renewScript.Eval(ctx, pipe, s.keys(t.Name), t.Holder, strconv.FormatInt(t.Token, 10), ms)
+			cmds[i] = renewScript.EvalSha(ctx, pipe, s.keys(t.Name), t.Holder, tokenArg(t.Token), ms)
 		}
 	}
-	if pipe.Len() > 0 {
+	if n := pipe.Len(); n > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
-			// Exec reports the first failed command. A script error for one
-			// term is not expected (the scripts are fixed); any error here
-			// leaves the batch's outcome unknown.
-			return nil, nil, s.wrap(fmt.Sprintf("renew %d terms", pipe.Len()), err)
+			// Exec reports the first failed command. NOSCRIPT means that
+			// command did nothing; any other error (a script error for one
+			// term is not expected: the scripts are fixed) leaves the batch's
+			// outcome unknown.
+			again := s.c.Pipeline()
+			for i, t := range terms {
+				if cmds[i] == nil || cmds[i].Err() == nil {
+					continue
+				}
+				if !goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+					return nil, nil, s.wrap(fmt.Sprintf("renew %d terms", n), cmds[i].Err())
+				}
+				cmds[i] = renewScript.Eval(ctx, again, s.keys(t.Name), t.Holder, tokenArg(t.Token), ms)
+			}
+			if again.Len() == 0 {
+				return nil, nil, s.wrap(fmt.Sprintf("renew %d terms", n), err)
+			}
+			if _, err := again.Exec(ctx); err != nil {
+				return nil, nil, s.wrap(fmt.Sprintf("renew %d terms", n), err)
+			}
 		}
 	}
 	for i, t := range terms {
 		if cmds[i] == nil {
 			continue
 		}
-		v, err := cmds[i].Slice()
-		recs[i], errs[i] = s.renewed(t, ms, v, err)
+		res, err := cmds[i].Result()
+		recs[i], errs[i] = s.renewed(t, ms, res, err)
 	}
 	return recs, errs, nil
 }
 
 // Release implements store.Store: one script compares the lock value and
-// the term's token, deletes the lock and its metadata, keeps the counter, and
-// publishes on the lease's channel.
+// the term's token, deletes the lock and the term record, keeps the counter,
+// and publishes on the lease's channel.
 func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -370,13 +441,12 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err := store.ValidateTerm(t); err != nil {
 		return err
 	}
-	op := "release " + t.String()
-	n, err := releaseScript.Run(ctx, s.c, s.keys(t.Name), t.Holder, strconv.FormatInt(t.Token, 10), s.channel(t.Name)).Int64()
+	n, err := releaseScript.Run(ctx, s.c, s.keys(t.Name), t.Holder, tokenArg(t.Token)).Int64()
 	if err != nil {
-		return s.wrap(op, err)
+		return s.wrap("release "+t.String(), err)
 	}
 	if n != releaseReleased {
-		return fmt.Errorf("leasehold/redis: %s: %w", op, store.ErrNotHeld)
+		return fmt.Errorf("leasehold/redis: release %s: %w", t, store.ErrNotHeld)
 	}
 	return nil
 }
@@ -402,16 +472,13 @@ func (s *Store) get(ctx context.Context, name string) (store.Record, error) {
 		return store.Record{}, s.wrap(op, err)
 	}
 	r := reply{v: v}
-	holder, ctrs := r.str(0), r.str(1)
-	rec := store.Record{Term: store.Term{Name: name, Holder: holder}}
-	if holder != "" {
-		rec.Token = r.int(2)
-		rec.Remaining = remaining(r.int(3))
-		rec.TTL = time.Duration(r.int(4)) * time.Millisecond
-		rec.Metadata = r.str(5)
-	}
+	holder, ctrs, tr, pttl := r.str(0), r.str(1), r.term(2), r.int(3)
 	if r.err != nil {
 		return store.Record{}, s.wrap(op, r.err)
+	}
+	rec := store.Record{Term: store.Term{Name: name}}
+	if holder != "" {
+		rec = record(name, holder, tr, pttl)
 	}
 	var counter int64
 	if ctrs != "" {
@@ -443,7 +510,7 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 		return store.Record{}, err
 	}
 	op := fmt.Sprintf("force-release %q", name)
-	v, err := forceReleaseScript.Run(ctx, s.c, s.keys(name), s.channel(name)).Slice()
+	v, err := forceReleaseScript.Run(ctx, s.c, s.keys(name)).Slice()
 	if err != nil {
 		return store.Record{}, s.wrap(op, err)
 	}
@@ -458,15 +525,11 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 		}
 		return rec, fmt.Errorf("leasehold/redis: %s: %w", op, store.ErrNotHeld)
 	}
-	rec := store.Record{
-		Term:      store.Term{Name: name, Holder: r.str(1), Token: r.int(2)},
-		Remaining: remaining(r.int(3)),
-		TTL:       time.Duration(r.int(4)) * time.Millisecond,
-		Metadata:  r.str(5),
-	}
+	holder, tr, pttl := r.str(1), r.term(2), r.int(3)
 	if r.err != nil {
 		return store.Record{}, s.wrap(op, r.err)
 	}
+	rec := record(name, holder, tr, pttl)
 	return rec, nil
 }
 
@@ -594,6 +657,15 @@ func (r *reply) int(i int) int64 {
 		}
 		return 0
 	}
+}
+
+// term reads a term record (see parseTermRecord).
+func (r *reply) term(i int) termRecord {
+	tr, err := parseTermRecord(r.str(i))
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("script reply element %d: %w", i, err)
+	}
+	return tr
 }
 
 func (r *reply) str(i int) string {

@@ -5,8 +5,8 @@ import goredis "github.com/redis/go-redis/v9"
 // The scripts run atomically on the server that owns the lease's hash slot.
 // Every key of one lease is named in KEYS and shares the {name} hash tag, so
 // they run unchanged on Redis Cluster. Redis freezes its clock for the length
-// of a script (7.0 and later), so a key set with PX reports exactly that PTTL
-// within the same script, and the lock and meta keys given the same PX in one
+// of a script (7.0 and later), so a key set with PX has exactly that PTTL
+// within the same script, and the lock and term keys given the same PX in one
 // script expire at the same instant.
 //
 // PTTL answers 0 for a key with less than a millisecond left, which GET still
@@ -18,24 +18,62 @@ import goredis "github.com/redis/go-redis/v9"
 //
 //	KEYS[1] P{N}        the lock: the holder string, with PX = the term's TTL
 //	KEYS[2] P{N}:token  the token counter; never expires
-//	KEYS[3] P{N}:meta   hash {t: the term's token, ttl: ms, m: metadata}, same PX as the lock
+//	KEYS[3] P{N}:term   the term's record "token:ttl:metadata" (token and ttl
+//	                    in decimal, ttl in ms; metadata is the rest, colons and
+//	                    all), same PX as the lock
 //
-// Replies are arrays; missing values are sent as the empty string or "0".
+// The lease's pub/sub channel is KEYS[1] .. ':events'.
+//
+// The scripts are written for the fewest Redis commands on the common path
+// (each command a script runs costs about as much as a script's own
+// overhead): the term is one string written with one SET PX, not a hash that
+// needs HSET and PEXPIRE, and a PTTL the script just set is not read back.
+// Replies are arrays; a missing value is sent as the empty string.
 
-// acquireScript grants the lease if the lock key is absent or holds ARGV[1].
+// acquireScript grants the lease if the lock key is absent (or expired) or
+// holds ARGV[1].
 //
-// ARGV: 1 holder, 2 ttl in ms, 3 metadata, 4 floor (the highest token the
-// caller has seen, 0 if none), 5 the lease's event channel.
+// ARGV: 1 holder, 2 ttl in ms, 3 ":ttl:metadata" (the term record after the
+// token), 4 floor (the highest token the caller has seen, 0 if none).
 //
-// Before anything else it compares the counter with the floor: a counter
-// below a token that was already seen has lost increments (a restart without
-// fsync, a promoted replica). The script then raises the counter to the floor
-// and grants nothing; the caller reports the regress and may try again.
+// The common case, a free lock, is three commands: SET NX PX (which is the
+// whole of redislock's acquire), INCR, and the term's SET PX. The counter
+// before the grant is the new token minus one, so the floor is checked after
+// the INCR: a counter below a token that was already seen has lost
+// increments (a restart without fsync, a promoted replica). The script then
+// raises the counter to the floor, takes back the SET, and grants nothing;
+// the caller reports the regress and may try again. A counter that is not an
+// integer (written by something else) fails the INCR: the SET is taken back
+// and the error returned, so nothing is granted. No other client sees the
+// undone writes: the script is atomic.
 //
-// Reply: {status, holder, token, pttl, ttl, metadata, counter-before}
-// status 1 = granted, 0 = held by another (the live term), 2 = regress.
+// A lock key that exists (SET NX refused) is read: another holder's live
+// term is returned as it is; this same holder's term, or a key with PTTL 0
+// (under a millisecond left, expired to the scripts), is replaced.
+//
+// Replies: granted, the new token, an integer (the term is exactly what was
+// asked: an array reply costs Redis more than the rest of a command);
+// otherwise an array, by status:
+//
+//	2 regress, nothing granted: {2, counter-before}
+//	0 held by another, or 3 held and the counter was below the floor:
+//	  {status, holder, term record, pttl, counter-before}
 var acquireScript = goredis.NewScript(`
 local floor = tonumber(ARGV[4])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local tok = redis.pcall('INCR', KEYS[2])
+  if type(tok) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return tok
+  end
+  if tok <= floor then
+    redis.call('SET', KEYS[2], ARGV[4])
+    redis.call('DEL', KEYS[1])
+    return {2, tok - 1}
+  end
+  redis.call('SET', KEYS[3], string.format('%d', tok) .. ARGV[3], 'PX', ARGV[2])
+  return tok
+end
 local cur = redis.call('GET', KEYS[1])
 local ctr = tonumber(redis.call('GET', KEYS[2]) or '0')
 local regressed = false
@@ -44,89 +82,90 @@ if ctr < floor then
   regressed = true
 end
 local pttl = redis.call('PTTL', KEYS[1])
-if cur and cur ~= ARGV[1] and pttl ~= 0 then
-  local m = redis.call('HMGET', KEYS[3], 't', 'ttl', 'm')
+if cur ~= ARGV[1] and pttl ~= 0 then
   local status = 0
   if regressed then status = 3 end
-  return {status, cur, m[1] or '0', pttl, m[2] or '0', m[3] or '', ctr}
+  return {status, cur, redis.call('GET', KEYS[3]) or '', pttl, ctr}
 end
 if regressed then
-  return {2, '', '0', 0, '0', '', ctr}
+  return {2, ctr}
 end
 local tok = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], 't', tok, 'ttl', ARGV[2], 'm', ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return {1, ARGV[1], tok, redis.call('PTTL', KEYS[1]), ARGV[2], ARGV[3], ctr}
+redis.call('SET', KEYS[3], string.format('%d', tok) .. ARGV[3], 'PX', ARGV[2])
+return tok
 `)
 
-// Status codes of acquireScript.
+// Status codes of the scripts.
 const (
 	acqHeld         = 0
-	acqGranted      = 1
 	acqRegress      = 2
 	acqHeldRegress  = 3 // held by another, and the counter was below the floor
 	renewNotHeld    = 0
-	renewRenewed    = 1
 	releaseNotHeld  = 0
 	releaseReleased = 1
 )
 
-// renewScript extends exactly the term (holder ARGV[1], token ARGV[2]) to
-// ARGV[3] ms from now. The lock value alone is not enough: the same holder
-// string may have been granted a newer term, and only that term may be renewed.
+// renewScript extends exactly the term (holder ARGV[1], token ARGV[2], sent
+// as "token:", the prefix of its term record) to ARGV[3] ms from now. The
+// lock value alone is not enough: the same holder string may have been
+// granted a newer term, and only that term may be renewed. The term's new
+// PTTL is exactly ARGV[3] (the script's clock is frozen), so it is not read
+// back.
 //
-// Reply: {1, pttl, metadata} or {0}.
+// Reply: the metadata (a string) if renewed, else 0.
 var renewScript = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
-if redis.call('HGET', KEYS[3], 't') ~= ARGV[2] then return {0} end
-if redis.call('PTTL', KEYS[1]) == 0 then return {0} end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local rec = redis.call('GET', KEYS[3])
+if not rec or string.sub(rec, 1, #ARGV[2]) ~= ARGV[2] then return 0 end
+if redis.call('PTTL', KEYS[1]) == 0 then return 0 end
+local m = string.sub(rec, string.find(rec, ':', #ARGV[2] + 1, true) + 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('HSET', KEYS[3], 'ttl', ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-return {1, redis.call('PTTL', KEYS[1]), redis.call('HGET', KEYS[3], 'm') or ''}
+redis.call('SET', KEYS[3], ARGV[2] .. ARGV[3] .. ':' .. m, 'PX', ARGV[3])
+return m
 `)
 
-// releaseScript ends exactly the term (holder ARGV[1], token ARGV[2]) and
-// publishes on its channel ARGV[3]. The counter is kept.
+// releaseScript ends exactly the term (holder ARGV[1], token ARGV[2], sent
+// as "token:") and publishes on the lease's channel. The counter is kept.
 //
 // Reply: 1 released, 0 not held.
 var releaseScript = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call('HGET', KEYS[3], 't') ~= ARGV[2] then return 0 end
+local rec = redis.call('GET', KEYS[3])
+if not rec or string.sub(rec, 1, #ARGV[2]) ~= ARGV[2] then return 0 end
 if redis.call('PTTL', KEYS[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[1], KEYS[3])
-redis.call('PUBLISH', ARGV[3], 'released')
+redis.call('PUBLISH', KEYS[1] .. ':events', 'released')
 return 1
 `)
 
 // getScript reads a consistent snapshot of a lease.
 //
-// Reply: {holder, counter, token, pttl, ttl, metadata}; a missing holder or
-// counter is the empty string.
+// Reply: {holder, counter, term record, pttl}; a missing value is the empty
+// string.
 var getScript = goredis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-local ctr = redis.call('GET', KEYS[2])
-local m = redis.call('HMGET', KEYS[3], 't', 'ttl', 'm')
-return {cur or '', ctr or '', m[1] or '0', redis.call('PTTL', KEYS[1]), m[2] or '0', m[3] or ''}
+if not cur then return {'', redis.call('GET', KEYS[2]) or '', '', -2} end
+return {cur, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '', redis.call('PTTL', KEYS[1])}
 `)
 
-// forceReleaseScript ends whatever term is live, and publishes on ARGV[1].
+// forceReleaseScript ends whatever term is live, and publishes on the
+// lease's channel.
 //
 // Reply: {-1} never granted, {0, counter} nothing live, or
-// {1, holder, token, pttl, ttl, metadata, counter} the term it ended.
+// {1, holder, term record, pttl, counter} the term it ended.
 var forceReleaseScript = goredis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 local ctr = redis.call('GET', KEYS[2])
-if cur and redis.call('PTTL', KEYS[1]) == 0 then cur = false end
+local pttl = -2
+if cur then pttl = redis.call('PTTL', KEYS[1]) end
+if cur and pttl == 0 then cur = false end
 if not cur then
   if not ctr then return {-1} end
   return {0, ctr}
 end
-local m = redis.call('HMGET', KEYS[3], 't', 'ttl', 'm')
-local pttl = redis.call('PTTL', KEYS[1])
+local rec = redis.call('GET', KEYS[3])
 redis.call('DEL', KEYS[1], KEYS[3])
-redis.call('PUBLISH', ARGV[1], 'released')
-return {1, cur, m[1] or '0', pttl, m[2] or '0', m[3] or '', ctr or '0'}
+redis.call('PUBLISH', KEYS[1] .. ':events', 'released')
+return {1, cur, rec or '', pttl, ctr or '0'}
 `)

@@ -158,8 +158,17 @@ func TestLockKeyIsPlainHolder(t *testing.T) {
 	if ttl, err := c.PTTL(ctx, key+":token").Result(); err != nil || ttl != -1 {
 		t.Errorf("counter PTTL = %v, %v; want no expiry (-1)", ttl, err)
 	}
+	// The term's record expires with the lock: the same PX, set in one script.
+	if v, err := c.Get(ctx, key+":term").Result(); err != nil || v != fmt.Sprintf("%d:30000:meta", rec.Token) {
+		t.Errorf("GET %s:term = %q, %v; want \"token:ttl:metadata\"", key, v, err)
+	}
+	lockTTL, err1 := c.PTTL(ctx, key).Result()
+	termTTL, err2 := c.PTTL(ctx, key+":term").Result()
+	if err1 != nil || err2 != nil || termTTL <= 0 || termTTL > lockTTL {
+		t.Errorf("PTTL of the term record %v (%v), of the lock %v (%v); want the term's at most the lock's (read after it)", termTTL, err2, lockTTL, err1)
+	}
 	// Redis Cluster hashes only the part inside the first {...} of a key.
-	for _, k := range []string{key, key + ":token", key + ":meta"} {
+	for _, k := range []string{key, key + ":token", key + ":term", key + ":events"} {
 		if tag := hashTag(k); tag != "job" {
 			t.Errorf("key %q hashes on %q, want the lease name %q: the lease's keys must share a slot", k, tag, "job")
 		}
