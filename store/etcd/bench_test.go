@@ -193,10 +193,11 @@ func newSession2(b testing.TB, cli *clientv3.Client) *concurrency.Session {
 	return s
 }
 
-// BenchmarkLockUnlock: uncontended acquire+release cycles. leasehold grants a
-// new etcd lease per term (Grant, then the Txn; Release is a Txn, then a
-// background Revoke); an etcd Mutex on a long-lived session is one Txn and
-// one Delete, and with a session per lock it grants and revokes as well.
+// BenchmarkLockUnlock: uncontended acquire+release cycles. leasehold puts each
+// term on an etcd lease from the handle's pool (the released term's), with a
+// keep-alive sent alongside the Txn; Release is a Txn. An etcd Mutex on a
+// long-lived session is one Txn and one Delete, and with a session per lock it
+// grants and revokes as well.
 func BenchmarkLockUnlock(b *testing.B) {
 	m := benchServer(b)
 	ctx := context.Background()

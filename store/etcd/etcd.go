@@ -3,35 +3,83 @@
 //
 // # How a lease is kept
 //
-// Each term is one etcd lease and one key. For lease name N under the store's
+// Each live term has its own etcd lease and one key (a lease is reused from
+// one term to a later one, never shared by two live terms). For lease name N under the store's
 // key prefix P, contenders write keys P+N+"/"+<lease ID in hex>, attached to
 // their etcd lease; the key with the lowest create revision is the holder.
 // That is the layout of etcd's own concurrency package (Mutex, Election) and
 // therefore of `etcdctl lock` and `etcdctl elect`, so leasehold and those
 // tools exclude each other on one name (see "Working with etcd's own tools").
 //
-//   - Acquire grants an etcd lease with the TTL (rounded up to whole seconds:
+//   - Acquire takes an etcd lease with the TTL (rounded up to whole seconds:
 //     etcd leases have a granularity of one second, and etcd raises a TTL below
-//     its own minimum, 2 s with default server timings, silently), then in one
-//     transaction writes its key only if no other contender key exists under
-//     P+N+"/". A live term of the same holder is deleted in the same
+//     its own minimum, 2 s with default server timings, silently): one from
+//     the handle's pool, refreshed by a keep-alive sent alongside the
+//     transaction, or a newly granted one (see "Reusing etcd leases"). In one
+//     transaction it writes its key only if no other contender key exists
+//     under P+N+"/". A live term of the same holder is deleted in the same
 //     transaction. The term's token is the create revision of its key.
 //   - Renew sends a keep-alive for exactly that term's etcd lease, then checks
 //     with a linearizable read that the term's key still exists with that
-//     create revision and holder. etcd never revives an expired lease.
+//     create revision and holder. etcd never revives an expired lease. A
+//     handle renews a term acquired through another handle by moving its key
+//     to a lease of its own (see "Reusing etcd leases").
 //   - Release deletes the key in a transaction that compares its create
-//     revision and holder, then revokes the etcd lease.
+//     revision and holder. The etcd lease, which carries nothing then, goes
+//     to the handle's pool, or is revoked.
 //   - A crashed holder's key is deleted by etcd when its lease expires; waiters
 //     watching the prefix (see Watch) wake on that delete, as on a release,
-//     in about one round trip. A refused attempt keeps its etcd lease for the
-//     same holder's next attempt, so the waiter that wakes takes over with one
-//     transaction.
+//     in about one round trip. A refused attempt puts its etcd lease in the
+//     pool, so the waiter that wakes takes over with one transaction.
 //
 // A second key, P+".leasehold/term/"+N, written in the same transaction as each
 // grant and never attached to a lease, records the holder and metadata of the
 // last grant; its mod revision is that grant's token. It lets Get report the
 // last token after a release, and lets Renew, Release and Fence find a term's
 // key from its token.
+//
+// # Reusing etcd leases
+//
+// A grant on a new etcd lease costs two raft writes (the grant, then the
+// transaction) and a release two more (the delete, then the revocation); etcd's
+// Mutex on a long-lived session makes two per lock and unlock. So a Store
+// handle keeps the etcd leases it granted and uses them again: a lease whose
+// term was released through the handle, or whose attempt was refused, goes to
+// the handle's pool, and the handle's next Acquire with the same TTL in whole
+// seconds (any name, any holder) puts its key on it, sending a keep-alive in
+// the same step; the grant is counted only if that keep-alive was answered,
+// and its Remaining is the TTL the keep-alive restored. A lock and an unlock
+// are then two raft writes. Pooled leases carry no key; they are revoked when
+// found too close to expiry to be used, on Close, or when the pool is full
+// (128), and otherwise expire on their own. The rules that keep this safe:
+//
+//   - A lease carries at most one key, the key of one term. It enters the pool
+//     only after the delete of a Release through the handle that granted it
+//     (the delete's previous value names the lease), or after an attempt that
+//     wrote nothing. A crashed holder's key dies with its lease, as before.
+//   - Renew extends only its own term. A handle sends a keep-alive for a
+//     lease on behalf of term t only while its own table says the lease
+//     carries t: once the lease is back in the pool or carries a newer term,
+//     t's late renewals get ErrNotHeld with nothing sent. A handle never
+//     keeps alive a lease that another handle granted: to renew a term
+//     acquired elsewhere it moves the term's key to a lease of its own
+//     (keeping the key, so the token) and revokes the old lease, which
+//     therefore never returns to a pool (that move reads the old lease's time
+//     to live first, and ends the term rather than trust a move whose answer
+//     came later than that lease could have lived).
+//   - A lease is pooled only if every keep-alive the handle sent for it came
+//     back with etcd's answer. A keep-alive without an answer may still be
+//     applied by etcd later, on whatever the lease carries then; such a lease
+//     is revoked, not reused. (The store sends each keep-alive request itself,
+//     one per attempt, rather than through clientv3's KeepAliveOnce, whose
+//     internal retries it could not see.)
+//   - Release deletes only its term's key (the transaction compares the key's
+//     create revision and holder); the token is the key's create revision, so
+//     it still rises on every grant, on a reused lease as on a new one.
+//
+// The acquire path sends its keep-alives on one long-lived stream per handle
+// (a new stream per keep-alive costs a stream set-up, and with user/password
+// authentication an Authenticate request, itself a raft write, each time).
 //
 // # What is guaranteed
 //
@@ -96,6 +144,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -139,9 +188,19 @@ type Store struct {
 	// use is checked against etcd.
 	termsMu sync.Mutex
 	terms   map[store.Term]termInfo
-	// spares are etcd leases of refused attempts, kept for the same
-	// holder's next attempt on the same name (see Acquire).
-	spares map[spareKey]clientv3.LeaseID
+	// leases are the etcd leases this handle granted (leases.go), and pool
+	// those of them that carry no key and may back the next grant, by the
+	// TTL asked for in whole seconds, most recently refreshed last.
+	leases map[clientv3.LeaseID]*ownLease
+	pool   map[int64][]clientv3.LeaseID
+
+	lcOnce sync.Once
+	lc     pb.LeaseClient // for keep-alives (see keepAlive)
+	// ka is the open keep-alive stream of the acquire path (see kaConn);
+	// kaOpening is set while a goroutine opens one.
+	kaMu      sync.Mutex
+	ka        *kaConn
+	kaOpening bool
 }
 
 type termInfo struct {
@@ -168,7 +227,8 @@ func New(cli *clientv3.Client, prefix string) (*Store, error) {
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	return &Store{cli: cli, prefix: prefix, closing: make(chan struct{}), terms: map[store.Term]termInfo{}, spares: map[spareKey]clientv3.LeaseID{}}, nil
+	return &Store{cli: cli, prefix: prefix, closing: make(chan struct{}), terms: map[store.Term]termInfo{},
+		leases: map[clientv3.LeaseID]*ownLease{}, pool: map[int64][]clientv3.LeaseID{}}, nil
 }
 
 func validatePrefix(prefix string) error {
@@ -298,11 +358,13 @@ func (s *Store) spawn(f func()) {
 
 // Acquire implements store.Store.
 //
-// A refused attempt keeps its etcd lease (it carries no key) for the next
-// attempt of the same holder on the same name through this handle, which
-// then sends a keep-alive for it alongside its transaction instead of
-// granting a new lease first: a waiter that wakes on a release takes over in
-// one write. A kept lease that is not used again expires on its own.
+// The term's key is put on an etcd lease from this handle's pool when one of
+// the same TTL is there (the lease of a term this handle released, or of an
+// attempt of this handle that was refused): a keep-alive for it is sent
+// alongside the transaction, so that a grant is one write and its Remaining is
+// the TTL that keep-alive restored. Otherwise a new lease is granted first.
+// A refused attempt puts its lease back in the pool. See "Reusing etcd
+// leases" in the package doc.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
@@ -315,102 +377,72 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
 	}
 	rec, err := s.acquire(ctx, name, holder, ttl, secs, metadata, true)
-	if errors.Is(err, errSpareGone) {
+	if errors.Is(err, errPooledGone) {
 		rec, err = s.acquire(ctx, name, holder, ttl, secs, metadata, false)
 	}
 	return rec, err
 }
 
-// errSpareGone: the kept lease an attempt reused had expired, so nothing was
+// errPooledGone: the pooled lease an attempt used had expired, so nothing was
 // written; the attempt is made again with a new lease.
-var errSpareGone = errors.New("kept lease expired")
-
-type spareKey struct {
-	name, holder string
-	secs         int64
-}
-
-// takeSpare removes and returns the lease kept for k, if any.
-func (s *Store) takeSpare(k spareKey) (clientv3.LeaseID, bool) {
-	s.termsMu.Lock()
-	defer s.termsMu.Unlock()
-	id, ok := s.spares[k]
-	delete(s.spares, k)
-	return id, ok
-}
-
-// keepSpare keeps lease id for the next attempt of k, or revokes it.
-func (s *Store) keepSpare(k spareKey, id clientv3.LeaseID) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	s.termsMu.Lock()
-	_, taken := s.spares[k]
-	keep := !closed && !taken && len(s.spares) < 1024
-	if keep {
-		s.spares[k] = id
-	}
-	s.termsMu.Unlock()
-	if !keep {
-		s.revokeLater(id)
-	}
-}
+var errPooledGone = errors.New("pooled lease expired")
 
 type keepAliveResult struct {
-	resp *clientv3.LeaseKeepAliveResponse
-	err  error
+	ttl   int64
+	clean bool
+	err   error
 }
 
-func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string, useSpare bool) (store.Record, error) {
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string, usePool bool) (store.Record, error) {
 	pfx, rk := s.lockPrefix(name), s.recordKey(name)
-	sk := spareKey{name, holder, secs}
 
 	sent := time.Now()
 	var lease clientv3.LeaseID
 	var grantedSecs int64
-	var kaDone chan keepAliveResult // set when reusing a kept lease
-	if id, ok := s.takeSpare(sk); ok && useSpare {
-		lease = id
-		kaDone = make(chan keepAliveResult, 1)
-		go func() {
-			ka, err := s.cli.KeepAliveOnce(rctx(ctx), id)
-			kaDone <- keepAliveResult{ka, err}
-		}()
+	var kaWait func() keepAliveResult // set when using a pooled lease
+	pooled := false
+	if usePool {
+		lease, pooled = s.takePooled(secs, sent)
+	}
+	if pooled {
+		kaWait = s.startKeepAlive(rctx(ctx), lease)
 	} else {
-		if ok {
-			s.revokeLater(id)
-		}
 		g, err := s.cli.Grant(rctx(ctx), secs)
 		if err != nil {
 			return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: grant lease: %w", name, err)
 		}
 		lease, grantedSecs = g.ID, g.TTL
+		s.trackLease(lease, secs, sent.Add(time.Duration(g.TTL)*time.Second))
 	}
-	// keptAlive waits for the keep-alive of a reused lease (once) and
+	// keptAlive waits for the keep-alive of a pooled lease (once) and
 	// returns its error.
 	var kaErr error
-	kaWaited := kaDone == nil
+	kaClean := true
+	kaWaited := kaWait == nil
 	keptAlive := func() error {
 		if !kaWaited {
-			r := <-kaDone
-			kaWaited, kaErr = true, r.err
+			r := kaWait()
+			kaWaited, kaErr, kaClean = true, r.err, r.clean
 			if r.err == nil {
-				grantedSecs = r.resp.TTL
+				grantedSecs = r.ttl
 			}
 		}
 		return kaErr
 	}
+	var term store.Term
 	granted, refused := false, false
 	defer func() {
 		keptAlive()
+		aliveUntil := sent.Add(time.Duration(grantedSecs) * time.Second)
 		switch {
 		case granted:
+			s.bindLease(lease, term, aliveUntil, !kaClean)
 		case refused && kaErr == nil:
-			s.keepSpare(sk, lease) // nothing was written with it
+			s.putPool(lease, aliveUntil, !kaClean) // nothing was written with it
 		default:
 			// Nothing of ours was written, or the outcome is unknown: give the
 			// lease (and so any key it may carry) back.
-			s.revokeLater(lease)
+			s.revokeLease(lease)
 		}
 	}()
 
@@ -441,22 +473,22 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			clientv3.OpGet(rk),
 		).Commit()
 		if err != nil {
-			if kaDone != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return store.Record{}, errSpareGone // etcd refused the whole transaction
+			if pooled && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return store.Record{}, errPooledGone // etcd refused the whole transaction
 			}
 			return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
 		}
 		if resp.Succeeded {
 			if err := keptAlive(); err != nil {
-				// The reused lease was not kept alive: the key just written
+				// The pooled lease was not kept alive: the key just written
 				// may die with it at any moment. Give it back (deferred).
-				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: keep-alive of the reused lease: %w", name, err)
+				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: keep-alive of the pooled lease: %w", name, err)
 			}
 			granted = true
 			if own != nil {
-				s.revokeLater(own.lease)
+				s.revokeLease(own.lease)
 			}
-			term := store.Term{Name: name, Holder: holder, Token: resp.Header.Revision}
+			term = store.Term{Name: name, Holder: holder, Token: resp.Header.Revision}
 			s.remember(term, termInfo{key: myKey, lease: lease, metadata: metadata})
 			grantedTTL := time.Duration(grantedSecs) * time.Second
 			return store.Record{Term: term, Remaining: grantedTTL - time.Since(sent), TTL: grantedTTL, Metadata: metadata}, nil
@@ -491,7 +523,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: end own earlier term: %w", name, err)
 			}
 			if dresp.Succeeded {
-				s.revokeLater(clientv3.LeaseID(lowest.lease))
+				s.revokeLease(clientv3.LeaseID(lowest.lease))
 			}
 			continue
 		}
@@ -661,7 +693,10 @@ func (s *Store) current(ctx context.Context, t store.Term, key string) (clientv3
 // extended the live term. etcd cannot change a lease's TTL; a renewal that
 // asks for a longer TTL than the lease has moves the key to a new lease with
 // that TTL (keeping its create revision, so the token), and a renewal that
-// asks for a shorter one keeps the longer lease.
+// asks for a shorter one keeps the longer lease. The keep-alive is sent only
+// for a lease this handle granted and whose table entry says it carries the
+// term; a term whose key is on any other lease is renewed by moving the key
+// to a new lease of this handle (see "Reusing etcd leases" and adopt).
 func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
@@ -693,16 +728,39 @@ func (s *Store) renew(ctx context.Context, t store.Term, secs int64) (store.Reco
 	}
 	for attempt := 0; attempt < 4; attempt++ {
 		sent := time.Now()
-		ka, err := s.cli.KeepAliveOnce(rctx(ctx), ti.lease)
+		ttl, ours, err := s.keepAliveFor(rctx(ctx), ti.lease, t)
+		if !ours {
+			// Nothing was sent: this handle does not keep ti.lease alive for
+			// t (another handle granted it, or it went back to the pool when t
+			// was released here). Find where t's key is now.
+			lease, ok, err := s.current(ctx, t, ti.key)
+			if err != nil {
+				return store.Record{}, err
+			}
+			if !ok {
+				return store.Record{}, store.ErrNotHeld
+			}
+			if lease != ti.lease && s.carries(lease, t) {
+				ti.lease = lease // on a lease of ours meanwhile: keep that alive
+				continue
+			}
+			ti.lease = lease
+			rec, err := s.adopt(ctx, t, ti, secs)
+			if errors.Is(err, errMoved) {
+				continue
+			}
+			return rec, err
+		}
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			// The lease is gone. If the key moved to another lease (a renewal
-			// with a longer TTL through another handle), follow it.
+			// with a longer TTL, or through another handle), follow it.
 			lease, ok, cerr := s.current(ctx, t, ti.key)
 			if cerr != nil {
 				return store.Record{}, cerr
 			}
 			if !ok || lease == ti.lease {
+				s.endedTerm(ti.lease, t)
 				return store.Record{}, store.ErrNotHeld
 			}
 			ti.lease = lease
@@ -715,6 +773,7 @@ func (s *Store) renew(ctx context.Context, t store.Term, secs int64) (store.Reco
 			return store.Record{}, err
 		}
 		if !ok {
+			s.endedTerm(ti.lease, t)
 			return store.Record{}, store.ErrNotHeld
 		}
 		if lease != ti.lease {
@@ -722,14 +781,17 @@ func (s *Store) renew(ctx context.Context, t store.Term, secs int64) (store.Reco
 			continue
 		}
 		s.remember(t, ti)
-		if ka.TTL < secs {
+		if ttl < secs {
 			return s.extend(ctx, t, ti, secs)
 		}
-		granted := time.Duration(ka.TTL) * time.Second
+		granted := time.Duration(ttl) * time.Second
 		return store.Record{Term: t, Remaining: granted - time.Since(sent), TTL: granted, Metadata: ti.metadata}, nil
 	}
 	return store.Record{}, fmt.Errorf("the term's key kept moving between etcd leases")
 }
+
+// errMoved: adopt found that the term's key had left the lease it read.
+var errMoved = errors.New("the term's key moved to another lease")
 
 // extend moves term t's key (just kept alive, so live) to a new etcd lease of
 // secs seconds, keeping the key and so its create revision, and revokes the
@@ -740,29 +802,111 @@ func (s *Store) extend(ctx context.Context, t store.Term, ti termInfo, secs int6
 	if err != nil {
 		return store.Record{}, fmt.Errorf("grant a longer lease: %w", err)
 	}
+	aliveUntil := sent.Add(time.Duration(g.TTL) * time.Second)
+	s.trackLease(g.ID, secs, aliveUntil)
 	resp, err := s.cli.Txn(rctx(ctx)).If(
 		clientv3.Compare(clientv3.CreateRevision(ti.key), "=", t.Token),
 		clientv3.Compare(clientv3.Value(ti.key), "=", t.Holder),
 		clientv3.Compare(clientv3.LeaseValue(ti.key), "=", ti.lease),
 	).Then(clientv3.OpPut(ti.key, t.Holder, clientv3.WithLease(g.ID))).Commit()
 	if err != nil {
-		s.revokeLater(g.ID)
+		s.revokeLease(g.ID)
 		return store.Record{}, fmt.Errorf("move to a longer lease: %w", err)
 	}
 	if !resp.Succeeded {
-		s.revokeLater(g.ID)
+		s.revokeLease(g.ID)
 		return store.Record{}, store.ErrNotHeld
 	}
-	s.revokeLater(ti.lease)
+	s.bindLease(g.ID, t, aliveUntil, false)
+	s.revokeLease(ti.lease)
 	ti.lease = g.ID
 	s.remember(t, ti)
 	granted := time.Duration(g.TTL) * time.Second
 	return store.Record{Term: t, Remaining: granted - time.Since(sent), TTL: granted, Metadata: ti.metadata}, nil
 }
 
+// adopt renews term t, whose live key is on ti.lease, a lease this handle
+// does not keep alive for t, by moving the key onto a new lease of this
+// handle's (keeping the key, so its create revision and token) and revoking
+// the old one. It never sends a keep-alive for ti.lease: the handle that
+// granted it reuses it for its next term once t is released there, and a
+// keep-alive from here, sent before that release and applied after it, would
+// extend that next term.
+//
+// The move must not revive a term whose lease has expired but whose key etcd
+// has not deleted yet (it revokes expired leases on a 500 ms tick): adopt
+// first reads the old lease's time to live, and if the move's answer comes
+// back later than that, it revokes the new lease (ending t: the renewal fails
+// with ErrNotHeld) rather than trust a move that may have come too late.
+// It returns errMoved if the key left ti.lease meanwhile.
+func (s *Store) adopt(ctx context.Context, t store.Term, ti termInfo, secs int64) (store.Record, error) {
+	sent := time.Now()
+	tl, err := s.cli.TimeToLive(rctx(ctx), ti.lease)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return store.Record{}, fmt.Errorf("time to live of lease %x: %w", int64(ti.lease), err)
+	}
+	if err != nil || tl.TTL <= 0 {
+		// The lease has ended (or has expired and etcd is about to delete
+		// the key). If the key is still on it, the term has ended.
+		lease, ok, err := s.current(ctx, t, ti.key)
+		if err != nil {
+			return store.Record{}, err
+		}
+		if !ok || lease == ti.lease {
+			return store.Record{}, store.ErrNotHeld
+		}
+		return store.Record{}, errMoved
+	}
+	// etcd rounds the time left down to whole seconds, and the lease lives at
+	// least that long after etcd answered, which was after sent.
+	oldAliveUntil := sent.Add(time.Duration(tl.TTL) * time.Second)
+	gsent := time.Now()
+	g, err := s.cli.Grant(rctx(ctx), secs)
+	if err != nil {
+		return store.Record{}, fmt.Errorf("grant a lease: %w", err)
+	}
+	aliveUntil := gsent.Add(time.Duration(g.TTL) * time.Second)
+	s.trackLease(g.ID, secs, aliveUntil)
+	resp, err := s.cli.Txn(rctx(ctx)).If(
+		clientv3.Compare(clientv3.CreateRevision(ti.key), "=", t.Token),
+		clientv3.Compare(clientv3.Value(ti.key), "=", t.Holder),
+		clientv3.Compare(clientv3.LeaseValue(ti.key), "=", ti.lease),
+	).Then(clientv3.OpPut(ti.key, t.Holder, clientv3.WithLease(g.ID))).Commit()
+	if err != nil {
+		s.revokeLease(g.ID)
+		return store.Record{}, fmt.Errorf("move to a lease of this handle: %w", err)
+	}
+	if !resp.Succeeded {
+		s.revokeLease(g.ID)
+		return store.Record{}, errMoved
+	}
+	if !time.Now().Before(oldAliveUntil) {
+		// The move may have landed after the old lease expired. End the term
+		// by revoking the new lease, which deletes the key.
+		s.termsMu.Lock()
+		s.dropLocked(g.ID)
+		s.termsMu.Unlock()
+		rctx2, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+		defer cancel()
+		if _, err := s.cli.Revoke(rctx2, g.ID); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.revokeLater(g.ID)
+			return store.Record{}, fmt.Errorf("moved the key to a new lease too late to trust, and revoking that lease failed: %w", err)
+		}
+		return store.Record{}, store.ErrNotHeld
+	}
+	s.bindLease(g.ID, t, aliveUntil, false)
+	s.revokeLease(ti.lease)
+	ti.lease = g.ID
+	s.remember(t, ti)
+	granted := time.Duration(g.TTL) * time.Second
+	return store.Record{Term: t, Remaining: granted - time.Since(gsent), TTL: granted, Metadata: ti.metadata}, nil
+}
+
 // Release implements store.Store: it deletes exactly the term's key (in a
-// transaction comparing its create revision and holder) and then revokes the
-// term's etcd lease in the background; waiters wake on the delete.
+// transaction comparing its create revision and holder); waiters wake on the
+// delete. The term's etcd lease, which now carries no key, goes back to this
+// handle's pool for its next grant if this handle granted it and no
+// keep-alive for it is unanswered; otherwise it is revoked in the background.
 func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -783,10 +927,17 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	}
 	s.forget(t)
 	if !resp.Succeeded {
+		s.endedTerm(ti.lease, t)
 		return fmt.Errorf("leasehold/etcd: release %s: %w", t, store.ErrNotHeld)
 	}
 	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
-		s.revokeLater(clientv3.LeaseID(prev[0].Lease))
+		// The key was on this lease when it was deleted: it carries nothing
+		// of t now, and (a lease carries one key at a time) nothing else.
+		p := clientv3.LeaseID(prev[0].Lease)
+		if p != ti.lease {
+			s.endedTerm(ti.lease, t)
+		}
+		s.releasedTerm(p, t)
 	}
 	return nil
 }
@@ -1048,7 +1199,7 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 			continue
 		}
 		if !strings.HasPrefix(r.Holder, "etcd:") {
-			s.revokeLater(clientv3.LeaseID(kv.Lease))
+			s.revokeLease(clientv3.LeaseID(kv.Lease))
 		}
 		return r, nil
 	}
@@ -1067,16 +1218,19 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.closing)
 	s.mu.Unlock()
-	s.termsMu.Lock()
-	spares := s.spares
-	s.spares = map[spareKey]clientv3.LeaseID{}
-	s.termsMu.Unlock()
-	for _, id := range spares {
-		s.revokeLater(id)
+	// Revoke the pooled leases (they carry no key) and let background
+	// revocations finish (each is bounded by revokeTimeout) before the client
+	// goes: a revoked lease frees etcd at once, while one left behind lingers
+	// until its TTL runs out.
+	var revokes sync.WaitGroup
+	for _, id := range s.pooledLeases() {
+		revokes.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+			defer cancel()
+			s.cli.Revoke(ctx, id) //nolint:errcheck // best effort; the lease expires anyway
+		})
 	}
-	// Let background revocations finish (each is bounded by revokeTimeout)
-	// before the client goes: a revoked lease frees etcd at once, while one
-	// left behind lingers until its TTL runs out.
+	revokes.Wait()
 	s.wg.Wait()
 	var err error
 	if s.own {
