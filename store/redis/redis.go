@@ -153,6 +153,13 @@ func (s *Store) keys(name string) []string {
 	return []string{lock, lock + ":token", lock + ":term"}
 }
 
+// termKeys are the keys renewScript and releaseScript are sent: the lock
+// and the term record.
+func (s *Store) termKeys(name string) []string {
+	lock := s.prefix + "{" + name + "}"
+	return []string{lock, lock + ":term"}
+}
+
 // LockKey is the Redis key that holds the holder string of lease name: the
 // key a redislock or redsync client must use to exclude leasehold holders.
 func (s *Store) LockKey(name string) string { return s.keys(name)[0] }
@@ -354,7 +361,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 		return store.Record{}, err
 	}
 	ms := millis(ttl)
-	res, err := renewScript.Run(ctx, s.c, s.keys(t.Name), t.Holder, tokenArg(t.Token), ms).Result()
+	res, err := renewScript.Run(ctx, s.c, s.termKeys(t.Name), t.Holder, tokenArg(t.Token), ms).Result()
 	return s.renewed(t, ms, res, err)
 }
 
@@ -394,7 +401,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 	pipe := s.c.Pipeline()
 	for i, t := range terms {
 		if errs[i] = store.ValidateTerm(t); errs[i] == nil {
-			cmds[i] = renewScript.EvalSha(ctx, pipe, s.keys(t.Name), t.Holder, tokenArg(t.Token), ms)
+			cmds[i] = renewScript.EvalSha(ctx, pipe, s.termKeys(t.Name), t.Holder, tokenArg(t.Token), ms)
 		}
 	}
 	if n := pipe.Len(); n > 0 {
@@ -411,7 +418,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 				if !goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 					return nil, nil, s.wrap(fmt.Sprintf("renew %d terms", n), cmds[i].Err())
 				}
-				cmds[i] = renewScript.Eval(ctx, again, s.keys(t.Name), t.Holder, tokenArg(t.Token), ms)
+				cmds[i] = renewScript.Eval(ctx, again, s.termKeys(t.Name), t.Holder, tokenArg(t.Token), ms)
 			}
 			if again.Len() == 0 {
 				return nil, nil, s.wrap(fmt.Sprintf("renew %d terms", n), err)
@@ -441,7 +448,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err := store.ValidateTerm(t); err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, s.c, s.keys(t.Name), t.Holder, tokenArg(t.Token)).Int64()
+	n, err := releaseScript.Run(ctx, s.c, s.termKeys(t.Name), t.Holder, tokenArg(t.Token)).Int64()
 	if err != nil {
 		return s.wrap("release "+t.String(), err)
 	}

@@ -22,7 +22,10 @@ import goredis "github.com/redis/go-redis/v9"
 //	                    in decimal, ttl in ms; metadata is the rest, colons and
 //	                    all), same PX as the lock
 //
-// The lease's pub/sub channel is KEYS[1] .. ':events'.
+// renewScript and releaseScript, which do not touch the counter, are sent
+// only the lock and the term record, as KEYS[1] and KEYS[2] (each key sent
+// costs the script a little). The lease's pub/sub channel is
+// KEYS[1] .. ':events'.
 //
 // The scripts are written for the fewest Redis commands on the common path
 // (each command a script runs costs about as much as a script's own
@@ -116,12 +119,12 @@ const (
 // Reply: the metadata (a string) if renewed, else 0.
 var renewScript = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local rec = redis.call('GET', KEYS[3])
+local rec = redis.call('GET', KEYS[2])
 if not rec or string.sub(rec, 1, #ARGV[2]) ~= ARGV[2] then return 0 end
 if redis.call('PTTL', KEYS[1]) == 0 then return 0 end
 local m = string.sub(rec, string.find(rec, ':', #ARGV[2] + 1, true) + 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('SET', KEYS[3], ARGV[2] .. ARGV[3] .. ':' .. m, 'PX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[2] .. ARGV[3] .. ':' .. m, 'PX', ARGV[3])
 return m
 `)
 
@@ -131,10 +134,10 @@ return m
 // Reply: 1 released, 0 not held.
 var releaseScript = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local rec = redis.call('GET', KEYS[3])
+local rec = redis.call('GET', KEYS[2])
 if not rec or string.sub(rec, 1, #ARGV[2]) ~= ARGV[2] then return 0 end
 if redis.call('PTTL', KEYS[1]) == 0 then return 0 end
-redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('PUBLISH', KEYS[1] .. ':events', 'released')
 return 1
 `)
