@@ -201,6 +201,7 @@ type Store struct {
 	kaMu      sync.Mutex
 	ka        *kaConn
 	kaOpening bool
+	kaWG      sync.WaitGroup // the goroutine that opens and reads ka
 }
 
 type termInfo struct {
@@ -438,7 +439,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 		case granted:
 			s.bindLease(lease, term, aliveUntil, !kaClean)
 		case refused && kaErr == nil:
-			s.putPool(lease, aliveUntil, !kaClean) // nothing was written with it
+			s.putPool(lease, store.Term{}, aliveUntil, !kaClean) // nothing was written with it
 		default:
 			// Nothing of ours was written, or the outcome is unknown: give the
 			// lease (and so any key it may carry) back.
@@ -1232,6 +1233,7 @@ func (s *Store) Close() error {
 	}
 	revokes.Wait()
 	s.wg.Wait()
+	s.kaWG.Wait() // its stream ends with s.closing
 	var err error
 	if s.own {
 		err = s.cli.Close()

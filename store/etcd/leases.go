@@ -80,7 +80,7 @@ func (s *Store) trackLease(id clientv3.LeaseID, secs int64, aliveUntil time.Time
 }
 
 // takePooled removes and returns the most recently pooled lease for secs
-// that has enough life left; staler ones are revoked.
+// that has enough life left; the ones it finds too old are revoked.
 func (s *Store) takePooled(secs int64, now time.Time) (clientv3.LeaseID, bool) {
 	s.termsMu.Lock()
 	var stale []clientv3.LeaseID
@@ -98,19 +98,10 @@ func (s *Store) takePooled(secs int64, now time.Time) (clientv3.LeaseID, bool) {
 		if l == nil || !l.pooled {
 			continue // dropped meanwhile
 		}
-		minLeft := min(poolMinLeft, time.Duration(secs)*time.Second/2)
-		if l.aliveUntil.Sub(now) < minLeft {
-			// The rest of the stack was refreshed earlier still.
+		if l.aliveUntil.Sub(now) < min(poolMinLeft, time.Duration(secs)*time.Second/2) {
 			delete(s.leases, id)
 			stale = append(stale, id)
-			for _, older := range ids {
-				if ol := s.leases[older]; ol != nil && ol.pooled {
-					delete(s.leases, older)
-					stale = append(stale, older)
-				}
-			}
-			ids = nil
-			break
+			continue
 		}
 		l.pooled = false
 		s.setPool(secs, ids)
@@ -137,23 +128,33 @@ func (s *Store) pooledCount() int {
 	return n
 }
 
-// putPool puts lease id, which carries no key, in the pool, or revokes it
-// if it must not be reused (not in the table, tainted, a keep-alive for it in
-// flight), the pool is full, or the store is closing. aliveUntil (if later
-// than what the table has) and tainted are what the caller just learned.
-func (s *Store) putPool(id clientv3.LeaseID, aliveUntil time.Time, tainted bool) {
+// putPool puts lease id, which carries no key, in the pool if the table
+// says it carried term t (the zero Term: an acquire attempt's lease that
+// nothing was written with), no keep-alive for it is unanswered or in flight,
+// the pool has room and the store is open; otherwise it forgets and revokes
+// it. A lease with no entry (granted by another handle, or dropped from a full
+// table) is revoked; one whose entry has moved on to another term is left
+// alone. aliveUntil (if later than what the table has) and tainted are what
+// the caller just learned. The check and the change are one step under
+// termsMu, so no keep-alive or acquire slips in between.
+func (s *Store) putPool(id clientv3.LeaseID, t store.Term, aliveUntil time.Time, tainted bool) {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	s.termsMu.Lock()
 	l := s.leases[id]
-	if l != nil {
-		l.tainted = l.tainted || tainted
-		if aliveUntil.After(l.aliveUntil) {
-			l.aliveUntil = aliveUntil
+	if l == nil || l.pooled || l.term != t {
+		s.termsMu.Unlock()
+		if l == nil {
+			s.revokeLater(id) // not (or no longer) in the table: ours to give back
 		}
+		return
 	}
-	keep := !closed && l != nil && !l.pooled && !l.tainted && l.inflight == 0 && s.pooledCount() < maxPooled
+	l.tainted = l.tainted || tainted
+	if aliveUntil.After(l.aliveUntil) {
+		l.aliveUntil = aliveUntil
+	}
+	keep := !closed && !l.tainted && l.inflight == 0 && s.pooledCount() < maxPooled
 	if keep {
 		l.term, l.pooled = store.Term{}, true
 		s.pool[l.secs] = append(s.pool[l.secs], id)
@@ -218,21 +219,29 @@ func (s *Store) carries(id clientv3.LeaseID, t store.Term) bool {
 
 // releasedTerm settles lease id after term t's key was deleted from it by a
 // Release through this handle: back to the pool if the table says it carried
-// t, else revoked.
+// t (see putPool), else revoked. (A lease the delete's previous value names
+// carried t's key at that moment, so it is in no pool: leases there carry no
+// key.)
 func (s *Store) releasedTerm(id clientv3.LeaseID, t store.Term) {
-	if s.carries(id, t) {
-		s.putPool(id, time.Time{}, false)
-		return
-	}
-	s.revokeLease(id)
+	s.putPool(id, t, time.Time{}, false)
 }
 
 // endedTerm is called when term t is known not to be live (a renewal or
-// release got ErrNotHeld): if lease id carried t in this handle's table it
-// carries no live key now, so it is forgotten and revoked.
+// release got ErrNotHeld): if lease id carries t in this handle's table, it
+// carries no live key now, so it is forgotten and revoked. The check and the
+// removal are one step under termsMu: once the lease is out of the table no
+// Release can pool it and no Acquire can take it, so the revocation can only
+// end what t left behind.
 func (s *Store) endedTerm(id clientv3.LeaseID, t store.Term) {
-	if s.carries(id, t) {
-		s.revokeLease(id)
+	s.termsMu.Lock()
+	l := s.leases[id]
+	ours := l != nil && !l.pooled && l.term == t
+	if ours {
+		s.dropLocked(id)
+	}
+	s.termsMu.Unlock()
+	if ours {
+		s.revokeLater(id)
 	}
 }
 
@@ -417,10 +426,17 @@ func (s *Store) kaConnection() *kaConn {
 		}
 		s.ka = nil
 	}
-	if !s.kaOpening {
+	s.mu.Lock()
+	closed := s.closed
+	if !closed && !s.kaOpening {
 		s.kaOpening = true
-		s.spawn(s.openKeepAliveStream)
+		s.kaWG.Add(1)
+		go func() {
+			defer s.kaWG.Done()
+			s.openKeepAliveStream()
+		}()
 	}
+	s.mu.Unlock()
 	return nil
 }
 

@@ -370,3 +370,44 @@ func TestClosePoolRevoked(t *testing.T) {
 		t.Fatalf("after Close: %v keys under the name (%v), want the live term's 1", r.Count, err)
 	}
 }
+
+// TestReuseRaces: a term's Release and a late Renew race an Acquire of
+// another name on the same handle, which may take the released lease from the
+// pool. Whatever the interleaving, the new term must keep its lease: the
+// late renewal's clean-up (the lease of a term that has ended) must never
+// revoke a lease that has moved on to the new term.
+func TestReuseRaces(t *testing.T) {
+	m := shared(t)
+	st := openStore(t, uniquePrefix("races"), m.clientURL)
+	ctx := testCtx(t, 60*time.Second)
+	ttl := time.Minute
+	for i := 0; i < 100; i++ {
+		old, err := st.Acquire(ctx, "a", "node-a", ttl, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The renewal's read sees the key gone about when the release's
+		// answer arrives; the acquire starts the moment the release returns,
+		// so it may take the lease while the renewal is still cleaning up.
+		renewed := make(chan struct{})
+		go func() { st.Renew(ctx, old.Term, ttl); close(renewed) }()
+		relErr := st.Release(ctx, old.Term)
+		cur, acqErr := st.Acquire(ctx, "b", "node-b", ttl, "")
+		<-renewed
+		if relErr != nil && !errors.Is(relErr, store.ErrNotHeld) {
+			t.Fatalf("round %d: Release: %v", i, relErr)
+		}
+		if acqErr != nil {
+			t.Fatalf("round %d: Acquire: %v", i, acqErr)
+		}
+		st.wg.Wait() // background revocations of this round
+		l := keyLease(t, st, cur.Term)
+		if ttl := leaseTTL(t, st.Client(), l); ttl <= 0 {
+			t.Fatalf("round %d: the live term %v lost its lease %x (TTL %d)", i, cur.Term, int64(l), ttl)
+		}
+		if err := st.Release(ctx, cur.Term); err != nil {
+			t.Fatalf("round %d: Release of the new term: %v", i, err)
+		}
+		st.Release(ctx, old.Term) // if the race left it live
+	}
+}
