@@ -352,8 +352,11 @@ func testSameHolderReacquire(s *suite) {
 	if _, err := st.Renew(s.ctx(), first.Term, ttl); !errors.Is(err, store.ErrNotHeld) {
 		s.t.Fatalf("Renew of the replaced term: err = %v, want ErrNotHeld", err)
 	}
+	if err := st.Release(s.ctx(), first.Term); !errors.Is(err, store.ErrNotHeld) {
+		s.t.Fatalf("late Release of the replaced term: err = %v, want ErrNotHeld", err)
+	}
 	if _, err := st.Renew(s.ctx(), second.Term, ttl); err != nil {
-		s.t.Fatalf("Renew of the new term: %v", err)
+		s.t.Fatalf("Renew of the new term (after a late release of the old one): %v", err)
 	}
 }
 
