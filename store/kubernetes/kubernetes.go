@@ -448,14 +448,34 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	fail := func(err error) (store.Record, error) {
 		return store.Record{}, fmt.Errorf("leasehold/kubernetes: renew %s: %w", t, err)
 	}
-	// The first try writes on the version this store saw last, as client-go's
-	// fast path does; the server's resourceVersion check decides, and a
-	// conflict sends the next try to read the object first.
+	var metadata string
+	err = s.updateLive(ctx, o, t, func(cur *coordinationv1.Lease, v view) *coordinationv1.Lease {
+		next := cur.DeepCopy()
+		acquired := s.now()
+		if cur.Spec.AcquireTime != nil {
+			acquired = cur.Spec.AcquireTime.Time
+		}
+		next.Spec = spec(t.Holder, secs, acquired, s.now(), t.Token)
+		metadata = v.metadata
+		return next
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return granted(t.Name, t.Holder, t.Token, secs, metadata), nil
+}
+
+// updateLive writes mutate(current Lease) only while t is its live term,
+// conditional on the resourceVersion read. The first try writes on the
+// version this store saw last, as client-go's fast path does; the server's
+// resourceVersion check decides, and a conflict sends the next try to read
+// the object first. It returns store.ErrNotHeld when t is not live.
+func (s *Store) updateLive(ctx context.Context, o object, t store.Term, mutate func(*coordinationv1.Lease, view) *coordinationv1.Lease) error {
 	fresh := false
 	for range maxConflicts {
 		cur, v, live, err := s.liveTerm(ctx, o, t, fresh)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		if !live {
 			if !fresh && cur != nil {
@@ -464,31 +484,24 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 				fresh = true
 				continue
 			}
-			return fail(store.ErrNotHeld)
+			return store.ErrNotHeld
 		}
-		next := cur.DeepCopy()
-		acquired := s.now()
-		if cur.Spec.AcquireTime != nil {
-			acquired = cur.Spec.AcquireTime.Time
-		}
-		next.Spec = spec(t.Holder, secs, acquired, s.now(), t.Token)
-		updated, err := s.update(ctx, next)
+		updated, err := s.update(ctx, mutate(cur, v))
 		if apierrors.IsConflict(err) {
 			fresh = true
 			continue
 		}
 		if apierrors.IsNotFound(err) {
 			s.forget(o.obj)
-			return fail(store.ErrNotHeld)
+			return store.ErrNotHeld
 		}
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		s.wrote(updated, s.now())
-		rec := granted(t.Name, t.Holder, t.Token, secs, v.metadata)
-		return rec, nil
+		return nil
 	}
-	return fail(fmt.Errorf("lost the race to write the Lease %d times in a row", maxConflicts))
+	return fmt.Errorf("lost the race to write the Lease %d times in a row", maxConflicts)
 }
 
 // Release implements store.Store. It writes what client-go's elector writes
@@ -506,42 +519,17 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err != nil {
 		return err
 	}
-	fail := func(err error) error {
-		return fmt.Errorf("leasehold/kubernetes: release %s: %w", t, err)
-	}
-	fresh := false
-	for range maxConflicts {
-		cur, _, live, err := s.liveTerm(ctx, o, t, fresh)
-		if err != nil {
-			return fail(err)
-		}
-		if !live {
-			if !fresh && cur != nil {
-				fresh = true
-				continue
-			}
-			return fail(store.ErrNotHeld)
-		}
+	err = s.updateLive(ctx, o, t, func(cur *coordinationv1.Lease, _ view) *coordinationv1.Lease {
 		next := cur.DeepCopy()
 		now := s.now()
 		next.Spec = spec("", 1, now, now, t.Token)
 		o.setAnnotations(next, t.Token, "")
-		updated, err := s.update(ctx, next)
-		if apierrors.IsConflict(err) {
-			fresh = true
-			continue
-		}
-		if apierrors.IsNotFound(err) {
-			s.forget(o.obj)
-			return fail(store.ErrNotHeld)
-		}
-		if err != nil {
-			return fail(err)
-		}
-		s.wrote(updated, s.now())
-		return nil
+		return next
+	})
+	if err != nil {
+		return fmt.Errorf("leasehold/kubernetes: release %s: %w", t, err)
 	}
-	return fail(fmt.Errorf("lost the race to write the Lease %d times in a row", maxConflicts))
+	return nil
 }
 
 // ForceRelease implements store.ForceReleaser: it clears whatever term is
