@@ -6,7 +6,9 @@
 //
 // A run ([Run]) starts node processes ([NodeMain]) that contend for one lease
 // with leasehold.NewElector; the leader writes to a fenced register with its
-// token. Between each node and the store sits a TCP fault [Proxy]; each node's
+// token. Between each node and the store sits a TCP fault [Proxy] (except
+// on SQLite, a file, and Kubernetes, whose server the kubeconfig names: there
+// only pauses, kills, clocks and twins are injected); each node's
 // elector runs on a [DriftClock]. The harness pauses (SIGSTOP), kills and
 // restarts nodes, cuts, resets and slows their connections, restarts the
 // store (for real through a [StoreControl], or emulated at the proxies), skews

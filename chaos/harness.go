@@ -37,7 +37,9 @@ type StoreControl interface {
 // Config configures a run. Zero fields take the defaults in the comments.
 type Config struct {
 	// StoreURL names the store (see SupportedSchemes). Required. Network
-	// stores must be on a loopback address unless AllowRemote is set.
+	// stores must be on a loopback address unless AllowRemote is set; a
+	// Kubernetes store (whose server the kubeconfig names, not the URL)
+	// needs AllowRemote always, and is not proxied: no network faults.
 	StoreURL    string
 	AllowRemote bool
 	// Open opens a store by URL, in the harness and (the same registry) in
@@ -238,7 +240,7 @@ func (c *Config) normalize() (*url.URL, storeKind, []string, error) {
 	}
 	if len(c.Faults) == 0 {
 		for _, f := range AllFaults {
-			if kind == storeLocal && isNetworkFault(f) {
+			if !kind.proxied() && isNetworkFault(f) {
 				continue
 			}
 			c.Faults = append(c.Faults, f)
@@ -250,6 +252,10 @@ func (c *Config) normalize() (*url.URL, storeKind, []string, error) {
 		}
 		if kind == storeLocal && isNetworkFault(f) {
 			return bad("fault %q needs a store reached over the network; %s:// is a local file with no connection to cut (use %s, %s, %s, %s)",
+				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
+		}
+		if kind == storeAPI && isNetworkFault(f) {
+			return bad("fault %q needs a store reached over the network through the harness's proxy; the harness does not proxy %s:// stores (their server's address is in the kubeconfig, not the URL) (use %s, %s, %s, %s)",
 				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
 		}
 	}
@@ -379,7 +385,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 		storeURL = withDefaultParam(u, "create_if_missing", "true")
 	}
 	h.nodeURL = func(proxies []*Proxy) string {
-		if kind == storeLocal {
+		if !kind.proxied() {
 			return storeURL.String()
 		}
 		return proxiedURL(storeURL, proxies)

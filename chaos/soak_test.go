@@ -14,7 +14,7 @@ import (
 //	LEASEHOLD_CHAOS_SOAK=10m go test ./chaos -run TestChaosSoak -v -timeout 3h
 //
 // for every fault kind on each store (10 minutes of faults per store), or
-// choose stores with LEASEHOLD_CHAOS_SOAK_STORES=sqlite,postgres,redis,etcd,
+// choose stores with LEASEHOLD_CHAOS_SOAK_STORES=sqlite,postgres,redis,etcd,kubernetes,
 // and keep the reports with LEASEHOLD_CHAOS_OUT=DIR. A given
 // LEASEHOLD_CHAOS_SEED repeats a schedule.
 func TestChaosSoak(t *testing.T) {
@@ -26,7 +26,7 @@ func TestChaosSoak(t *testing.T) {
 	if err != nil || d <= 0 {
 		t.Fatalf("LEASEHOLD_CHAOS_SOAK=%q is not a positive duration", v)
 	}
-	stores := map[string]bool{"sqlite": true, "postgres": true, "redis": true, "etcd": true}
+	stores := map[string]bool{"sqlite": true, "postgres": true, "redis": true, "etcd": true, "kubernetes": true}
 	if s := os.Getenv("LEASEHOLD_CHAOS_SOAK_STORES"); s != "" {
 		stores = map[string]bool{}
 		for _, name := range strings.Split(s, ",") {
@@ -58,6 +58,13 @@ func TestChaosSoak(t *testing.T) {
 			c := baseConfig(t, m.URL(), d)
 			c.StoreControl = m
 			runClean(t, c)
+		})
+	}
+	if stores["kubernetes"] {
+		t.Run("kubernetes", func(t *testing.T) {
+			c := baseConfig(t, startKube(t), d)
+			c.AllowRemote = true // the test's own kube-apiserver, on 127.0.0.1
+			runClean(t, c)       // the faults that need no proxy
 		})
 	}
 }

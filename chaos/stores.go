@@ -14,6 +14,7 @@ type storeKind int
 const (
 	storeLocal   storeKind = iota + 1 // a file on this host (SQLite): no proxy
 	storeNetwork                      // host:port endpoints in the URL's host, comma-separated
+	storeAPI                          // a server the URL does not locate (Kubernetes: the kubeconfig does): no proxy
 )
 
 var schemeKinds = map[string]storeKind{
@@ -24,12 +25,17 @@ var schemeKinds = map[string]storeKind{
 	"rediss":     storeNetwork,
 	"etcd":       storeNetwork,
 	"etcds":      storeNetwork,
+	"kubernetes": storeAPI,
 }
 
 // SupportedSchemes are the store URL schemes the harness can run against.
 func SupportedSchemes() []string {
-	return []string{"sqlite", "postgres", "postgresql", "redis", "rediss", "etcd", "etcds"}
+	return []string{"sqlite", "postgres", "postgresql", "redis", "rediss", "etcd", "etcds", "kubernetes"}
 }
+
+// proxied reports whether the harness puts fault proxies in front of a
+// store of this kind (and so can inject network faults).
+func (k storeKind) proxied() bool { return k == storeNetwork }
 
 // postgresParams are the PostgreSQL store's own URL parameters, which a
 // plain PostgreSQL connection (the register's) must not see.
@@ -69,6 +75,14 @@ func parseStoreURL(raw string, allowRemote bool) (*url.URL, storeKind, []string,
 			ErrInvalid, u.Scheme, strings.Join(SupportedSchemes(), ", "))
 	}
 	if kind == storeLocal {
+		return u, kind, nil, nil
+	}
+	if kind == storeAPI {
+		// The API server's address is in the kubeconfig (or the pod), not
+		// the URL: the harness cannot see that it is on this host.
+		if !allowRemote {
+			return nil, 0, nil, fmt.Errorf("%w: the chaos harness cannot run against %s:// stores without --allow-remote: the API server's address comes from the kubeconfig, not the URL, so the harness cannot check that it is on this host; it writes test data (a Lease) there, so point the kubeconfig at a test cluster only", ErrInvalid, u.Scheme)
+		}
 		return u, kind, nil, nil
 	}
 	if u.Host == "" {

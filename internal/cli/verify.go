@@ -68,7 +68,7 @@ Examples:
 	fs.IntVar(&f.nodes, "nodes", 3, "node processes")
 	fs.DurationVar(&f.duration, "duration", 30*time.Second, "how long faults are injected, after the first leader is elected")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the fault schedule and clock offsets (default: random, printed)")
-	fs.StringVar(&f.faults, "faults", "all", "comma-separated `KINDS` to inject: "+strings.Join(chaos.AllFaults, ", ")+", or all\n(a SQLite store has no network: all means pause, kill, clock, twin there)")
+	fs.StringVar(&f.faults, "faults", "all", "comma-separated `KINDS` to inject: "+strings.Join(chaos.AllFaults, ", ")+", or all\n(a SQLite store has no network, and a Kubernetes store is not proxied: all means pause, kill, clock, twin there)")
 	fs.Float64Var(&f.leaderBias, "leader-bias", 0.7, "share of node faults aimed at whichever node leads, in [0, 1]")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 0, "lease timings (default: a 2s lease, 1.4s renew deadline, 400ms renew interval,\n300ms retry period, 400ms wind-down; with only --lease-duration, the rest scale)")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", 0, "the holder's trust window after each renewal it sent")
@@ -123,8 +123,8 @@ Examples:
 			fmt.Fprintf(c.env.Stderr, "leasehold verify: no --store given: using a new SQLite file, %s\n", storeURL)
 		}
 	}
-	if all := f.faults == "all"; all && strings.HasPrefix(storeURL, "sqlite:") {
-		faults = nil // every kind a file store supports
+	if all := f.faults == "all"; all && (strings.HasPrefix(storeURL, "sqlite:") || strings.HasPrefix(storeURL, "kubernetes:")) {
+		faults = nil // every kind a store without a proxy supports
 	}
 	cfg := chaos.Config{
 		StoreURL: storeURL, AllowRemote: f.allowRemote,
