@@ -798,10 +798,32 @@ var errMoved = errors.New("the term's key moved to another lease")
 // secs seconds, keeping the key and so its create revision, and revokes the
 // old lease.
 func (s *Store) extend(ctx context.Context, t store.Term, ti termInfo, secs int64) (store.Record, error) {
+	g, sent, aliveUntil, moved, err := s.moveKey(ctx, t, ti, secs)
+	if err != nil {
+		return store.Record{}, err
+	}
+	if !moved {
+		return store.Record{}, store.ErrNotHeld
+	}
+	s.bindLease(g.ID, t, aliveUntil, false)
+	s.revokeLease(ti.lease)
+	ti.lease = g.ID
+	s.remember(t, ti)
+	granted := time.Duration(g.TTL) * time.Second
+	return store.Record{Term: t, Remaining: granted - time.Since(sent), TTL: granted, Metadata: ti.metadata}, nil
+}
+
+// moveKey grants a new etcd lease of secs seconds and moves term t's key onto
+// it, in a transaction that applies only while the key is still t's (create
+// revision, holder) and still on ti.lease; the key, and so its create
+// revision and the token, are kept. It returns the grant, when its request
+// was sent, how long the new lease surely lives, and whether the move
+// applied. If it did not (or failed), the new lease is revoked.
+func (s *Store) moveKey(ctx context.Context, t store.Term, ti termInfo, secs int64) (*clientv3.LeaseGrantResponse, time.Time, time.Time, bool, error) {
 	sent := time.Now()
 	g, err := s.cli.Grant(rctx(ctx), secs)
 	if err != nil {
-		return store.Record{}, fmt.Errorf("grant a longer lease: %w", err)
+		return nil, sent, time.Time{}, false, fmt.Errorf("grant a lease: %w", err)
 	}
 	aliveUntil := sent.Add(time.Duration(g.TTL) * time.Second)
 	s.trackLease(g.ID, secs, aliveUntil)
@@ -812,18 +834,13 @@ func (s *Store) extend(ctx context.Context, t store.Term, ti termInfo, secs int6
 	).Then(clientv3.OpPut(ti.key, t.Holder, clientv3.WithLease(g.ID))).Commit()
 	if err != nil {
 		s.revokeLease(g.ID)
-		return store.Record{}, fmt.Errorf("move to a longer lease: %w", err)
+		return nil, sent, time.Time{}, false, fmt.Errorf("move the key to a new lease: %w", err)
 	}
 	if !resp.Succeeded {
 		s.revokeLease(g.ID)
-		return store.Record{}, store.ErrNotHeld
+		return g, sent, aliveUntil, false, nil
 	}
-	s.bindLease(g.ID, t, aliveUntil, false)
-	s.revokeLease(ti.lease)
-	ti.lease = g.ID
-	s.remember(t, ti)
-	granted := time.Duration(g.TTL) * time.Second
-	return store.Record{Term: t, Remaining: granted - time.Since(sent), TTL: granted, Metadata: ti.metadata}, nil
+	return g, sent, aliveUntil, true, nil
 }
 
 // adopt renews term t, whose live key is on ti.lease, a lease this handle
@@ -861,24 +878,11 @@ func (s *Store) adopt(ctx context.Context, t store.Term, ti termInfo, secs int64
 	// etcd rounds the time left down to whole seconds, and the lease lives at
 	// least that long after etcd answered, which was after sent.
 	oldAliveUntil := sent.Add(time.Duration(tl.TTL) * time.Second)
-	gsent := time.Now()
-	g, err := s.cli.Grant(rctx(ctx), secs)
+	g, gsent, aliveUntil, moved, err := s.moveKey(ctx, t, ti, secs)
 	if err != nil {
-		return store.Record{}, fmt.Errorf("grant a lease: %w", err)
+		return store.Record{}, err
 	}
-	aliveUntil := gsent.Add(time.Duration(g.TTL) * time.Second)
-	s.trackLease(g.ID, secs, aliveUntil)
-	resp, err := s.cli.Txn(rctx(ctx)).If(
-		clientv3.Compare(clientv3.CreateRevision(ti.key), "=", t.Token),
-		clientv3.Compare(clientv3.Value(ti.key), "=", t.Holder),
-		clientv3.Compare(clientv3.LeaseValue(ti.key), "=", ti.lease),
-	).Then(clientv3.OpPut(ti.key, t.Holder, clientv3.WithLease(g.ID))).Commit()
-	if err != nil {
-		s.revokeLease(g.ID)
-		return store.Record{}, fmt.Errorf("move to a lease of this handle: %w", err)
-	}
-	if !resp.Succeeded {
-		s.revokeLease(g.ID)
+	if !moved {
 		return store.Record{}, errMoved
 	}
 	if !time.Now().Before(oldAliveUntil) {
