@@ -289,3 +289,27 @@ type HistoryEntry struct {
 type Historian interface {
 	History(ctx context.Context, name string, limit int) ([]HistoryEntry, error)
 }
+
+// Limits are a store's bounds on timings. The elector, the lock and the keeper
+// check their Timings against them when they are built, so that bad timings are
+// refused with the rule that failed instead of being accepted and then broken
+// in operation.
+type Limits struct {
+	// MinLeaseDuration is the shortest lease the store keeps honestly (its TTL
+	// granularity). Acquire refuses a shorter ttl with ErrInvalid.
+	MinLeaseDuration time.Duration
+	// TimeResolution is the coarsest resolution at which any reader of the
+	// store's records (this store, or a peer client that shares them, such as
+	// client-go on a Kubernetes Lease, whose renewTime comparison sees whole
+	// seconds) can tell one renewal from the next. A reader may date a term
+	// up to TimeResolution earlier than it was renewed, so the holder's margin
+	// LeaseDuration - RenewDeadline must exceed it. Zero: exact.
+	TimeResolution time.Duration
+}
+
+// Limiter is an optional capability: Limits reports the store's bounds on
+// timings. A store without it is taken to accept any positive ttl at exact
+// resolution; its Acquire still refuses a ttl it cannot keep.
+type Limiter interface {
+	Limits() Limits
+}
