@@ -45,7 +45,7 @@ func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
 	switch {
 	case err == nil:
 		c.unknown = false
-		if rtt >= t.RenewDeadline-t.WindDown {
+		if !granted(t, sent).trusted(t, c.clock.Now()) {
 			c.release(ctx, rec.Term)
 			return store.Record{}, sent, errTooSlow
 		}

@@ -37,8 +37,8 @@ type holding struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu        sync.Mutex
-	safeUntil time.Time
+	mu sync.Mutex
+	tr trust
 
 	stopc    chan struct{}
 	stopOnce sync.Once
@@ -62,11 +62,11 @@ func startHolding(parent context.Context, cfg *holdConfig, term store.Term, sent
 		term:      term,
 		ctx:       ctx,
 		cancel:    cancel,
-		safeUntil: sentAt.Add(cfg.timings.RenewDeadline),
+		tr:     granted(cfg.timings, sentAt),
 		stopc:     make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	go h.loop(sentAt)
+	go h.loop()
 	return h
 }
 
@@ -74,7 +74,13 @@ func startHolding(parent context.Context, cfg *holdConfig, term store.Term, sent
 func (h *holding) SafeUntil() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.safeUntil
+	return h.tr.safeUntil
+}
+
+func (h *holding) trust() trust {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.tr
 }
 
 // stop ends the holding (cancelling its context with ErrReleased if it is
@@ -85,21 +91,18 @@ func (h *holding) stop() error {
 	return h.cause
 }
 
-func (h *holding) loop(sentAt time.Time) {
+func (h *holding) loop() {
 	defer close(h.done)
 	t := h.cfg.timings
 	clock := h.cfg.clock
 
-	cancelAt := func(safeUntil time.Time) time.Duration {
-		return safeUntil.Add(-t.WindDown).Sub(clock.Now())
-	}
-	deadline := clock.NewTimer(cancelAt(h.SafeUntil()))
+	deadline := clock.NewTimer(h.trust().cancelAt(t).Sub(clock.Now()))
 	defer deadline.Stop()
 
 	var renewC <-chan time.Time
 	var renewTimer Timer
 	if h.cfg.keepAlive {
-		renewTimer = clock.NewTimer(sentAt.Add(t.RenewInterval).Sub(clock.Now()))
+		renewTimer = clock.NewTimer(h.trust().nextRenew.Sub(clock.Now()))
 		defer renewTimer.Stop()
 		renewC = renewTimer.C()
 	}
@@ -144,16 +147,13 @@ func (h *holding) loop(sentAt time.Time) {
 			inflight = nil
 			switch {
 			case r.err == nil:
-				su := r.sentAt.Add(t.RenewDeadline)
 				h.mu.Lock()
-				if su.After(h.safeUntil) {
-					h.safeUntil = su
-				}
-				su = h.safeUntil
+				h.tr.renewed(t, r.sentAt)
+				tr := h.tr
 				h.mu.Unlock()
-				deadline.Reset(cancelAt(su))
-				h.cfg.emit(Event{Kind: EventRenewed, Name: h.term.Name, Term: h.term, Record: r.rec, SafeUntil: su, Latency: r.rtt})
-				renewTimer.Reset(r.sentAt.Add(t.RenewInterval).Sub(clock.Now()))
+				deadline.Reset(tr.cancelAt(t).Sub(clock.Now()))
+				h.cfg.emit(Event{Kind: EventRenewed, Name: h.term.Name, Term: h.term, Record: r.rec, SafeUntil: tr.safeUntil, Latency: r.rtt})
+				renewTimer.Reset(tr.nextRenew.Sub(clock.Now()))
 			case errors.Is(r.err, store.ErrNotHeld):
 				h.cfg.emit(Event{Kind: EventRenewFailed, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Latency: r.rtt, Err: r.err})
 				h.cancel(ErrLeaseLost)
@@ -162,8 +162,12 @@ func (h *holding) loop(sentAt time.Time) {
 				return
 			default:
 				// Outcome unknown: try again a retry period after this one was sent.
-				h.cfg.emit(Event{Kind: EventRenewFailed, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Latency: r.rtt, Err: r.err})
-				renewTimer.Reset(r.sentAt.Add(t.RetryPeriod).Sub(clock.Now()))
+				h.mu.Lock()
+				h.tr.renewFailed(t, r.sentAt)
+				tr := h.tr
+				h.mu.Unlock()
+				h.cfg.emit(Event{Kind: EventRenewFailed, Name: h.term.Name, Term: h.term, SafeUntil: tr.safeUntil, Latency: r.rtt, Err: r.err})
+				renewTimer.Reset(tr.nextRenew.Sub(clock.Now()))
 			}
 			renewC = renewTimer.C()
 		}

@@ -18,6 +18,13 @@ var ErrAlreadyKept = errors.New("leasehold: lease already held by this keeper")
 // ErrKeeperClosed: the Keeper was closed.
 var ErrKeeperClosed = errors.New("leasehold: keeper closed")
 
+// ErrDraining: a Keeper was asked for a lease whose previous term ended
+// (its safeUntil passed, or it was lost) but has not been released: its work
+// may still be running. A new term for the same holder would replace the old
+// one in the store at once, with no expiry in between, so the Keeper starts
+// none until Release of the old term says its work has returned.
+var ErrDraining = errors.New("leasehold: previous term still draining; call Release on it once its work has returned")
+
 // keeperParallelism bounds the renewals in flight at once for a store
 // without the store.BatchRenewer capability.
 const keeperParallelism = 16
@@ -63,6 +70,7 @@ type Keeper struct {
 
 	mu        sync.Mutex
 	kept      map[string]*Kept
+	draining  map[string]*Kept // ended, not yet released: work may still run
 	acquiring map[string]bool
 	closed    bool
 
@@ -80,10 +88,9 @@ type Kept struct {
 	cancel context.CancelCauseFunc
 
 	// Guarded by k.mu.
-	safeUntil time.Time
-	nextRenew time.Time
-	ended     bool
-	cause     error
+	tr    trust
+	ended bool
+	cause error
 
 	once   sync.Once
 	relErr error
@@ -112,6 +119,7 @@ func NewKeeper(st store.Store, cfg KeeperConfig) (*Keeper, error) {
 		cfg:       cfg,
 		holder:    holder,
 		kept:      map[string]*Kept{},
+		draining:  map[string]*Kept{},
 		acquiring: map[string]bool{},
 		kick:      make(chan struct{}, 1),
 		stopc:     make(chan struct{}),
@@ -151,6 +159,8 @@ func (k *Keeper) reserve(name string) error {
 		return fmt.Errorf("leasehold: acquire %q: %w", name, ErrKeeperClosed)
 	case k.kept[name] != nil || k.acquiring[name]:
 		return fmt.Errorf("leasehold: acquire %q: %w", name, ErrAlreadyKept)
+	case k.draining[name] != nil:
+		return fmt.Errorf("leasehold: acquire %q: %w", name, ErrDraining)
 	}
 	k.acquiring[name] = true
 	return nil
@@ -206,8 +216,7 @@ func (k *Keeper) Acquire(ctx context.Context, name string) (*Kept, error) {
 func (k *Keeper) add(ctx context.Context, c *contender, rec store.Record, sent time.Time) (*Kept, error) {
 	t := k.cfg.Timings
 	kctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	kp := &Kept{k: k, c: c, term: rec.Term, ctx: kctx, cancel: cancel,
-		safeUntil: sent.Add(t.RenewDeadline), nextRenew: sent.Add(t.RenewInterval)}
+	kp := &Kept{k: k, c: c, term: rec.Term, ctx: kctx, cancel: cancel, tr: granted(t, sent)}
 	k.mu.Lock()
 	delete(k.acquiring, c.name)
 	if k.closed {
@@ -217,7 +226,7 @@ func (k *Keeper) add(ctx context.Context, c *contender, rec store.Record, sent t
 		return nil, fmt.Errorf("leasehold: acquire %q: %w", c.name, ErrKeeperClosed)
 	}
 	k.kept[c.name] = kp
-	su := kp.safeUntil
+	su := kp.tr.safeUntil
 	k.mu.Unlock()
 	k.poke()
 	k.hold.emit(Event{Kind: EventAcquired, Name: c.name, Term: rec.Term, Record: rec, SafeUntil: su})
@@ -249,15 +258,16 @@ func (k *Keeper) Close() error {
 	return nil
 }
 
-// end stops keeping kp with cause; the caller emits the returned event.
-// Called with k.mu held.
+// end stops keeping kp with cause; the caller emits the returned event. The
+// name stays draining until kp is released. Called with k.mu held.
 func (k *Keeper) end(kp *Kept, cause error) Event {
 	if k.kept[kp.term.Name] == kp {
 		delete(k.kept, kp.term.Name)
+		k.draining[kp.term.Name] = kp
 	}
 	kp.ended, kp.cause = true, cause
 	kp.cancel(cause)
-	return Event{Kind: EventLost, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.safeUntil, Err: cause}
+	return Event{Kind: EventLost, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Err: cause}
 }
 
 type batchResult struct {
@@ -326,16 +336,15 @@ func (k *Keeper) loop() {
 		var nextDeadline, nextRenew time.Time
 		k.mu.Lock()
 		for _, kp := range k.kept {
-			cancelAt := kp.safeUntil.Add(-t.WindDown)
-			if !cancelAt.After(now) {
+			if !kp.tr.trusted(t, now) {
 				events = append(events, k.end(kp, ErrSafeUntilPassed))
 				continue
 			}
-			if nextDeadline.IsZero() || cancelAt.Before(nextDeadline) {
+			if cancelAt := kp.tr.cancelAt(t); nextDeadline.IsZero() || cancelAt.Before(nextDeadline) {
 				nextDeadline = cancelAt
 			}
-			if nextRenew.IsZero() || kp.nextRenew.Before(nextRenew) {
-				nextRenew = kp.nextRenew
+			if nextRenew.IsZero() || kp.tr.nextRenew.Before(nextRenew) {
+				nextRenew = kp.tr.nextRenew
 			}
 		}
 		k.mu.Unlock()
@@ -414,18 +423,15 @@ func (k *Keeper) apply(r batchResult) {
 		}
 		switch {
 		case err == nil:
-			if su := r.sent.Add(t.RenewDeadline); su.After(kp.safeUntil) {
-				kp.safeUntil = su
-			}
-			kp.nextRenew = r.sent.Add(t.RenewInterval)
-			events = append(events, Event{Kind: EventRenewed, Name: kp.term.Name, Term: kp.term, Record: r.recs[i], SafeUntil: kp.safeUntil, Latency: r.rtt})
+			kp.tr.renewed(t, r.sent)
+			events = append(events, Event{Kind: EventRenewed, Name: kp.term.Name, Term: kp.term, Record: r.recs[i], SafeUntil: kp.tr.safeUntil, Latency: r.rtt})
 		case r.err == nil && (errors.Is(err, store.ErrNotHeld) || errors.Is(err, store.ErrInvalid)):
-			events = append(events, Event{Kind: EventRenewFailed, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.safeUntil, Latency: r.rtt, Err: err})
+			events = append(events, Event{Kind: EventRenewFailed, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Latency: r.rtt, Err: err})
 			events = append(events, k.end(kp, ErrLeaseLost))
 		default:
 			// Outcome unknown: send again a retry period after this was sent.
-			kp.nextRenew = r.sent.Add(t.RetryPeriod)
-			events = append(events, Event{Kind: EventRenewFailed, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.safeUntil, Latency: r.rtt, Err: err})
+			kp.tr.renewFailed(t, r.sent)
+			events = append(events, Event{Kind: EventRenewFailed, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Latency: r.rtt, Err: err})
 		}
 	}
 	k.mu.Unlock()
@@ -453,11 +459,12 @@ func (kp *Kept) Context() context.Context { return kp.ctx }
 func (kp *Kept) SafeUntil() time.Time {
 	kp.k.mu.Lock()
 	defer kp.k.mu.Unlock()
-	return kp.safeUntil
+	return kp.tr.safeUntil
 }
 
 // Release stops keeping the lease, cancels its context, and ends exactly this
-// term in the store. Call it after the lease's work has returned. It is
+// term in the store. Call it after the lease's work has returned: until then
+// the Keeper will not start a new term on the name (ErrDraining). It is
 // idempotent. It returns an error matching store.ErrNotHeld if a batch had
 // already found the term lost (nothing is changed in the store then).
 func (kp *Kept) Release(ctx context.Context) error {
@@ -477,11 +484,16 @@ func (kp *Kept) Release(ctx context.Context) error {
 		}
 		if lost {
 			kp.relErr = fmt.Errorf("leasehold: release %s: %w", kp.term, store.ErrNotHeld)
-			return
-		}
-		if err := kp.c.release(ctx, kp.term); err != nil {
+		} else if err := kp.c.release(ctx, kp.term); err != nil {
 			kp.relErr = fmt.Errorf("leasehold: release %s: %w", kp.term, err)
 		}
+		// The work has returned and the term is given back: the name may
+		// start a new term.
+		k.mu.Lock()
+		if k.draining[kp.term.Name] == kp {
+			delete(k.draining, kp.term.Name)
+		}
+		k.mu.Unlock()
 	})
 	return kp.relErr
 }

@@ -421,3 +421,51 @@ func TestNewKeeperRefusesBadConfig(t *testing.T) {
 		t.Errorf("NewKeeper(nil store): %v, want ErrInvalidConfig", err)
 	}
 }
+
+// A lease whose safeUntil passed while its work still runs is not granted
+// again to the same Keeper (same holder: the store would replace the live old
+// term at once, with no expiry in between) until Release says the work has
+// returned.
+func TestKeeperNoNewTermWhileDraining(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memstore.NewBackend(nil)
+		fs := faultstore.New(memstore.Open(b))
+		k := newKeeper(t, fs, "node-a", nil)
+		ctx := context.Background()
+		start := time.Now()
+		old, err := k.TryAcquire(ctx, "shard/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs.Partition()
+		sleepTo(start, 11*time.Second) // past safeUntil (+10s); the store's term lives until +15s
+		if old.Context().Err() == nil {
+			t.Fatal("old term still trusted past its safeUntil")
+		}
+		fs.Heal()
+		// The old term's work has not returned (Release not called).
+		for _, try := range []func() (*leasehold.Kept, error){
+			func() (*leasehold.Kept, error) { return k.TryAcquire(ctx, "shard/0") },
+			func() (*leasehold.Kept, error) { return k.Acquire(ctx, "shard/0") },
+		} {
+			kp, err := try()
+			if !errors.Is(err, leasehold.ErrDraining) {
+				t.Fatalf("acquire while the old term drains: %v, %v; want ErrDraining", kp, err)
+			}
+		}
+		if rec, _ := memstore.Open(b).Get(ctx, "shard/0"); rec.Token != old.Token() || !rec.Live() {
+			t.Fatalf("the old term was replaced while draining: %+v", rec)
+		}
+		// The work returns; Release; now a new term may start, with a higher token.
+		if err := old.Release(ctx); err != nil {
+			t.Fatalf("Release of the drained term: %v", err)
+		}
+		kp, err := k.TryAcquire(ctx, "shard/0")
+		if err != nil {
+			t.Fatalf("acquire after Release: %v", err)
+		}
+		if kp.Token() <= old.Token() {
+			t.Fatalf("new token %d, old %d", kp.Token(), old.Token())
+		}
+	})
+}

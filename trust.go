@@ -1,0 +1,44 @@
+package leasehold
+
+import "time"
+
+// trust is the safety arithmetic of one term, written once. Elector, Lock
+// (through holding) and Keeper all keep a term's deadlines in a trust and
+// change them only through its methods; TestTrustTable pins every rule.
+//
+//   - safeUntil is the send time of the latest successful acquire or renew
+//     plus RenewDeadline, on the holder's own clock (SAFETY.md rule 5). It only
+//     moves forward: a late answer to an earlier request cannot shorten it,
+//     and nothing extends it but a successful request.
+//   - The term's context is cancelled at cancelAt = safeUntil - WindDown.
+//   - The next renewal is sent RenewInterval after the last successful one was
+//     sent, or RetryPeriod after a failed one was sent.
+type trust struct {
+	safeUntil time.Time
+	nextRenew time.Time
+}
+
+// granted is the trust of a term whose acquire request was sent at sentAt.
+func granted(t Timings, sentAt time.Time) trust {
+	return trust{safeUntil: sentAt.Add(t.RenewDeadline), nextRenew: sentAt.Add(t.RenewInterval)}
+}
+
+// renewed records a successful renewal sent at sentAt.
+func (tr *trust) renewed(t Timings, sentAt time.Time) {
+	if su := sentAt.Add(t.RenewDeadline); su.After(tr.safeUntil) {
+		tr.safeUntil = su
+	}
+	tr.nextRenew = sentAt.Add(t.RenewInterval)
+}
+
+// renewFailed records a renewal sent at sentAt whose outcome is unknown: it
+// is tried again a retry period after it was sent. safeUntil does not move.
+func (tr *trust) renewFailed(t Timings, sentAt time.Time) {
+	tr.nextRenew = sentAt.Add(t.RetryPeriod)
+}
+
+// cancelAt is when the term's context is cancelled.
+func (tr trust) cancelAt(t Timings) time.Time { return tr.safeUntil.Add(-t.WindDown) }
+
+// trusted reports whether the term may still be worked under at now.
+func (tr trust) trusted(t Timings, now time.Time) bool { return now.Before(tr.cancelAt(t)) }

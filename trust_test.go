@@ -1,0 +1,60 @@
+package leasehold
+
+import (
+	"testing"
+	"time"
+)
+
+// The one copy of the safety arithmetic, pinned. Default timings: lease 15s,
+// renew deadline 10s, renew every 5s, retry every 2s; WindDown 1s here.
+func TestTrustTable(t *testing.T) {
+	tm := Timings{WindDown: time.Second}.WithDefaults()
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	type step struct {
+		op   string // "renewed" or "failed"
+		sent time.Duration
+	}
+	cases := []struct {
+		name          string
+		steps         []step
+		safeUntil     time.Duration
+		nextRenew     time.Duration
+		trustedAt     time.Duration // trusted just before
+		untrustedFrom time.Duration // and not from here on
+	}{
+		{"granted: safeUntil from the send time", nil, 10 * time.Second, 5 * time.Second, 8*time.Second + 999*time.Millisecond, 9 * time.Second},
+		{"renewed: counts from the renewal's send time", []step{{"renewed", 5 * time.Second}}, 15 * time.Second, 10 * time.Second, 13 * time.Second, 14 * time.Second},
+		{"a late answer to an earlier renewal never shortens it", []step{{"renewed", 6 * time.Second}, {"renewed", 5 * time.Second}}, 16 * time.Second, 10 * time.Second, 14 * time.Second, 15 * time.Second},
+		{"failed: retried a retry period after it was sent, safeUntil unchanged", []step{{"failed", 5 * time.Second}}, 10 * time.Second, 7 * time.Second, 8 * time.Second, 9 * time.Second},
+		{"failed then renewed", []step{{"failed", 5 * time.Second}, {"renewed", 7 * time.Second}}, 17 * time.Second, 12 * time.Second, 15 * time.Second, 16 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := granted(tm, t0)
+			for _, s := range c.steps {
+				switch s.op {
+				case "renewed":
+					tr.renewed(tm, at(s.sent))
+				case "failed":
+					tr.renewFailed(tm, at(s.sent))
+				}
+			}
+			if got := tr.safeUntil.Sub(t0); got != c.safeUntil {
+				t.Errorf("safeUntil = +%v, want +%v", got, c.safeUntil)
+			}
+			if got := tr.nextRenew.Sub(t0); got != c.nextRenew {
+				t.Errorf("nextRenew = +%v, want +%v", got, c.nextRenew)
+			}
+			if got := tr.cancelAt(tm).Sub(t0); got != c.safeUntil-tm.WindDown {
+				t.Errorf("cancelAt = +%v, want safeUntil - WindDown = +%v", got, c.safeUntil-tm.WindDown)
+			}
+			if !tr.trusted(tm, at(c.trustedAt)) {
+				t.Errorf("not trusted at +%v", c.trustedAt)
+			}
+			if tr.trusted(tm, at(c.untrustedFrom)) {
+				t.Errorf("still trusted at +%v (cancelAt)", c.untrustedFrom)
+			}
+		})
+	}
+}
