@@ -58,13 +58,13 @@ type renewResult struct {
 func startHolding(parent context.Context, cfg *holdConfig, term store.Term, sentAt time.Time) *holding {
 	ctx, cancel := context.WithCancelCause(parent)
 	h := &holding{
-		cfg:       cfg,
-		term:      term,
-		ctx:       ctx,
-		cancel:    cancel,
+		cfg:    cfg,
+		term:   term,
+		ctx:    ctx,
+		cancel: cancel,
 		tr:     granted(cfg.timings, sentAt),
-		stopc:     make(chan struct{}),
-		done:      make(chan struct{}),
+		stopc:  make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	go h.loop()
 	return h
