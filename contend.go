@@ -90,12 +90,13 @@ func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error
 			// Watch only once there is something to wait for, so a slow watch
 			// never delays a free lease; then try again at once, so that a
 			// release between the refusal and the subscription is not missed.
-			wctx, cancel := context.WithCancel(ctx)
-			if ch, werr := c.watcher.Watch(wctx, c.name); werr == nil {
+			if ch, cancel, werr := c.subscribe(ctx); werr == nil {
 				watch, stopWatch = ch, cancel
 				continue
 			}
-			cancel()
+			// The subscription failed or hung: poll, and try again no sooner
+			// than a retry period from now.
+			noWatchUntil = c.clock.Now().Add(c.retryWait())
 		}
 		wait := c.retryWait()
 		// Only a definite "held" answer may be cut short: after an unknown
@@ -129,6 +130,43 @@ func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error
 			break
 		}
 		timer.Stop()
+	}
+}
+
+// errWatchTimeout: a Watch call did not answer within a retry period.
+var errWatchTimeout = errors.New("leasehold: watch subscription did not answer within the retry period")
+
+// subscribe calls Watch, waiting for its answer at most a retry period: the
+// Watcher contract sets no bound on the call, and a store whose subscription
+// hangs must not stall a candidate, who then polls instead. An abandoned call
+// has its context cancelled, and whatever it returns later is dropped. The
+// returned cancel ends the watch.
+func (c *contender) subscribe(ctx context.Context) (<-chan struct{}, context.CancelFunc, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	type answer struct {
+		ch  <-chan struct{}
+		err error
+	}
+	answers := make(chan answer, 1) // the call's goroutine never blocks on it
+	go func() {
+		ch, err := c.watcher.Watch(wctx, c.name)
+		answers <- answer{ch, err}
+	}()
+	timer := c.clock.NewTimer(c.timings.RetryPeriod)
+	defer timer.Stop()
+	select {
+	case a := <-answers:
+		if a.err != nil {
+			cancel()
+			return nil, nil, a.err
+		}
+		return a.ch, cancel, nil
+	case <-timer.C():
+		cancel()
+		return nil, nil, errWatchTimeout
+	case <-ctx.Done():
+		cancel()
+		return nil, nil, ctx.Err()
 	}
 }
 

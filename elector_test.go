@@ -541,3 +541,48 @@ func TestBrokenWatchDoesNotSpin(t *testing.T) {
 		}
 	})
 }
+
+// A candidate whose watch subscription hangs, is slow, or subscribes but
+// never wakes still tries again every retry period: it takes over a released
+// lease within about two retry periods (2-2.4s each), not never.
+func TestWatchFaultsDoNotStallCandidate(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fault faultstore.Fault
+	}{
+		{"hanging subscription", faultstore.Fault{Mode: faultstore.Hang}},
+		{"slow subscription", faultstore.Fault{Latency: time.Hour}},
+		{"stalled stream", faultstore.Fault{Mode: faultstore.Mute}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture()
+				a := newElector(t, f.faulty(), "node-a", nil, nil)
+				fsB := f.faulty()
+				fsB.Inject(c.fault, faultstore.OpWatch)
+				b := newElector(t, fsB, "node-b", nil, nil)
+				workA, _ := worker(0)
+				workB, termsB := worker(0)
+				stopA, _ := running(a, workA)
+				synctest.Wait()
+				stopB, _ := running(b, workB)
+				time.Sleep(3 * time.Second)
+				released := time.Now()
+				stopA()
+				time.Sleep(5 * time.Second)
+				got := termsB
+				stopB()
+				g := got()
+				if len(g) != 1 {
+					t.Fatalf("node-b led %d terms within 5s of the release, want 1", len(g))
+				}
+				if d := g[0].started.Sub(released); d > 4800*time.Millisecond {
+					t.Errorf("node-b took over %v after the release, want within two retry periods", d)
+				}
+				if fsB.Calls(faultstore.OpWatch) == 0 {
+					t.Error("node-b never subscribed: the fault was not exercised")
+				}
+			})
+		})
+	}
+}

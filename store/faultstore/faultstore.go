@@ -45,6 +45,10 @@ const (
 	// HangAfterWrite lets the call reach the store, then blocks until the
 	// context ends: a reply that never arrives.
 	HangAfterWrite
+	// Mute (OpWatch only; Pass for other ops) subscribes to the store, then
+	// returns a channel that never wakes and is closed when the context
+	// ends: a watch stream that stalled without breaking.
+	Mute
 )
 
 // Fault is what happens to calls of one op.
@@ -141,8 +145,12 @@ func (s *Store) take(op Op) Fault {
 
 // do runs call under the fault for op.
 func do[T any](ctx context.Context, s *Store, op Op, call func() (T, error)) (T, error) {
+	return run(ctx, s.take(op), op, call)
+}
+
+// run runs call under fault f.
+func run[T any](ctx context.Context, f Fault, op Op, call func() (T, error)) (T, error) {
 	var zero T
-	f := s.take(op)
 	if f.Latency > 0 {
 		timer := time.NewTimer(f.Latency)
 		select {
@@ -198,7 +206,26 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	if !ok {
 		return nil, errors.New("faultstore: inner store has no Watcher")
 	}
-	return do(ctx, s, OpWatch, func() (<-chan struct{}, error) { return w.Watch(ctx, name) })
+	f := s.take(OpWatch)
+	ch, err := run(ctx, f, OpWatch, func() (<-chan struct{}, error) { return w.Watch(ctx, name) })
+	if err != nil || f.Mode != Mute {
+		return ch, err
+	}
+	muted := make(chan struct{})
+	go func() {
+		for range ch { // swallow every wake until the inner watch ends
+		}
+		close(muted)
+	}()
+	return muted, nil
+}
+
+// Limits passes through the inner store's limits (zero without a Limiter).
+func (s *Store) Limits() store.Limits {
+	if l, ok := s.inner.(store.Limiter); ok {
+		return l.Limits()
+	}
+	return store.Limits{}
 }
 
 // RenewMany passes through to the inner store's BatchRenewer, or renews one

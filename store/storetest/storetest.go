@@ -75,6 +75,7 @@ func Run(t *testing.T, h Harness) {
 		{"CancelledContext", testCancelledContext},
 		{"CloseIdempotent", testCloseIdempotent},
 		{"Watch", testWatch},
+		{"WatchHonoursContext", testWatchHonoursContext},
 		{"RenewMany", testRenewMany},
 		{"List", testList},
 		{"ForceRelease", testForceRelease},
@@ -571,6 +572,61 @@ func testWatch(s *suite) {
 		case <-timer.C:
 			s.t.Fatal("watch channel not closed after its context ended")
 		}
+	}
+}
+
+// A Watch call returns, and its channel closes, soon after its context ends,
+// whether the context ended before the call or while it was subscribed: the
+// caller bounds a subscription by its context (and gives up on one that
+// hangs after a retry period), and a store that ignores the context would
+// leak a subscription for every give-up.
+func testWatchHonoursContext(s *suite) {
+	w, ok := s.store().(store.Watcher)
+	if !ok {
+		s.t.Skip("store has no Watcher capability; waiters poll")
+	}
+	s.acquire(s.store(), "job", "node-a", s.longTTL())
+	closedWithin := func(ch <-chan struct{}, d time.Duration) bool {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		for {
+			select {
+			case _, open := <-ch:
+				if !open {
+					return true
+				}
+			case <-timer.C:
+				return false
+			}
+		}
+	}
+	// Already cancelled: an error, or a channel that is closed at once.
+	ctx, cancel := context.WithCancel(s.ctx())
+	cancel()
+	done := make(chan struct{})
+	var ch <-chan struct{}
+	var err error
+	go func() { ch, err = w.Watch(ctx, "job"); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("Watch with a cancelled context did not return within 10s")
+	}
+	if err == nil && !closedWithin(ch, 10*time.Second) {
+		s.t.Fatal("Watch with a cancelled context returned an open channel that was not closed within 10s")
+	}
+	// A deadline that passes while subscribed: the channel closes.
+	dctx, dcancel := context.WithTimeout(s.ctx(), 200*time.Millisecond)
+	defer dcancel()
+	ch, err = w.Watch(dctx, "job")
+	if err != nil {
+		if dctx.Err() == nil {
+			s.t.Fatalf("Watch: %v", err)
+		}
+		return // the deadline passed during the subscription itself
+	}
+	if !closedWithin(ch, 10*time.Second) {
+		s.t.Fatal("watch channel still open 10s after its context's deadline passed")
 	}
 }
 
