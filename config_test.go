@@ -2,11 +2,13 @@ package leasehold_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -38,6 +40,10 @@ func TestTimingsValidateNamesTheRule(t *testing.T) {
 		{leasehold.Timings{RetryPeriod: 10 * s}, "retryPeriod 10s must be less than renewDeadline 10s"},
 		{leasehold.Timings{Jitter: 1.5}, "jitter 1.5 must be in [0, 1]"},
 		{leasehold.Timings{Jitter: -0.1}, "jitter -0.1 must be in [0, 1]"},
+		{leasehold.Timings{Jitter: math.NaN()}, "jitter NaN must be in [0, 1]"},
+		{leasehold.Timings{Jitter: math.Inf(1)}, "jitter +Inf must be in [0, 1]"},
+		{leasehold.Timings{LeaseDuration: 25 * time.Hour}, "leaseDuration 25h0m0s is above the maximum 24h0m0s"},
+		{leasehold.Timings{LeaseDuration: 1 << 62}, "is above the maximum 24h0m0s"},
 		{leasehold.Timings{WindDown: 5 * s}, "windDown 5s must be less than renewDeadline - renewInterval = 5s"},
 		{leasehold.Timings{WindDown: -s}, "windDown -1s is negative"},
 	}
@@ -87,5 +93,68 @@ func TestIdentitiesAreUnique(t *testing.T) {
 			t.Fatalf("identity %q: want node-<random>, unique", id)
 		}
 		seen[id] = true
+	}
+}
+
+func TestNoJitterIsValid(t *testing.T) {
+	if err := (leasehold.Timings{Jitter: leasehold.NoJitter}).Validate(); err != nil {
+		t.Fatalf("NoJitter refused: %v", err)
+	}
+}
+
+// limitedStore declares limits, as the Kubernetes store does (one-second
+// resolution of client-go's comparison).
+type limitedStore struct {
+	*memstore.Store
+	limits store.Limits
+}
+
+func (l limitedStore) Limits() store.Limits { return l.limits }
+
+// Elector, Lock and Keeper all refuse timings below a store's declared limits,
+// naming the rule; the same timings pass on a store without limits.
+func TestConstructorsRefuseTimingsBelowStoreLimits(t *testing.T) {
+	lim := limitedStore{memstore.New(), store.Limits{MinLeaseDuration: time.Second, TimeResolution: time.Second}}
+	build := map[string]func(store.Store, leasehold.Timings) error{
+		"elector": func(st store.Store, tm leasehold.Timings) error {
+			_, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "x", Identity: "a", Timings: tm})
+			return err
+		},
+		"lock": func(st store.Store, tm leasehold.Timings) error {
+			_, err := leasehold.NewLock(st, "x", leasehold.LockConfig{Identity: "a", Timings: tm})
+			return err
+		},
+		"keeper": func(st store.Store, tm leasehold.Timings) error {
+			k, err := leasehold.NewKeeper(st, leasehold.KeeperConfig{Identity: "a", Timings: tm})
+			if err == nil {
+				k.Close()
+			}
+			return err
+		},
+	}
+	cases := []struct {
+		tm   leasehold.Timings
+		want string // "" means accepted
+	}{
+		{leasehold.Timings{LeaseDuration: 900 * time.Millisecond}, "leaseDuration 900ms is below this store's minimum 1s"},
+		// 2s lease: renew deadline 1.333s, margin 667ms, not above the 1s resolution.
+		{leasehold.Timings{LeaseDuration: 2 * time.Second}, "leaseDuration - renewDeadline = 666.666667ms must exceed this store's time resolution 1s"},
+		{leasehold.Timings{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RenewInterval: time.Second, RetryPeriod: 500 * time.Millisecond}, "must exceed this store's time resolution 1s"},
+		{leasehold.Timings{LeaseDuration: 4 * time.Second}, ""},
+		{leasehold.Timings{}, ""},
+	}
+	for name, b := range build {
+		for _, c := range cases {
+			err := b(lim, c.tm)
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("%s %+v: %v, want accepted", name, c.tm, err)
+			case c.want != "" && (!errors.Is(err, leasehold.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("%s %+v: %v, want ErrInvalidConfig with %q", name, c.tm, err, c.want)
+			}
+			if err := b(memstore.New(), c.tm); err != nil {
+				t.Errorf("%s %+v on a store without limits: %v", name, c.tm, err)
+			}
+		}
 	}
 }

@@ -94,14 +94,15 @@ func NewElector(st store.Store, cfg ElectorConfig) (*Elector, error) {
 	if err := store.ValidateMetadata(cfg.Metadata); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	if err := cfg.Timings.Validate(); err != nil {
+	timings, err := validateFor(st, cfg.Timings)
+	if err != nil {
 		return nil, err
 	}
 	holder, err := NewIdentity(cfg.Identity)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Timings = cfg.Timings.WithDefaults()
+	cfg.Timings = timings
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock()
 	}

@@ -586,3 +586,30 @@ func TestWatchFaultsDoNotStallCandidate(t *testing.T) {
 		})
 	}
 }
+
+// NoJitter turns jitter off: every retry wait is exactly the retry period.
+func TestNoJitterWaitsExactlyRetryPeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		a := newElector(t, f.faulty(), "node-a", nil, nil)
+		recB := &recorder{}
+		b := newElector(t, f.faulty(), "node-b", recB, func(c *leasehold.ElectorConfig) { c.Timings.Jitter = leasehold.NoJitter })
+		workA, _ := worker(0)
+		workB, _ := worker(0)
+		stopA, _ := running(a, workA)
+		synctest.Wait()
+		stopB, _ := running(b, workB)
+		time.Sleep(time.Minute)
+		stopB()
+		stopA()
+		attempts := recB.of(leasehold.EventAcquireAttempt)
+		if len(attempts) < 20 {
+			t.Fatalf("only %d attempts in a minute", len(attempts))
+		}
+		for i := 2; i < len(attempts); i++ {
+			if d := attempts[i].at.Sub(attempts[i-1].at); d != 2*time.Second {
+				t.Fatalf("wait %d was %v, want exactly 2s", i, d)
+			}
+		}
+	})
+}

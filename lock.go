@@ -55,14 +55,15 @@ func NewLock(st store.Store, name string, cfg LockConfig) (*Lock, error) {
 	if err := store.ValidateMetadata(cfg.Metadata); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	if err := cfg.Timings.Validate(); err != nil {
+	timings, err := validateFor(st, cfg.Timings)
+	if err != nil {
 		return nil, err
 	}
 	base, err := NewIdentity(cfg.Identity)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Timings = cfg.Timings.WithDefaults()
+	cfg.Timings = timings
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock()
 	}

@@ -3,7 +3,10 @@ package leasehold
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
+
+	"github.com/leasehold/leasehold/store"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error; the message names
@@ -32,6 +35,15 @@ const (
 	DefaultJitter        = 0.2
 )
 
+// NoJitter, as Timings.Jitter, turns jitter off: a zero Jitter means
+// DefaultJitter.
+const NoJitter = -1.0
+
+// MaxLeaseDuration is the longest lease accepted. A longer one is almost
+// always a unit mistake, and a crashed holder would block the lease for as
+// long.
+const MaxLeaseDuration = 24 * time.Hour
+
 // Timings are the durations of a lease and of its renewal. Zero fields take a
 // default: with every field zero, the Default constants; with only
 // LeaseDuration set, the others scale with it in the same proportions
@@ -52,7 +64,7 @@ type Timings struct {
 	RetryPeriod time.Duration
 	// Jitter is the largest fraction of RetryPeriod added at random to each
 	// candidate's wait, so that candidates do not retry in lockstep; in [0, 1].
-	// Zero means DefaultJitter.
+	// Zero means DefaultJitter; NoJitter turns it off.
 	Jitter float64
 	// WindDown is how long before safeUntil the guarded work's context is
 	// cancelled, so that work which stops within WindDown has returned by
@@ -94,7 +106,8 @@ func (t Timings) WithDefaults() Timings {
 }
 
 // Validate checks the rules of SAFETY.md: leaseDuration > renewDeadline >
-// renewInterval > 0, retryPeriod > 0 and below renewDeadline, jitter in [0, 1],
+// renewInterval > 0, leaseDuration at most MaxLeaseDuration, retryPeriod > 0
+// and below renewDeadline, jitter in [0, 1] (or NoJitter),
 // 0 <= windDown < renewDeadline - renewInterval. Zero fields are checked after
 // their defaults are filled in.
 func (t Timings) Validate() error {
@@ -105,6 +118,8 @@ func (t Timings) Validate() error {
 	switch {
 	case t.LeaseDuration < 0:
 		return bad("leaseDuration %v is negative", t.LeaseDuration)
+	case t.LeaseDuration > MaxLeaseDuration:
+		return bad("leaseDuration %v is above the maximum %v", t.LeaseDuration, MaxLeaseDuration)
 	case t.RenewInterval <= 0:
 		return bad("renewInterval %v must be > 0 (rule leaseDuration > renewDeadline > renewInterval > 0)", t.RenewInterval)
 	case t.RenewDeadline <= t.RenewInterval:
@@ -115,12 +130,44 @@ func (t Timings) Validate() error {
 		return bad("retryPeriod %v must be > 0", t.RetryPeriod)
 	case t.RetryPeriod >= t.RenewDeadline:
 		return bad("retryPeriod %v must be less than renewDeadline %v, or a failed renewal is never retried", t.RetryPeriod, t.RenewDeadline)
-	case t.Jitter < 0 || t.Jitter > 1:
-		return bad("jitter %v must be in [0, 1]", t.Jitter)
+	case t.Jitter == NoJitter:
+	case math.IsNaN(t.Jitter) || t.Jitter < 0 || t.Jitter > 1:
+		return bad("jitter %v must be in [0, 1] (or NoJitter)", t.Jitter)
 	case t.WindDown < 0:
 		return bad("windDown %v is negative", t.WindDown)
 	case t.WindDown >= t.RenewDeadline-t.RenewInterval:
 		return bad("windDown %v must be less than renewDeadline - renewInterval = %v, or a healthy term is cut short", t.WindDown, t.RenewDeadline-t.RenewInterval)
 	}
 	return nil
+}
+
+// jitter is the fraction of RetryPeriod added at most to a wait.
+func (t Timings) jitter() float64 {
+	if t.Jitter == NoJitter {
+		return 0
+	}
+	return t.Jitter
+}
+
+// validateFor validates t, fills in its defaults, and checks it against the
+// limits st declares (store.Limiter): the store's shortest lease, and a margin
+// leaseDuration - renewDeadline wider than the resolution at which readers
+// of the store's records tell renewals apart.
+func validateFor(st store.Store, t Timings) (Timings, error) {
+	if err := t.Validate(); err != nil {
+		return t, err
+	}
+	t = t.WithDefaults()
+	l, ok := st.(store.Limiter)
+	if !ok {
+		return t, nil
+	}
+	lim := l.Limits()
+	switch {
+	case t.LeaseDuration < lim.MinLeaseDuration:
+		return t, fmt.Errorf("%w: leaseDuration %v is below this store's minimum %v", ErrInvalidConfig, t.LeaseDuration, lim.MinLeaseDuration)
+	case t.LeaseDuration-t.RenewDeadline <= lim.TimeResolution:
+		return t, fmt.Errorf("%w: leaseDuration - renewDeadline = %v must exceed this store's time resolution %v: a reader of the record may date a renewal up to that much early, and take over before the holder stops trusting its term", ErrInvalidConfig, t.LeaseDuration-t.RenewDeadline, lim.TimeResolution)
+	}
+	return t, nil
 }

@@ -468,6 +468,24 @@ func testLimits(s *suite) {
 		{"zero ttl", "x", "h", "", 0},
 		{"negative ttl", "x", "h", "", -time.Second},
 	}
+	if l, ok := st.(store.Limiter); ok {
+		// The declared minimum is what Acquire enforces: the core refuses
+		// timings below it at construction, so the two must agree.
+		lim := l.Limits()
+		if lim.MinLeaseDuration <= 0 || lim.TimeResolution < 0 {
+			s.t.Errorf("Limits() = %+v: want a positive MinLeaseDuration and a non-negative TimeResolution", lim)
+		}
+		if lim.MinLeaseDuration > 1 {
+			bad = append(bad, struct {
+				what               string
+				name, holder, meta string
+				ttl                time.Duration
+			}{"ttl below the declared MinLeaseDuration", "x", "h", "", lim.MinLeaseDuration - 1})
+		}
+		if s.h.MinTTL < lim.MinLeaseDuration {
+			s.t.Errorf("the harness's MinTTL %v is below the store's declared MinLeaseDuration %v", s.h.MinTTL, lim.MinLeaseDuration)
+		}
+	}
 	for _, c := range bad {
 		if _, err := st.Acquire(s.ctx(), c.name, c.holder, c.ttl, c.meta); !errors.Is(err, store.ErrInvalid) {
 			s.t.Errorf("Acquire with %s: err = %v, want ErrInvalid", c.what, err)
