@@ -53,6 +53,8 @@ type AdvisoryOptions struct {
 // -infinity: it is not a live lease. Do not mix the lease and the advisory
 // variant on one name; they share only the token counter.
 type AdvisoryLock struct {
+	s     *Store
+	pid   int64 // the session's server pid
 	conn  *pgx.Conn
 	key   int64
 	term  store.Term
@@ -67,9 +69,14 @@ type AdvisoryLock struct {
 	err  error
 }
 
-// AdvisoryKey is the bigint key of name's advisory lock for a store on the
-// given quoted table: FNV-1a 64 of "leasehold", the table and the name.
-// Another client that wants the same lock computes the same.
+// AdvisoryKey is the bigint key of name's advisory lock on the lease table
+// table: FNV-1a 64 of "leasehold", the table and the name. table must be the
+// canonical name, schema-qualified and quoted as PostgreSQL's quote_ident
+// does for plain identifiers ("app"."leader_lease"): the store resolves its
+// table to that form on the server (through to_regclass, so through the
+// session's search_path when Options.Schema is empty) before computing the
+// key, so that every store on one table, however it names it, computes the
+// same key. Another client that wants the same lock computes the same.
 func AdvisoryKey(table, name string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("leasehold\x00" + table + "\x00" + name))
@@ -83,8 +90,10 @@ func (s *Store) TryAdvisoryLock(ctx context.Context, name, holder string, opts A
 }
 
 // AdvisoryLock waits in pg_advisory_lock until it holds name's advisory lock
-// or ctx ends. If ctx ends first, the connection is closed, which drops any
-// lock granted at that instant.
+// or ctx ends. If ctx ends first (or any step fails), the session is ended
+// and AdvisoryLock returns only once its backend has certainly let go of the
+// lock, whether or not the server granted it at that instant; if that cannot
+// be confirmed, the error also matches ErrAdvisorySessionUnconfirmed.
 func (s *Store) AdvisoryLock(ctx context.Context, name, holder string, opts AdvisoryOptions) (*AdvisoryLock, error) {
 	return s.advisoryLock(ctx, name, holder, opts, true)
 }
@@ -116,13 +125,35 @@ func (s *Store) advisoryLock(ctx context.Context, name, holder string, opts Advi
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/postgres: advisory lock %q: connect: %w", name, err)
 	}
+	// The server pid of this session (pgconn's PID is a pooler's invention
+	// behind a session-mode pooler) and the table's canonical name, resolved
+	// in this very session: the key must not depend on how the store was told
+	// the table's name (schema-qualified, or through search_path), or two
+	// stores on one table would take two different locks.
+	var (
+		pid      int64
+		nsp, rel string
+	)
+	err = conn.QueryRow(ctx, `SELECT pg_backend_pid()::int8, n.nspname::text, c.relname::text
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
+		pgx.QueryExecModeExec, s.qtable).Scan(&pid, &nsp, &rel)
+	if err != nil {
+		s.closeSession(conn)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("leasehold/postgres: advisory lock %q: table %s does not exist: %w; create it with `leasehold migrate` or (*postgres.Store).Migrate", name, s.qtable, ErrNotMigrated)
+		}
+		return nil, s.opErr("advisory lock", fmt.Sprintf("%q", name), err)
+	}
+	// From here on the session may hold the lock (a grant can race any
+	// error, a cancellation included), so every failure ends it with
+	// endSession, which makes sure the lock is gone before returning.
 	fail := func(err error) (*AdvisoryLock, error) {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		conn.Close(cctx) // ends the session, and with it any lock it holds
-		cancel()
+		if eerr := s.endSession(ctx, conn, pid); eerr != nil {
+			return nil, fmt.Errorf("%w (and %w)", err, eerr)
+		}
 		return nil, err
 	}
-	key := AdvisoryKey(s.qtable, name)
+	key := AdvisoryKey(ident(nsp, rel), name)
 	got := true
 	if wait {
 		_, err = conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, pgx.QueryExecModeExec, key)
@@ -156,6 +187,8 @@ RETURNING l.epoch`), pgx.QueryExecModeExec, name, holder, opts.Metadata).Scan(&e
 	}
 	lctx, cancel := context.WithCancelCause(context.Background())
 	a := &AdvisoryLock{
+		s:      s,
+		pid:    pid,
 		conn:   conn,
 		key:    key,
 		term:   store.Term{Name: name, Holder: holder, Token: epoch},
@@ -225,11 +258,17 @@ func (a *AdvisoryLock) Release(ctx context.Context) error {
 			`UPDATE {{t}} SET holder = NULL, metadata = NULL WHERE name = $1 AND holder = $2 AND epoch = $3`),
 			pgx.QueryExecModeExec, a.term.Name, a.term.Holder, a.term.Token); err != nil {
 			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: %w", a.term, err)
+			if eerr := a.s.endSession(ctx, a.conn, a.pid); eerr != nil {
+				a.err = fmt.Errorf("%w (and %w)", a.err, eerr)
+			}
 			return
 		}
 		var ok bool
 		if err := a.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, pgx.QueryExecModeExec, a.key).Scan(&ok); err != nil {
 			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: %w", a.term, err)
+			if eerr := a.s.endSession(ctx, a.conn, a.pid); eerr != nil {
+				a.err = fmt.Errorf("%w (and %w)", a.err, eerr)
+			}
 			return
 		}
 		if !ok {
@@ -238,3 +277,65 @@ func (a *AdvisoryLock) Release(ctx context.Context) error {
 	})
 	return a.err
 }
+
+// ErrAdvisorySessionUnconfirmed: a failed or cancelled advisory lock call
+// could not confirm that its server session has ended, so that session may
+// still hold (or still be about to get) the lock until the server notices
+// the dropped connection.
+var ErrAdvisorySessionUnconfirmed = errors.New("leasehold/postgres: could not confirm that the advisory lock's session ended; the lock may stay held until the server notices the dropped connection")
+
+// closeSession closes an advisory session that cannot hold the lock.
+func (s *Store) closeSession(conn *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	conn.Close(cctx)
+	cancel()
+}
+
+// endSession ends an advisory session that may hold the lock, and returns
+// only once the lock is certainly gone (nil) or with
+// ErrAdvisorySessionUnconfirmed.
+//
+// Closing the client's socket is not enough. A backend waiting in
+// pg_advisory_lock does not read its socket, so it does not notice a closed
+// connection: when the holder unlocks, the server grants the lock to that
+// abandoned session, which keeps it until it next reads from the socket and
+// exits. In that window nobody else can take the lock; this is what made
+// TestAdvisoryLockCancelled fail about once in thirty runs. And a try or a
+// wait whose context ended while its statement was in flight may have been
+// granted on the server a moment later.
+//
+// So: if the connection is still usable (the statement failed with a server
+// error, nothing in flight), pg_advisory_unlock_all on it, then close it.
+// Otherwise (pgx tore the connection down because ctx ended, or the network
+// failed) terminate the session's backend by its pid through the store's
+// own connections and wait until the process has exited
+// (pg_terminate_backend with a timeout, PostgreSQL 14 and later): a backend
+// releases its session locks on the way out.
+func (s *Store) endSession(ctx context.Context, conn *pgx.Conn, pid int64) error {
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), advisoryEndTimeout)
+	defer cancel()
+	if !conn.IsClosed() {
+		_, err := conn.Exec(ectx, `SELECT pg_advisory_unlock_all()`, pgx.QueryExecModeExec)
+		if err == nil {
+			conn.Close(ectx)
+			return nil
+		}
+	}
+	conn.Close(ectx)
+	var gone bool
+	err := s.retry(ectx, func() error {
+		_, err := queryOne(ectx, s.q, `SELECT pg_terminate_backend($1::int, $2::int8) OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1::int)`,
+			[]any{pid, advisoryEndTimeout.Milliseconds()}, &gone)
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: terminate backend %d: %v", ErrAdvisorySessionUnconfirmed, pid, err)
+	case !gone:
+		return fmt.Errorf("%w: backend %d still running after %v", ErrAdvisorySessionUnconfirmed, pid, advisoryEndTimeout)
+	}
+	return nil
+}
+
+// advisoryEndTimeout bounds endSession.
+const advisoryEndTimeout = 5 * time.Second

@@ -122,7 +122,11 @@ func TestAdvisoryLockLostWithItsConnection(t *testing.T) {
 }
 
 // TestAdvisoryLockCancelled: a wait cancelled by its context leaves no lock
-// behind.
+// behind: when AdvisoryLock returns, no other session waits for the lock
+// (an abandoned backend still queued in pg_advisory_lock would be granted
+// the lock when the holder lets go, and keep it until it noticed its closed
+// socket: the once-in-thirty failure of the last step), and the next
+// session takes it at once.
 func TestAdvisoryLockCancelled(t *testing.T) {
 	schema := migrated(t)
 	st := openStore(t, schema, postgres.Options{})
@@ -142,6 +146,15 @@ func TestAdvisoryLockCancelled(t *testing.T) {
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("a cancelled AdvisoryLock returned a lock")
+	}
+	key := postgres.AdvisoryKey(`"`+schema+`"."leader_lease"`, "cron")
+	var others int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+		AND classid = (($1::int8 >> 32) & 4294967295)::oid AND objid = ($1::int8 & 4294967295)::oid AND pid <> $2`, key, int32(a.PID())).Scan(&others); err != nil {
+		t.Fatal(err)
+	}
+	if others != 0 {
+		t.Fatalf("after the cancelled AdvisoryLock returned, %d other session(s) still hold or wait for the lock", others)
 	}
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -177,4 +190,49 @@ func TestAdvisoryLockRespectsLiveLease(t *testing.T) {
 		t.Fatalf("TryAdvisoryLock after the lease's release = %v, %v; want token %d", a, err, held.Token+1)
 	}
 	a.Release(ctx)
+}
+
+// TestAdvisoryKeyIgnoresHowTheTableIsNamed: two stores on one table, one
+// naming it schema-qualified and one through search_path, take the same
+// advisory lock and exclude each other; a store on another schema's table
+// takes a different one. (Before the key was derived from the canonical
+// name, the second store got the "same" lock with the next token.)
+func TestAdvisoryKeyIgnoresHowTheTableIsNamed(t *testing.T) {
+	schema := migrated(t)
+	other := migrated(t)
+	ctx := ctxFor(t)
+	qualified := openStore(t, schema, postgres.Options{})
+	viaPath, err := postgres.Open(ctx, withParams(t, testDSN(t), "pool_max_conns", "2", "search_path", schema), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaPath.Close()
+	if viaPath.Table() == qualified.Table() {
+		t.Fatalf("both stores quote the table as %s; the test needs two spellings", viaPath.Table())
+	}
+	a, err := qualified.TryAdvisoryLock(ctx, "cron", "node-a", postgres.AdvisoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	if b, err := viaPath.TryAdvisoryLock(ctx, "cron", "node-b", postgres.AdvisoryOptions{}); !errors.Is(err, store.ErrHeld) {
+		if b != nil {
+			b.Release(ctx)
+			t.Fatalf("the store naming the table through search_path took the lock too (tokens %d and %d)", a.Token(), b.Token())
+		}
+		t.Fatalf("TryAdvisoryLock through search_path: %v, want ErrHeld", err)
+	}
+	c, err := openStore(t, other, postgres.Options{}).TryAdvisoryLock(ctx, "cron", "node-c", postgres.AdvisoryOptions{})
+	if err != nil {
+		t.Fatalf("a lock of the same name on another table: %v, want its own lock", err)
+	}
+	c.Release(ctx)
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := viaPath.TryAdvisoryLock(ctx, "cron", "node-b", postgres.AdvisoryOptions{})
+	if err != nil || b.Token() != a.Token()+1 {
+		t.Fatalf("after release, through search_path = %v, %v; want token %d", b, err, a.Token()+1)
+	}
+	b.Release(ctx)
 }

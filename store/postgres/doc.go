@@ -11,9 +11,9 @@
 // plus three nullable columns of leasehold's own (metadata, ttl, meta_epoch)
 // that other clients never need to set. epoch is the fencing token: every
 // grant adds one to it, and nothing ever lowers it. Migrate (or `leasehold
-// migrate`, or Options.CreateIfMissing) creates the table, a history table and
-// a trigger; the table name is configurable, validated as a plain identifier
-// and always quoted.
+// migrate`, or Options.CreateIfMissing) creates the table, a history table, a
+// high-water table and their triggers; the table name is configurable,
+// validated as a plain identifier and always quoted.
 //
 // # What is guaranteed
 //
@@ -21,15 +21,21 @@
 //     UPDATE ... WHERE free OR expired OR same holder), and Renew and Release
 //     are one UPDATE each naming the exact term (name, holder, epoch). Only
 //     the database's clock, now(), decides expiry; the holder's clock only
-//     decides when the holder stops trusting itself.
+//     decides when the holder stops trusting itself. A forward step of the
+//     database server's wall clock shortens every live lease by the step.
 //   - A new grant's token is greater than every token granted before for that
-//     name, as long as the database keeps its committed writes and nobody
-//     deletes the row: a database restored from an old backup, an
-//     asynchronous replica promoted after losing commits, or a DELETE of the
-//     row can hand out a token again. Keep the lease table where commits are
-//     durable (synchronous_commit on, synchronous replication if you fail
-//     over), and never delete its rows. A row edited by hand into a negative
-//     epoch is refused (ErrBadRow) rather than granted from.
+//     name, by any client, as long as the database keeps its committed
+//     writes. Triggers refuse DELETE and TRUNCATE of lease rows, renaming a
+//     row and lowering an epoch; and a row lost anyway (triggers bypassed by
+//     a superuser or session_replication_role = replica, an old copy of the
+//     row restored, the table dropped and migrated again) continues on its
+//     next grant above the highest epoch the high-water table <table>_epochs
+//     has recorded for the name, never from 1. A database restored from an
+//     old backup, or an asynchronous replica promoted after losing commits,
+//     forgets the high-water table too and can hand out a token again: keep
+//     the lease table where commits are durable (synchronous_commit on,
+//     synchronous replication if you fail over). A row edited by hand into
+//     a negative epoch is refused (ErrBadRow) rather than granted from.
 //   - The statements are correct at any isolation level: under READ COMMITTED
 //     the compare-and-swap is judged on the newest committed row; under
 //     REPEATABLE READ and SERIALIZABLE a concurrent change makes the

@@ -23,8 +23,17 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //     columns (raw SQL clients never need to know them);
 //   - the history table <table>_history;
 //   - the trigger function <table>_changed() and its two triggers, which
-//     NOTIFY waiters and write the history on every grant and release, by
-//     leasehold or by any other client.
+//     NOTIFY waiters, write the history and raise the high-water mark on
+//     every grant and release, by leasehold or by any other client;
+//   - the high-water table <table>_epochs (the highest epoch ever given to
+//     each name, seeded from the lease rows and the history), and the guard
+//     <table>_guard() with its four triggers, which refuse DELETE,
+//     TRUNCATE, renaming a row and lowering an epoch, and lift any grant
+//     that would not exceed the name's high-water mark above it.
+//
+// A table migrated by an earlier version (schema 1, without the guard) is
+// upgraded by running Migrate again; so is one whose triggers were dropped
+// or disabled.
 //
 // It is idempotent, changes no lease, and runs no DDL (so needs no DDL
 // privilege) when everything is current.
@@ -116,7 +125,10 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 	}
 	hist := ident(nsp, s.table+"_history")
 	fn := ident(nsp, s.table+"_changed")
-	r = strings.NewReplacer("{{t}}", ident(nsp, s.table), "{{h}}", hist, "{{f}}", fn, "{{i}}", pgx.Identifier{s.table + "_hidx"}.Sanitize())
+	epochs := ident(nsp, s.table+"_epochs")
+	guard := ident(nsp, s.table+"_guard")
+	r = strings.NewReplacer("{{t}}", ident(nsp, s.table), "{{h}}", hist, "{{f}}", fn, "{{w}}", epochs, "{{g}}", guard,
+		"{{i}}", pgx.Identifier{s.table + "_hidx"}.Sanitize())
 	var hasHist bool
 	if _, err := queryOne(ctx, q, `SELECT to_regclass($1) IS NOT NULL`, []any{hist}, &hasHist); err != nil {
 		return err
@@ -126,14 +138,34 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 			return err
 		}
 	}
+	var hasEpochs bool
+	if _, err := queryOne(ctx, q, `SELECT to_regclass($1) IS NOT NULL`, []any{epochs}, &hasEpochs); err != nil {
+		return err
+	}
+	if !hasEpochs {
+		if err := q.exec(ctx, r.Replace(sqlCreateEpochs)); err != nil {
+			return err
+		}
+	}
 	var current bool
-	if _, err := queryOne(ctx, q, `SELECT coalesce(obj_description(to_regprocedure($1), 'pg_proc'), '') = $2
-	AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($3) AND tgname IN ($4, $5)) = 2`,
-		[]any{fn + "()", schemaVersion, s.qtable, triggerInsert, triggerUpdate}, &current); err != nil {
+	if _, err := queryOne(ctx, q, `SELECT coalesce(obj_description(to_regprocedure($1), 'pg_proc'), '') = $3
+	AND coalesce(obj_description(to_regprocedure($2), 'pg_proc'), '') = $3
+	AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($4) AND tgenabled <> 'D' AND tgname = ANY ($5::text[])) = $6`,
+		[]any{fn + "()", guard + "()", schemaVersion, s.qtable, textArray(allTriggers), len(allTriggers)}, &current); err != nil {
 		return err
 	}
 	if !current {
+		// An upgrade from schema 1, or triggers dropped or disabled by
+		// hand. Creating the triggers locks the lease table against
+		// writers until this transaction ends, so the seed below sees
+		// every grant made before it, and the triggers every one after.
 		if err := q.exec(ctx, r.Replace(sqlCreateFunction)); err != nil {
+			return err
+		}
+		if err := q.exec(ctx, r.Replace(sqlCreateGuard)); err != nil {
+			return err
+		}
+		if err := q.exec(ctx, r.Replace(sqlSeedEpochs)); err != nil {
 			return err
 		}
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // Identifier limits. PostgreSQL truncates names at 63 bytes; the table name
-// leaves room for the "_history" and "_changed" suffixes.
+// leaves room for the "_history", "_changed" and "_epochs" suffixes.
 const (
 	maxSchemaLen = 63
 	maxTableLen  = 55
@@ -24,13 +24,24 @@ const DefaultTable = "leader_lease"
 
 // schemaVersion marks the trigger function Migrate installs, so that Migrate
 // does nothing (and needs no DDL privilege) when the schema is current.
-const schemaVersion = "leasehold schema 1"
+// Version 2 added the guard: the high-water table <table>_epochs and the
+// triggers that refuse DELETE, TRUNCATE, renaming a row and lowering an
+// epoch.
+const schemaVersion = "leasehold schema 2"
 
 // Trigger names on the lease table.
 const (
 	triggerInsert = "leasehold_changed_insert"
 	triggerUpdate = "leasehold_changed_update"
+
+	triggerGuardInsert   = "leasehold_guard_insert"
+	triggerGuardUpdate   = "leasehold_guard_update"
+	triggerGuardDelete   = "leasehold_guard_delete"
+	triggerGuardTruncate = "leasehold_guard_truncate"
 )
+
+// allTriggers are the triggers Migrate installs on the lease table.
+var allTriggers = []string{triggerInsert, triggerUpdate, triggerGuardInsert, triggerGuardUpdate, triggerGuardDelete, triggerGuardTruncate}
 
 // validIdent checks a plain SQL identifier: lower-case ASCII letters, digits
 // and '_', not starting with a digit, 1 to max bytes. Such a name means the
@@ -183,7 +194,8 @@ FROM {{h}} AS h WHERE h.name = $1 ORDER BY h.id DESC LIMIT $2`),
 }
 
 // Migration SQL. {{t}} is the lease table, {{h}} its history table, {{i}}
-// the history index's bare name, {{f}} the trigger function.
+// the history index's bare name, {{f}} the trigger function, {{w}} the
+// high-water table and {{g}} the guard function.
 const (
 	sqlCreateTable = `CREATE TABLE {{t}} (
 	name       text PRIMARY KEY,
@@ -208,8 +220,85 @@ COMMENT ON COLUMN {{t}}.meta_epoch IS 'the epoch whose grant wrote metadata and 
 	metadata text
 );
 CREATE INDEX {{i}} ON {{h}} (name, id DESC)`
+	// The high-water table: the highest epoch ever given to each name. It
+	// lives beside the lease table, not in it, so that it outlasts a lease
+	// row lost past the guard (triggers disabled, a row restored from an
+	// old copy, the table dropped and migrated again).
+	sqlCreateEpochs = `CREATE TABLE {{w}} (
+	name  text PRIMARY KEY,
+	epoch bigint NOT NULL
+);
+COMMENT ON TABLE {{w}} IS 'highest epoch (fencing token) ever given to each lease name: no grant gets one at or below it (leasehold)'`
+	// Seeds the high-water table from the lease rows and from the history,
+	// which remembers grants whose rows were deleted before the guard
+	// existed. Idempotent: it only ever raises.
+	sqlSeedEpochs = `INSERT INTO {{w}} AS w (name, epoch)
+SELECT s.name, max(s.epoch) FROM (
+	SELECT l.name, l.epoch FROM {{t}} AS l
+	UNION ALL
+	SELECT h.name, h.epoch FROM {{h}} AS h
+) AS s GROUP BY s.name
+ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch WHERE w.epoch < excluded.epoch`
+	// The guard runs BEFORE a write. It refuses what would let a token be
+	// handed out again: DELETE and TRUNCATE of lease rows, renaming a row,
+	// lowering an epoch. And it lifts any grant (a row inserted, or an
+	// epoch raised) that would land at or below the high-water mark of its
+	// name above it: a row that was lost anyway (a superuser's DELETE with
+	// triggers disabled, session_replication_role = replica) and is
+	// re-created, by Acquire or by raw SQL, continues from the highest
+	// epoch ever given, not from 1. A row inserted free (no holder) takes
+	// the mark itself, so its first grant gets the mark + 1. The renewal
+	// path never runs it: the UPDATE trigger fires only when the epoch or
+	// the name changes.
+	sqlCreateGuard = `CREATE OR REPLACE FUNCTION {{g}}() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $leasehold$
+DECLARE
+	top bigint;
+	was bigint;
+BEGIN
+	IF TG_OP = 'TRUNCATE' THEN
+		RAISE EXCEPTION 'leasehold: lease table %.% is never truncated: its epoch column is the fencing token counter', TG_TABLE_SCHEMA, TG_TABLE_NAME
+			USING ERRCODE = 'restrict_violation',
+			HINT = 'to free a lease, UPDATE it: SET holder = NULL, expires_at = ''-infinity'' (leasehold release --force does so)';
+	ELSIF TG_OP = 'DELETE' THEN
+		RAISE EXCEPTION 'leasehold: lease row % is never deleted: its epoch column is the fencing token counter', OLD.name
+			USING ERRCODE = 'restrict_violation',
+			HINT = 'to free a lease, UPDATE it: SET holder = NULL, expires_at = ''-infinity'' (leasehold release --force does so)';
+	ELSIF TG_OP = 'UPDATE' THEN
+		IF NEW.name IS DISTINCT FROM OLD.name THEN
+			RAISE EXCEPTION 'leasehold: lease row % is never renamed (to %): its epoch is that name''s fencing token counter', OLD.name, NEW.name
+				USING ERRCODE = 'restrict_violation';
+		END IF;
+		IF NEW.epoch < OLD.epoch THEN
+			RAISE EXCEPTION 'leasehold: the epoch (fencing token) of lease % never decreases (% to %)', OLD.name, OLD.epoch, NEW.epoch
+				USING ERRCODE = 'restrict_violation';
+		END IF;
+	END IF;
+	SELECT w.epoch INTO top FROM {{w}} AS w WHERE w.name = NEW.name;
+	IF FOUND AND NEW.epoch <= top THEN
+		was := NEW.epoch;
+		NEW.epoch := top + CASE WHEN coalesce(NEW.holder, '') <> '' THEN 1 ELSE 0 END;
+		IF NEW.meta_epoch = was THEN
+			NEW.meta_epoch := NEW.epoch;
+		END IF;
+	END IF;
+	RETURN NEW;
+END
+$leasehold$;
+DROP TRIGGER IF EXISTS ` + triggerGuardInsert + ` ON {{t}};
+DROP TRIGGER IF EXISTS ` + triggerGuardUpdate + ` ON {{t}};
+DROP TRIGGER IF EXISTS ` + triggerGuardDelete + ` ON {{t}};
+DROP TRIGGER IF EXISTS ` + triggerGuardTruncate + ` ON {{t}};
+CREATE TRIGGER ` + triggerGuardInsert + ` BEFORE INSERT ON {{t}} FOR EACH ROW EXECUTE PROCEDURE {{g}}();
+CREATE TRIGGER ` + triggerGuardUpdate + ` BEFORE UPDATE ON {{t}} FOR EACH ROW
+	WHEN (OLD.epoch IS DISTINCT FROM NEW.epoch OR OLD.name IS DISTINCT FROM NEW.name)
+	EXECUTE PROCEDURE {{g}}();
+CREATE TRIGGER ` + triggerGuardDelete + ` BEFORE DELETE ON {{t}} FOR EACH ROW EXECUTE PROCEDURE {{g}}();
+CREATE TRIGGER ` + triggerGuardTruncate + ` BEFORE TRUNCATE ON {{t}} FOR EACH STATEMENT EXECUTE PROCEDURE {{g}}();
+COMMENT ON FUNCTION {{g}}() IS '` + schemaVersion + `'`
 	// The trigger runs for every grant and release, by leasehold or by any
-	// raw SQL client: it notifies waiters and appends to the history. It is
+	// raw SQL client: it notifies waiters, appends to the history and
+	// raises the high-water mark of the name. It is
 	// SECURITY DEFINER so that the lease role needs no privilege on the
 	// history table, with a fixed search_path so that it cannot be
 	// redirected.
@@ -232,6 +321,10 @@ BEGIN
 		ELSE
 			ev := 'acquired';
 		END IF;
+	END IF;
+	IF TG_OP = 'INSERT' OR NEW.epoch > OLD.epoch THEN
+		INSERT INTO {{w}} AS w (name, epoch) VALUES (NEW.name, NEW.epoch)
+		ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch WHERE w.epoch < excluded.epoch;
 	END IF;
 	PERFORM pg_notify('leasehold_' || substr(md5(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME), 1, 16), NEW.name);
 	IF ev IN ('released', 'force-released') THEN
