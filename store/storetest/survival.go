@@ -14,6 +14,14 @@ import (
 // Harness offers the losses its store's README speaks of in Harness.Losses,
 // and the suite's TokensSurviveLoss case checks each against what the README
 // claims.
+//
+// Wired today: Redis (the lease's keys deleted; tokens=server_time survives
+// it, tokens=counter only detects it), SQLite (INSERT OR REPLACE by hand, a
+// row deleted past its trigger), Kubernetes (the Lease deleted; the Lease and
+// its high-water mark deleted). PostgreSQL: its harness adds its own (a row
+// DELETEd, the table TRUNCATEd, epoch lowered by UPDATE), each with the claim
+// its README makes. The in-memory store offers none: it loses nothing short
+// of the process, and the case is skipped.
 type Loss struct {
 	// Name says what is lost, for the subtest's name: "FLUSHALL",
 	// "row deleted past the triggers".
