@@ -21,5 +21,6 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		MinTTL: k8sstore.MinTTL,
+		Losses: kubernetesLosses(),
 	})
 }

@@ -68,13 +68,15 @@
 // not terms: a client-go elector that renews its own lapsed lease keeps the
 // number.)
 //
-// What the token is worth rests on the Lease object. It lives in etcd behind
-// the API server and survives restarts of both, but deleting the Lease
-// (kubectl delete lease) resets it: a new object starts again at 0 (client-go)
-// or 1 (leasehold). A store that saw the old value grants above it, but a
-// process that never did may hand out a token already used. Do not delete a
-// Lease that fences anything. leaseTransitions is an int32: a lease runs out
-// of tokens after about two billion terms, and Acquire then fails.
+// What the token is worth rests on the Lease object, which lives in etcd
+// behind the API server and survives restarts of both, and on the lease's
+// high-water mark: a second Lease object (HighWaterName) that every grant
+// raises to its token, with the version it read, before it writes the Lease.
+// Deleting the Lease (kubectl delete lease) therefore does not restart its
+// tokens: the next grant is above the mark. Deleting the mark too does: a
+// process that never saw the old tokens then starts again at 1 (a store that
+// saw them still grants above them). leaseTransitions is an int32: a lease
+// runs out of tokens after about two billion terms, and Acquire then fails.
 //
 // A term granted by client-go has no token of leasehold's making: its first
 // holder has leaseTransitions 0, which Get reports as token 0. Only

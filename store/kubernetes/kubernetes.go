@@ -244,6 +244,8 @@ func objectFor(name string) (object, error) {
 func (o object) claim(l *coordinationv1.Lease) error {
 	owner, ok := l.Annotations[AnnotationName]
 	switch {
+	case isHighWater(l):
+		return fmt.Errorf("%w: lease name %q names Lease object %q, which keeps the high-water mark of Lease %q", store.ErrInvalid, o.name, o.obj, l.Annotations[AnnotationHighWaterOf])
 	case ok && owner != o.name:
 		return fmt.Errorf("%w: lease name %q maps to Lease object %q, which belongs to lease %q", store.ErrInvalid, o.name, o.obj, owner)
 	case !ok && !o.verbatim:
@@ -305,8 +307,9 @@ func (s *Store) update(ctx context.Context, l *coordinationv1.Lease) (*coordinat
 }
 
 // Acquire implements store.Store. The new term's token is the Lease's
-// leaseTransitions plus one (at least the highest this store has seen plus
-// one); a new Lease starts at 1. The term is judged live, and Acquire
+// leaseTransitions plus one, at least the highest this store has seen plus
+// one, and above the lease's high-water mark, which it raises to the token
+// before it writes the Lease (see raiseHighWater); a new Lease starts at 1. The term is judged live, and Acquire
 // refuses with store.ErrHeld, until this store has seen the Lease unchanged
 // for its full duration; see the package documentation.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
@@ -331,9 +334,9 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			s.forget(o.obj)
-			token := s.maxToken(o.obj) + 1
-			if token > math.MaxInt32 {
-				return fail(errors.New("leaseTransitions is at its largest value; no higher token can be granted"))
+			token, err := s.raiseHighWater(ctx, o, s.maxToken(o.obj)+1)
+			if err != nil {
+				return fail(err)
 			}
 			now := s.now()
 			l := &coordinationv1.Lease{
@@ -361,9 +364,9 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		if v.holder != "" && v.holder != holder && v.remaining() > 0 {
 			return v.record(name), fmt.Errorf("leasehold/kubernetes: acquire %q: held by %s: %w", name, v.holder, store.ErrHeld)
 		}
-		token := max(v.token, s.maxToken(o.obj)) + 1
-		if token > math.MaxInt32 {
-			return fail(errors.New("leaseTransitions is at its largest value; no higher token can be granted"))
+		token, err := s.raiseHighWater(ctx, o, max(v.token, s.maxToken(o.obj))+1)
+		if err != nil {
+			return fail(err)
 		}
 		next := cur.DeepCopy()
 		now := s.now()
@@ -597,6 +600,9 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 	var recs []store.Record
 	for i := range list.Items {
 		l := &list.Items[i]
+		if isHighWater(l) {
+			continue
+		}
 		name := l.Name
 		if n, ok := l.Annotations[AnnotationName]; ok {
 			name = n

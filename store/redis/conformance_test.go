@@ -34,7 +34,53 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		MinTTL: conformanceMinTTL,
+		Losses: []storetest.Loss{{
+			// An eviction, or a restart or FLUSHALL as far as this lease is
+			// concerned (TestTokenSurvivesLoss does those on its own server):
+			// the lease's keys, counter included, are gone.
+			Name:     "lease keys deleted",
+			Lose:     loseLeaseKeys(addr),
+			Survives: true,
+		}},
 	})
+}
+
+// TestConformanceCounterTokens runs the suite with tokens=counter, whose
+// README claim is weaker: the counter starts again after a loss, and only a
+// handle that saw the old tokens refuses to go below them.
+func TestConformanceCounterTokens(t *testing.T) {
+	addr := redisAddr(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			u, err := url.Parse(storeURL(addr, freshPrefix(t, addr)) + "&tokens=counter")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() (store.Store, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				return lhredis.OpenURL(ctx, u)
+			}
+		},
+		MinTTL: conformanceMinTTL,
+		Losses: []storetest.Loss{{Name: "lease keys deleted", Lose: loseLeaseKeys(addr), Survives: false}},
+	})
+}
+
+// loseLeaseKeys deletes every key of the lease, as the admin user.
+func loseLeaseKeys(addr string) func(t *testing.T, open func() (store.Store, error), name string) error {
+	return func(t *testing.T, open func() (store.Store, error), name string) error {
+		st, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		lock := st.(*lhredis.Store).LockKey(name)
+		if err := admin(t, addr).Del(testCtx(t), lock, lock+":token", lock+":term").Err(); err != nil {
+			t.Fatalf("delete the keys of %q: %v", name, err)
+		}
+		return nil
+	}
 }
 
 // aclCommands is the least a leasehold user needs, and what the README
@@ -43,7 +89,7 @@ var aclCommands = []string{
 	"-@all",
 	"+ping", "+hello", "+auth",
 	"+eval", "+evalsha",
-	"+get", "+set", "+incr", "+del", "+pexpire", "+pttl",
+	"+get", "+set", "+incr", "+del", "+pexpire", "+pttl", "+time",
 	"+publish", "+subscribe", "+unsubscribe",
 	"+scan",
 }

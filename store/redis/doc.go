@@ -42,23 +42,28 @@
 // Redis. Use Redis leases for work where a rare double run is harmless (a cron
 // job, a cache warmer), or fence the resource with the token.
 //
-// The fencing token is only as durable as Redis. It rises strictly while Redis
-// keeps its data; but Redis acknowledges writes before they are on disk
-// (unless appendonly yes with appendfsync always), and replication is
-// asynchronous, so a restart or a failover to a replica can lose the last
-// increments (and the lock itself: a second holder may then be granted while
-// the first still believes it holds). The store detects the regress it can
-// see: each Store handle remembers the highest token it has seen per lease,
-// and an Acquire that finds the counter below it (or missing) raises the
-// counter to that token and grants nothing, returning a *TokenRegressError
-// (errors.Is ErrTokenRegress); the next Acquire is granted a higher token.
-// Get reports the same error. A process that starts after the loss has no
-// memory to compare with; give it Options.Floor (for example the highest
-// token the fenced resource has accepted) to close that gap. Tokens a
-// forgetful Redis hands out to processes that saw nothing may still be
-// smaller than old ones: a fenced resource refuses them.
+// The fencing token survives more than the lock does. Redis acknowledges
+// writes before they are on disk (unless appendonly yes with appendfsync
+// always), and replication is asynchronous, so a restart or a failover to a
+// replica can lose the lock (a second holder may then be granted while the
+// first still believes it holds) and the token counter. By default
+// (Options.Tokens TokensServerTime, URL tokens=server_time) a grant's token is
+// max(counter+1, the server's TIME in microseconds), so a grant after the
+// counter is lost is still above every earlier token, unless the server's
+// clock was stepped back across the loss (see Tokens). With TokensCounter
+// (tokens=counter) tokens are 1, 2, 3, ... and start again after a loss; the
+// store then detects only the regress it can see: each Store handle
+// remembers the highest token it has seen per lease, and an Acquire that
+// finds the counter below it (or missing) raises the counter to that token
+// and grants nothing, returning a *TokenRegressError (errors.Is
+// ErrTokenRegress); the next Acquire is granted a higher token. Get reports
+// the same error. Options.Floor (URL token_floor=N) gives every process such
+// a floor, for example the highest token the fenced resource has accepted.
+// Tokens a forgetful Redis hands out to processes that saw nothing may
+// otherwise repeat old ones: a fenced resource refuses the lower ones, and an
+// equal one only if it remembers the holder of the highest token.
 //
-// For a token that never regresses use the PostgreSQL, SQLite or etcd store.
+// For a token that does not rest on a clock, use the PostgreSQL, SQLite or etcd store.
 // Redlock (a majority of independent Redis masters) is not implemented: it
 // still gives no fencing token.
 //

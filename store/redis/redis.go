@@ -78,9 +78,47 @@ type Options struct {
 	// lost data detect the regress, which the per-handle memory cannot. An
 	// error from Floor fails the Acquire before anything is sent.
 	Floor func(ctx context.Context, name string) (int64, error)
+	// Tokens chooses how a grant's token is made: TokensServerTime (the
+	// default) or TokensCounter. See Tokens.
+	Tokens Tokens
 	// CloseClient makes Close also close the client given to New. OpenURL
 	// sets it.
 	CloseClient bool
+}
+
+// Tokens is how a grant's fencing token is made.
+type Tokens int
+
+const (
+	// TokensServerTime, the default: a grant's token is the lease's counter
+	// plus one or the Redis server's clock (TIME) in microseconds since the
+	// Unix epoch, whichever is higher, and the counter is set to it. Tokens
+	// still rise by at least one per grant whatever the clock does; and
+	// after Redis loses the counter (a restart without fsync, FLUSHALL, an
+	// eviction, a failover to a replica that missed the last grants) the
+	// next grant is still above every earlier one, as long as the server's
+	// clock has not been stepped back across the loss by more than the time
+	// between the last grant before it and the first after. Normal use
+	// cannot push the counter above the clock: it would take more than one
+	// grant of one lease per microsecond, and each grant is a whole script
+	// on Redis's single thread. The restricted ACL needs +time.
+	TokensServerTime Tokens = iota
+	// TokensCounter: a grant's token is the counter plus one (1, 2, 3, ...),
+	// as in earlier versions. After a loss the counter starts again at 1; only
+	// the regress a handle can see (TokenRegressError, Options.Floor) is
+	// caught.
+	TokensCounter
+)
+
+// String is the name of t in a URL's tokens parameter.
+func (t Tokens) String() string {
+	switch t {
+	case TokensServerTime:
+		return "server_time"
+	case TokensCounter:
+		return "counter"
+	}
+	return "Tokens(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Store is a lease store on Redis. It is safe for concurrent use. Each Store
@@ -119,6 +157,9 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if err := validatePrefix(opts.Prefix); err != nil {
 		return nil, err
+	}
+	if opts.Tokens != TokensServerTime && opts.Tokens != TokensCounter {
+		return nil, invalidf("Options.Tokens is %v, want TokensServerTime or TokensCounter", opts.Tokens)
 	}
 	s := &Store{c: client, prefix: opts.Prefix, opts: opts, seen: map[string]int64{}}
 	s.hub = newHub(client)
@@ -282,7 +323,8 @@ func (s *Store) wrap(op string, err error) error {
 
 // Acquire implements store.Store with SET NX PX semantics in one script: if
 // the lock key is absent (or expired) or holds this same holder, the counter
-// is incremented, the lock key set to holder with PX ttl, and the term's
+// is incremented (and, with TokensServerTime, raised to the server's clock in
+// microseconds if that is higher), the lock key set to holder with PX ttl, and the term's
 // record (token, TTL, metadata) written with the same PX. Grants are not
 // published: waiters wake on releases and at expiry. A *TokenRegressError
 // reports a counter below a token already seen; nothing was granted then.
@@ -299,7 +341,11 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	}
 	ms := millis(ttl)
 	msArg := strconv.FormatInt(ms, 10)
-	res, err := acquireScript.Run(ctx, s.c, s.keys(name), holder, msArg, ":"+msArg+":"+metadata, floor).Result()
+	clock := "1"
+	if s.opts.Tokens == TokensCounter {
+		clock = "0"
+	}
+	res, err := acquireScript.Run(ctx, s.c, s.keys(name), holder, msArg, ":"+msArg+":"+metadata, floor, clock).Result()
 	if err != nil {
 		return store.Record{}, s.wrap(acquireOp(name), err)
 	}

@@ -22,7 +22,7 @@ import (
 //     token at or below 4.
 func TestRedisRestartMidLease(t *testing.T) {
 	srv := newRedisServer(t)
-	u := storeURL(srv.Addr(), "lhtest:restart:")
+	u := storeURL(srv.Addr(), "lhtest:restart:") + "&tokens=counter" // small tokens: the regress is what is tested
 	holderStore := openStore(t, u)
 	rivalStore := openStore(t, u)
 	ctx := testCtx(t)

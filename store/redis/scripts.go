@@ -37,18 +37,29 @@ import goredis "github.com/redis/go-redis/v9"
 // holds ARGV[1].
 //
 // ARGV: 1 holder, 2 ttl in ms, 3 ":ttl:metadata" (the term record after the
-// token), 4 floor (the highest token the caller has seen, 0 if none).
+// token), 4 floor (the highest token the caller has seen, 0 if none), 5 "1"
+// for TokensServerTime, "0" for TokensCounter.
 //
 // The common case, a free lock, is three commands: SET NX PX (which is the
-// whole of redislock's acquire), INCR, and the term's SET PX. The counter
-// before the grant is the new token minus one, so the floor is checked after
-// the INCR: a counter below a token that was already seen has lost
-// increments (a restart without fsync, a promoted replica). The script then
-// raises the counter to the floor, takes back the SET, and grants nothing;
-// the caller reports the regress and may try again. A counter that is not an
-// integer (written by something else) fails the INCR: the SET is taken back
-// and the error returned, so nothing is granted. No other client sees the
-// undone writes: the script is atomic.
+// whole of redislock's acquire), INCR, and the term's SET PX; with
+// TokensServerTime also TIME and, when the clock is above the counter (the
+// usual case), a SET of the counter to it. The new token is max(counter+1,
+// clock): it rises by at least one whatever the clock does, and after the
+// counter is lost it starts again from the server's clock, above every
+// token granted before the loss. TIME is non-deterministic; Redis 7 runs
+// scripts with effects replication only, so a script may call it and then
+// write (replicas and the AOF receive the SET of the value, not the TIME).
+// Lua numbers are doubles, exact up to 2^53: microseconds since 1970 stay
+// below that until the year 2255.
+//
+// The counter before the grant is the INCR's result minus one, so the floor
+// is checked after the INCR: a counter below a token that was already seen
+// has lost increments (a restart without fsync, a promoted replica). The
+// script then raises the counter to the floor, takes back the SET, and
+// grants nothing; the caller reports the regress and may try again. A
+// counter that is not an integer (written by something else) fails the INCR:
+// the SET is taken back and the error returned, so nothing is granted. No
+// other client sees the undone writes: the script is atomic.
 //
 // A lock key that exists (SET NX refused) is read: another holder's live
 // term is returned as it is; this same holder's term, or a key with PTTL 0
@@ -63,6 +74,11 @@ import goredis "github.com/redis/go-redis/v9"
 //	  {status, holder, term record, pttl, counter-before}
 var acquireScript = goredis.NewScript(`
 local floor = tonumber(ARGV[4])
+local clock = 0
+if ARGV[5] == '1' then
+  local t = redis.call('TIME')
+  clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local tok = redis.pcall('INCR', KEYS[2])
   if type(tok) == 'table' then
@@ -73,6 +89,10 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('SET', KEYS[2], ARGV[4])
     redis.call('DEL', KEYS[1])
     return {2, tok - 1}
+  end
+  if tok < clock then
+    tok = clock
+    redis.call('SET', KEYS[2], string.format('%d', tok))
   end
   redis.call('SET', KEYS[3], string.format('%d', tok) .. ARGV[3], 'PX', ARGV[2])
   return tok
@@ -94,6 +114,10 @@ if regressed then
   return {2, ctr}
 end
 local tok = redis.call('INCR', KEYS[2])
+if tok < clock then
+  tok = clock
+  redis.call('SET', KEYS[2], string.format('%d', tok))
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], string.format('%d', tok) .. ARGV[3], 'PX', ARGV[2])
 return tok

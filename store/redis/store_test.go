@@ -281,7 +281,7 @@ func TestListAndForceRelease(t *testing.T) {
 func TestTokenRegressDetected(t *testing.T) {
 	addr := redisAddr(t)
 	prefix := freshPrefix(t, addr)
-	u := storeURL(addr, prefix)
+	u := storeURL(addr, prefix) + "&tokens=counter" // the regress a handle sees, without the clock's help
 	st := openStore(t, u)
 	ctx := testCtx(t)
 	var last store.Record
@@ -352,7 +352,7 @@ func TestFloor(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	floorErr := errors.New("resource unreachable")
 	var fail bool
-	st, err := lhredis.New(c, lhredis.Options{Prefix: prefix, CloseClient: true, Floor: func(ctx context.Context, name string) (int64, error) {
+	st, err := lhredis.New(c, lhredis.Options{Prefix: prefix, CloseClient: true, Tokens: lhredis.TokensCounter, Floor: func(ctx context.Context, name string) (int64, error) {
 		if fail {
 			return 0, floorErr
 		}

@@ -22,7 +22,7 @@ import (
 // recorded.
 func TestExactTermByTokenPrefix(t *testing.T) {
 	addr := redisAddr(t)
-	st := openStore(t, storeURL(addr, freshPrefix(t, addr)))
+	st := openStore(t, storeURL(addr, freshPrefix(t, addr))+"&tokens=counter") // tokens 1 and 12 prefix each other
 	ctx := testCtx(t)
 	const md = "addr=10.0.0.1:8080:x"
 	var first, live store.Record

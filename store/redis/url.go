@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -40,6 +41,11 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 //	password_file=F    read the password from file F (trailing newline dropped), so
 //	                   that it is not on a command line
 //	ca_file=F          rediss: trust the PEM certificates in F instead of the system roots
+//	tokens=M           how tokens are made: server_time (the default) or counter;
+//	                   see Tokens and Options.Tokens
+//	token_floor=N      a token every grant must be above, for example the highest
+//	                   token the fenced resource has accepted: Options.Floor
+//	                   returning N. A decimal integer from 0 to 2^53.
 //
 // Any other option is go-redis's (redis.ParseURL): dial_timeout, read_timeout,
 // write_timeout, pool_size, protocol, client_name, skip_verify (never in
@@ -58,7 +64,7 @@ func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 }
 
 func open(ctx context.Context, u *url.URL) (*Store, error) {
-	opt, prefix, err := ParseURL(u)
+	opt, sopts, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +73,8 @@ func open(ctx context.Context, u *url.URL) (*Store, error) {
 		c.Close()
 		return nil, fmt.Errorf("leasehold/redis: connect to %s: %w", redact(u), err)
 	}
-	s, err := New(c, Options{Prefix: prefix, CloseClient: true})
+	sopts.CloseClient = true
+	s, err := New(c, sopts)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -77,19 +84,39 @@ func open(ctx context.Context, u *url.URL) (*Store, error) {
 
 // ParseURL turns a redis:// or rediss:// URL (see OpenURL) into go-redis
 // options and the key prefix, without connecting. Errors match
-// store.ErrInvalid and never include the password.
+// store.ErrInvalid and never include the password. The store's other
+// options (tokens, token_floor) are checked but not returned: ParseOptions
+// returns them all.
 func ParseURL(u *url.URL) (*goredis.Options, string, error) {
+	opt, sopts, err := parseURL(u)
+	if err != nil {
+		return nil, "", err
+	}
+	return opt, sopts.Prefix, nil
+}
+
+// ParseOptions is ParseURL with all of the store's Options the URL sets
+// (Prefix, Tokens, and Floor for token_floor), ready for New.
+func ParseOptions(u *url.URL) (*goredis.Options, Options, error) {
+	return parseURL(u)
+}
+
+// maxTokenFloor is the largest token_floor: the scripts' Lua numbers are
+// doubles, exact only up to 2^53.
+const maxTokenFloor = 1 << 53
+
+func parseURL(u *url.URL) (*goredis.Options, Options, error) {
 	if u == nil {
-		return nil, "", invalidf("Redis URL is nil")
+		return nil, Options{}, invalidf("Redis URL is nil")
 	}
 	bad := func(format string, args ...any) error {
 		return invalidf("Redis URL %s: %s", redact(u), fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, "", bad("scheme %q is not redis or rediss", u.Scheme)
+		return nil, Options{}, bad("scheme %q is not redis or rediss", u.Scheme)
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return nil, "", bad("no host; the form is redis://[user[:password]@]host[:port][/db]")
+		return nil, Options{}, bad("no host; the form is redis://[user[:password]@]host[:port][/db]")
 	}
 	q := u.Query()
 	take := func(key string) (string, bool) {
@@ -102,18 +129,36 @@ func ParseURL(u *url.URL) (*goredis.Options, string, error) {
 	}
 	prefix, hasPrefix := take("prefix")
 	if hasPrefix && prefix == "" {
-		return nil, "", bad("prefix is empty")
+		return nil, Options{}, bad("prefix is empty")
 	}
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	if err := validatePrefix(prefix); err != nil {
-		return nil, "", bad("%s", err.(*invalidError).msg)
+		return nil, Options{}, bad("%s", err.(*invalidError).msg)
+	}
+	var sopts Options
+	if v, ok := take("tokens"); ok {
+		switch v {
+		case TokensServerTime.String():
+			sopts.Tokens = TokensServerTime
+		case TokensCounter.String():
+			sopts.Tokens = TokensCounter
+		default:
+			return nil, Options{}, bad("tokens=%q: want server_time or counter", v)
+		}
+	}
+	if v, ok := take("token_floor"); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > maxTokenFloor {
+			return nil, Options{}, bad("token_floor=%q: want a decimal integer from 0 to %d", v, int64(maxTokenFloor))
+		}
+		sopts.Floor = func(context.Context, string) (int64, error) { return n, nil }
 	}
 	passwordFile, hasPasswordFile := take("password_file")
 	caFile, hasCAFile := take("ca_file")
 	if hasCAFile && u.Scheme != "rediss" {
-		return nil, "", bad("ca_file needs the rediss scheme")
+		return nil, Options{}, bad("ca_file needs the rediss scheme")
 	}
 	_, hasRetries := q["max_retries"]
 
@@ -127,26 +172,26 @@ func ParseURL(u *url.URL) (*goredis.Options, string, error) {
 		if pw, set := u.User.Password(); set && pw != "" {
 			msg = strings.ReplaceAll(msg, pw, "xxxxx")
 		}
-		return nil, "", bad("%s", msg)
+		return nil, Options{}, bad("%s", msg)
 	}
 	if hasPasswordFile {
 		if _, set := u.User.Password(); set {
-			return nil, "", bad("both a password and password_file are given")
+			return nil, Options{}, bad("both a password and password_file are given")
 		}
 		b, err := os.ReadFile(passwordFile)
 		if err != nil {
-			return nil, "", bad("password_file: %v", err)
+			return nil, Options{}, bad("password_file: %v", err)
 		}
 		opt.Password = strings.TrimRight(string(b), "\r\n")
 	}
 	if hasCAFile {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, "", bad("ca_file: %v", err)
+			return nil, Options{}, bad("ca_file: %v", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, "", bad("ca_file %s holds no PEM certificate", caFile)
+			return nil, Options{}, bad("ca_file %s holds no PEM certificate", caFile)
 		}
 		opt.TLSConfig.RootCAs = pool
 	}
@@ -154,7 +199,8 @@ func ParseURL(u *url.URL) (*goredis.Options, string, error) {
 		opt.MaxRetries = -1
 	}
 	opt.ContextTimeoutEnabled = true
-	return opt, prefix, nil
+	sopts.Prefix = prefix
+	return opt, sopts, nil
 }
 
 // redact returns u for an error message, without its password. An opaque

@@ -22,8 +22,13 @@
 // inside the statement by SQLite's own clock (unixepoch('subsec')), never by
 // a time the Go process passes in, so every process on the host is judged by
 // one clock. Triggers keep a history of grants and releases (see History),
-// refuse to delete a lease row, and refuse to lower an epoch, so that raw SQL
-// run by hand cannot reset a fencing token.
+// refuse to delete a lease row, refuse to lower an epoch, and keep a
+// high-water table (<table>_high_water) of the highest epoch each name was
+// granted, below which no row may be inserted: so that raw SQL run by hand,
+// INSERT OR REPLACE included (whose delete of the old row fires no delete
+// trigger unless the connection set recursive_triggers), cannot reset or
+// repeat a fencing token, and a row deleted anyway is granted again above
+// every token it had.
 //
 // The database runs in WAL mode with synchronous=FULL (a committed grant
 // survives a power cut, so a token is never handed out twice) and a busy
@@ -33,7 +38,7 @@
 //
 //   - Tokens rise strictly for every grant of a name and never go back, as long
 //     as the file is not restored from an older copy, replaced, or edited past
-//     the triggers. A restored backup hands out old tokens again: treat the
+//     the triggers (a row and its high-water mark both deleted). A restored backup hands out old tokens again: treat the
 //     file as the fence's source of truth and do not roll it back.
 //   - One host only. SQLite's locking does not work over network filesystems
 //     (NFS, SMB, most container volume drivers that span hosts): processes on
@@ -119,6 +124,7 @@ type Store struct {
 	path    string
 	table   string
 	hist    string
+	high    string // the high-water table: the highest epoch of each name ever granted
 	created bool
 	closed  atomic.Bool
 	limit   int
@@ -197,6 +203,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)+")")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
+	// With recursive_triggers on, the DELETE that an INSERT OR REPLACE does
+	// fires the delete triggers, so that even a REPLACE sent through DB()
+	// cannot remove a lease row. Other connections (a sqlite3 shell) do not
+	// have it: the insert triggers stop their REPLACE instead (see Migrate).
+	q.Add("_pragma", "recursive_triggers(1)")
 	dsn := "file:" + (&url.URL{Path: abs}).EscapedPath() + "?" + q.Encode()
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -204,7 +215,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	db.SetMaxIdleConns(2)
 	db.SetConnMaxIdleTime(time.Minute)
-	s := &Store{db: db, path: abs, table: opts.Table, hist: opts.Table + "_history", created: created, limit: opts.HistoryLimit}
+	s := &Store{db: db, path: abs, table: opts.Table, hist: opts.Table + "_history", high: opts.Table + "_high_water", created: created, limit: opts.HistoryLimit}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("leasehold/sqlite: open %s: %w", abs, err)
@@ -313,7 +324,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	t, h := quote(s.table), quote(s.hist)
+	t, h, hw := quote(s.table), quote(s.hist), quote(s.high)
+	// raise keeps the high-water mark of a name at the highest epoch granted.
+	raise := `INSERT INTO ` + hw + `(name, epoch) VALUES (NEW.name, NEW.epoch)
+			ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch WHERE excluded.epoch > epoch;`
 	stmts := []string{
 		`CREATE TABLE IF NOT EXISTS ` + t + ` (
 			name       TEXT PRIMARY KEY,
@@ -333,6 +347,46 @@ func (s *Store) Migrate(ctx context.Context) error {
 			metadata TEXT NOT NULL DEFAULT ''
 		) STRICT`,
 		`CREATE INDEX IF NOT EXISTS ` + quote(s.hist+"_name") + ` ON ` + h + `(name, id)`,
+		// The high-water table outlives a lease row that is removed anyway
+		// (an INSERT OR REPLACE deletes the row it replaces without firing
+		// delete triggers, unless the connection set recursive_triggers; a
+		// trigger dropped by hand): Acquire grants above it, and an insert at
+		// or below it is refused. It is filled from the lease rows and the
+		// history when it is first made, so a row deleted before then is
+		// remembered by its history.
+		`CREATE TABLE IF NOT EXISTS ` + hw + ` (
+			name  TEXT PRIMARY KEY,
+			epoch INTEGER NOT NULL CHECK (epoch > 0)
+		) STRICT`,
+		`INSERT INTO ` + hw + `(name, epoch)
+			SELECT name, MAX(epoch) FROM (SELECT name, epoch FROM ` + t + ` UNION ALL SELECT name, epoch FROM ` + h + `)
+			WHERE epoch > 0 GROUP BY name
+			ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch WHERE excluded.epoch > epoch`,
+		`CREATE TRIGGER IF NOT EXISTS ` + quote(s.high+"_keep_rows") + ` BEFORE DELETE ON ` + hw + `
+		BEGIN SELECT RAISE(ABORT, 'leasehold: high-water marks are never deleted: they keep fencing tokens above every token granted'); END`,
+		`CREATE TRIGGER IF NOT EXISTS ` + quote(s.high+"_rises") + ` BEFORE UPDATE ON ` + hw + `
+		WHEN NEW.epoch < OLD.epoch OR NEW.name IS NOT OLD.name
+		BEGIN SELECT RAISE(ABORT, 'leasehold: a high-water mark never decreases'); END`,
+		`CREATE TRIGGER IF NOT EXISTS ` + quote(s.high+"_insert_rises") + ` BEFORE INSERT ON ` + hw + `
+		WHEN NEW.epoch < (SELECT epoch FROM ` + hw + ` WHERE name = NEW.name)
+		BEGIN SELECT RAISE(ABORT, 'leasehold: a high-water mark never decreases'); END`,
+		// A lease row may be (re)inserted only above its name's high-water
+		// mark: this stops INSERT OR REPLACE, whose delete of the old row
+		// fires no delete trigger on a connection without
+		// recursive_triggers, from resetting or repeating an epoch.
+		`CREATE TRIGGER IF NOT EXISTS ` + quote(s.table+"_insert_above_high") + ` BEFORE INSERT ON ` + t + `
+		WHEN NEW.epoch <= (SELECT epoch FROM ` + hw + ` WHERE name = NEW.name)
+		BEGIN SELECT RAISE(ABORT, 'leasehold: a lease row is inserted only above the highest epoch (fencing token) its name was ever granted'); END`,
+		// Renaming a row would move one lease's counter to another name.
+		`CREATE TRIGGER IF NOT EXISTS ` + quote(s.table+"_keep_names") + ` BEFORE UPDATE OF name ON ` + t + `
+		WHEN NEW.name IS NOT OLD.name
+		BEGIN SELECT RAISE(ABORT, 'leasehold: a lease row is never renamed: its epoch is that name''s fencing token counter'); END`,
+		`CREATE TRIGGER IF NOT EXISTS ` + quote(s.table+"_high_insert") + ` AFTER INSERT ON ` + t + `
+		WHEN NEW.epoch > 0
+		BEGIN ` + raise + ` END`,
+		`CREATE TRIGGER IF NOT EXISTS ` + quote(s.table+"_high_update") + ` AFTER UPDATE OF epoch ON ` + t + `
+		WHEN NEW.epoch > 0
+		BEGIN ` + raise + ` END`,
 		// The epoch is the fencing counter: it never goes back, and the row
 		// that holds it is never deleted.
 		`CREATE TRIGGER IF NOT EXISTS ` + quote(s.table+"_keep_rows") + ` BEFORE DELETE ON ` + t + `
@@ -475,9 +529,9 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	t := quote(s.table)
 	ms := ttlMillis(ttl)
 	rec, err := scanRecord(tx.QueryRowContext(ctx, `INSERT INTO `+t+` AS l (name, holder, epoch, expires_at, ttl_ms, metadata)
-		VALUES (?1, ?2, 1, `+nowMS+` + ?3, ?3, ?4)
+		VALUES (?1, ?2, (SELECT COALESCE(MAX(epoch), 0) + 1 FROM `+quote(s.high)+` WHERE name = ?1), `+nowMS+` + ?3, ?3, ?4)
 		ON CONFLICT (name) DO UPDATE SET
-			holder = excluded.holder, epoch = l.epoch + 1, expires_at = excluded.expires_at,
+			holder = excluded.holder, epoch = MAX(l.epoch + 1, excluded.epoch), expires_at = excluded.expires_at,
 			ttl_ms = excluded.ttl_ms, metadata = excluded.metadata
 		WHERE l.holder IS NULL OR l.holder = '' OR l.holder = excluded.holder OR l.expires_at <= `+nowMS+`
 		RETURNING `+rowCols, name, holder, ms, metadata), name)

@@ -50,6 +50,7 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		MinTTL: 50 * time.Millisecond,
+		Losses: sqliteLosses(),
 	})
 }
 

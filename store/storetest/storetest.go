@@ -38,6 +38,9 @@ type Harness struct {
 	MinTTL time.Duration
 	// Handles is how many handles race in the concurrency test (default 4).
 	Handles int
+	// Losses are the data losses the store's README speaks of, each with the
+	// README's claim (see Loss and survival.go). None: the case is skipped.
+	Losses []Loss
 }
 
 type suite struct {
@@ -79,6 +82,7 @@ func Run(t *testing.T, h Harness) {
 		{"RenewMany", testRenewMany},
 		{"List", testList},
 		{"ForceRelease", testForceRelease},
+		{"TokensSurviveLoss", testTokensSurviveLoss},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
