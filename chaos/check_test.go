@@ -416,7 +416,7 @@ func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
 func TestTokenOrderIgnoresOverlappingGrants(t *testing.T) {
 	h := cleanHistory()
 	b := &histBuilder{h: h, reqN: 100}
-	b.granted("n3.1", 6.1, EvAcquired, "n3-cccc", 4, 0.2)  // sent 5.9, answered 6.1
+	b.granted("n3.1", 6.1, EvAcquired, "n3-cccc", 4, 0.2)   // sent 5.9, answered 6.1
 	b.granted("n4.1", 6.05, EvAcquired, "n4-dddd", 3, 0.05) // sent 6.0, answered 6.05
 	SortEvents(h.Events)
 	r := Check(h, CheckOptions{})
