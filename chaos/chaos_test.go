@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/chaos"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
@@ -229,5 +230,57 @@ func TestRunNamesABadStoreURLAsBadInput(t *testing.T) {
 	_, err := chaos.Run(context.Background(), c)
 	if !errors.Is(err, chaos.ErrInvalid) || errors.Is(err, chaos.ErrStore) {
 		t.Fatalf("err = %v, want ErrInvalid", err)
+	}
+}
+
+// Negative controls that break the store, not the register: every node runs
+// on a deliberately broken wrapper of a SQLite store, and a short real run
+// must fail with the check meant for that break. The register stays fenced,
+// so the register's own checks have nothing to find: only the named check
+// stands between such a store and a passing run.
+func TestChaosBrokenStoreIsCaught(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take seconds")
+	}
+	for _, tc := range []struct {
+		mode, check string
+	}{
+		{chaos.BrokenEarlyGrant, chaos.CheckExclusive},
+		{chaos.BrokenTokenDown, chaos.CheckTokenOrder},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			dir := t.TempDir()
+			c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 3*time.Second)
+			c.BrokenStore = tc.mode
+			c.Faults = []string{chaos.FaultKill} // hand-overs, so that several grants are made
+			c.LeaderBias = 1
+			c.Timings = leasehold.Timings{LeaseDuration: time.Second} // the rest scale: a short run
+			c.Slack = 200 * time.Millisecond
+			out, err := chaos.Run(context.Background(), c)
+			if err != nil {
+				t.Fatalf("chaos run: %v", err)
+			}
+			t.Log(out.Summary)
+			t.Logf("report: %s", out.Report)
+			byCheck := map[string]int{}
+			for _, c := range out.Result.Checks {
+				byCheck[c.Name] = c.Violations
+			}
+			if byCheck[tc.check] == 0 {
+				t.Fatalf("with the store broken (%s), %s found nothing: %v", tc.mode, tc.check, byCheck)
+			}
+			if !strings.Contains(out.Summary, "FAIL") || !strings.Contains(out.Summary, "BROKEN-STORE "+tc.mode) {
+				t.Errorf("summary: %s", out.Summary)
+			}
+		})
+	}
+}
+
+func TestRunRejectsAnUnknownBrokenStore(t *testing.T) {
+	c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), 20*time.Second)
+	c.BrokenStore = "slightly"
+	_, err := chaos.Run(context.Background(), c)
+	if !errors.Is(err, chaos.ErrInvalid) || !strings.Contains(err.Error(), `broken store "slightly"`) {
+		t.Fatalf("err = %v", err)
 	}
 }

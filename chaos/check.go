@@ -17,16 +17,32 @@ const (
 	CheckMonotonic = "register-monotonic"
 	// CheckUniqueToken: no token is ever granted to two holders (or twice).
 	CheckUniqueToken = "token-unique"
+	// CheckTokenOrder: grants have strictly rising tokens in the order the
+	// store made them, as observed: a grant whose answer the node recorded
+	// before another grant's request was sent came first, so its token must
+	// be lower. token-unique catches a token granted twice; this catches a
+	// later grant with a lower token.
+	CheckTokenOrder = "token-order"
 	// CheckWriteOwner: every write the register accepted came from the term
 	// that owned its token (the process that was granted the token, inside
 	// that term's guarded work), and every write a node saw accepted is in the
 	// register's log with that token.
 	CheckWriteOwner = "write-owner"
+	// CheckExclusive: no two live processes run guarded work at once. A
+	// process runs a term's work believing it holds the lease from the
+	// work's start until the work returns, the term is lost, or the node's
+	// own clock passes the term's safeUntil, whichever comes first; time in
+	// which the process was frozen (a pause fault) is not live. These
+	// intervals, on the host's wall clock, must not overlap for two
+	// different terms.
+	CheckExclusive = "exclusive-work"
 	// CheckSafeUntil: no guarded work sends a write or returns after its
 	// safeUntil, measured on the node's own clock (unless the process was
 	// frozen by a pause over that moment: a frozen process cannot stop
 	// itself, which is what the fence is for); and each safeUntil is at most
 	// the send time of its acquire or renew request plus the renew deadline.
+	// The send time is the one the node's recorder wrote just before the
+	// request reached the store, not the latency the library reports.
 	CheckSafeUntil = "safe-until"
 	// CheckFailover: after each fault heals, a leader exists (a grant or a
 	// renewal succeeds) within leaseDuration + retryPeriod×(1+jitter) + slack.
@@ -38,13 +54,15 @@ const (
 )
 
 // CheckNames lists the checks in the order Check runs them.
-var CheckNames = []string{CheckMonotonic, CheckUniqueToken, CheckWriteOwner, CheckSafeUntil, CheckFailover, CheckLinearizable}
+var CheckNames = []string{CheckMonotonic, CheckUniqueToken, CheckTokenOrder, CheckWriteOwner, CheckExclusive, CheckSafeUntil, CheckFailover, CheckLinearizable}
 
 var checkTitles = map[string]string{
 	CheckMonotonic:    "the resource never accepts a token lower than one it accepted",
 	CheckUniqueToken:  "no token is ever granted to two holders",
+	CheckTokenOrder:   "a grant observed after another has a higher token",
 	CheckWriteOwner:   "every accepted write came from the term that owned its token",
-	CheckSafeUntil:    "no guarded work runs past its safeUntil (on its own clock)",
+	CheckExclusive:    "no two live processes run guarded work at once",
+	CheckSafeUntil:    "no guarded work runs past its safeUntil (on its own clock), counted from the recorded send",
 	CheckFailover:     "after each fault heals, a leader exists within leaseDuration + retryPeriod + slack",
 	CheckLinearizable: "the fenced register is linearizable (porcupine, per resource)",
 }
@@ -133,7 +151,9 @@ func Check(h *History, opts CheckOptions) *Result {
 	c.stats()
 	c.run(CheckMonotonic, c.checkMonotonic)
 	c.run(CheckUniqueToken, c.checkUniqueToken)
+	c.run(CheckTokenOrder, c.checkTokenOrder)
 	c.run(CheckWriteOwner, c.checkWriteOwner)
+	c.run(CheckExclusive, c.checkExclusive)
 	c.run(CheckSafeUntil, c.checkSafeUntil)
 	c.run(CheckFailover, c.checkFailover)
 	c.run(CheckLinearizable, c.checkLinearizable)
@@ -144,6 +164,13 @@ type grant struct {
 	proc   string
 	holder string
 	wall   int64
+}
+
+// storeCall is one store call a node's recorder saw: its request line and,
+// if the process lived to see it, its answer line.
+type storeCall struct {
+	req Event
+	ans *Event
 }
 
 type writeOp struct {
@@ -162,6 +189,8 @@ type checker struct {
 	writes []*writeOp          // in call order (wall)
 	byVal  map[string]*writeOp // by value (unique per write)
 	logVal map[string][]RegisterEntry
+	calls  []*storeCall          // in request order (wall)
+	callBy map[string]*storeCall // by proc#req
 
 	cur        *CheckOutcome
 	curListed  int
@@ -193,11 +222,22 @@ func (c *checker) index() {
 	c.logVal = map[string][]RegisterEntry{}
 	ev := append([]Event(nil), c.h.Events...)
 	SortEvents(ev)
-	calls := map[string]*writeOp{} // proc#op
+	calls := map[string]*writeOp{}  // proc#op
+	reqs := map[string]*storeCall{} // proc#req
+	c.callBy = reqs
 	for _, e := range ev {
 		p := e.Proc()
 		c.byProc[p] = append(c.byProc[p], e)
 		switch e.Kind {
+		case EvRequest:
+			sc := &storeCall{req: e}
+			reqs[fmt.Sprintf("%s#%d", p, e.Req)] = sc
+			c.calls = append(c.calls, sc)
+		case EvAnswer:
+			if sc, ok := reqs[fmt.Sprintf("%s#%d", p, e.Req)]; ok {
+				a := e
+				sc.ans = &a
+			}
 		case EvAcquired:
 			c.grants[e.Token] = append(c.grants[e.Token], grant{proc: p, holder: e.Holder, wall: e.Wall})
 		case EvWriteCall:
@@ -414,21 +454,49 @@ func (c *checker) checkSafeUntil() string {
 	const arithSlack = int64(2 * time.Millisecond)
 	n, exempt := 0, 0
 	for _, proc := range sortedKeys(c.byProc) {
+		lastAcquire, lastRenew := map[int64]Event{}, map[int64]Event{}
 		for _, e := range c.byProc[proc] {
 			switch e.Kind {
+			case EvAnswer:
+				if e.Err != "" || e.Token == 0 {
+					continue
+				}
+				if sc := c.callOf(proc, e.Req); sc != nil {
+					switch e.Call {
+					case CallAcquire:
+						lastAcquire[e.Token] = sc.req
+					case CallRenew:
+						lastRenew[e.Token] = sc.req
+					}
+				}
 			case EvAcquired, EvRenewed:
 				if e.SafeUntil == 0 {
 					continue
 				}
 				n++
-				// The request was sent at least Latency before the event was
-				// recorded (at Clock); safeUntil may be no later than that send
-				// time plus the renew deadline.
-				limit := e.Clock - e.Latency + int64(t.RenewDeadline) + arithSlack
+				// The request that granted or renewed the term is the last
+				// one the recorder saw answered with success for this token.
+				// It reached the store after the elector took its send time,
+				// so safeUntil may be no later than the recorded request's
+				// reading of the node's clock plus the renew deadline,
+				// whatever latency the library reports.
+				req, ok := lastAcquire[e.Token]
+				what := "an acquire"
+				if e.Kind == EvRenewed {
+					req, ok = lastRenew[e.Token]
+					what = "a renewal"
+				}
+				if !ok {
+					c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
+						Msg: fmt.Sprintf("%s reported %s of token %d (safeUntil %v on its clock), but its recorder saw no such request answered with success: the library reports a term the store did not give it",
+							proc, what, e.Token, time.Duration(e.SafeUntil))})
+					continue
+				}
+				limit := req.Clock + int64(t.RenewDeadline) + arithSlack
 				if e.SafeUntil > limit {
 					c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
-						Msg: fmt.Sprintf("%s %s token %d with safeUntil %v on its clock, later than send time + renewDeadline (%v): safeUntil must count from when the request was sent",
-							proc, e.Kind, e.Token, time.Duration(e.SafeUntil), time.Duration(limit-arithSlack))})
+						Msg: fmt.Sprintf("%s %s token %d with safeUntil %v on its clock, later than the recorded send of the request (%v) + renewDeadline = %v (the library reported a latency of %v): safeUntil must count from when the request was sent",
+							proc, e.Kind, e.Token, time.Duration(e.SafeUntil), time.Duration(req.Clock), time.Duration(limit-arithSlack), time.Duration(e.Latency))})
 				}
 			case EvWriteCall, EvWorkStop:
 				if e.SafeUntil == 0 {
@@ -455,6 +523,163 @@ func (c *checker) checkSafeUntil() string {
 		}
 	}
 	return fmt.Sprintf("%d deadlines (%d overruns by frozen processes exempt)", n, exempt)
+}
+
+// callOf is the store call req of proc.
+func (c *checker) callOf(proc string, req int64) *storeCall {
+	return c.callBy[fmt.Sprintf("%s#%d", proc, req)]
+}
+
+// checkTokenOrder: if the answer of grant A was recorded before the request
+// of grant B was sent, the store made A before B, so B's token must be higher.
+// The request line is written before the call reaches the store and the
+// answer line after it returns, so this order is never inferred wrongly from
+// the order in which the lines were written. Grants whose answers overlap in
+// time are not ordered: the store may have made them either way.
+func (c *checker) checkTokenOrder() string {
+	var grants []*storeCall
+	for _, sc := range c.calls {
+		if sc.req.Call == CallAcquire && sc.ans != nil && sc.ans.Err == "" && sc.ans.Token != 0 {
+			grants = append(grants, sc)
+		}
+	}
+	byAns := append([]*storeCall(nil), grants...)
+	sort.SliceStable(byAns, func(i, j int) bool { return byAns[i].ans.Wall < byAns[j].ans.Wall })
+	byReq := append([]*storeCall(nil), grants...)
+	sort.SliceStable(byReq, func(i, j int) bool { return byReq[i].req.Wall < byReq[j].req.Wall })
+	var best *storeCall // the highest token among the grants answered so far
+	i := 0
+	for _, g := range byReq {
+		for i < len(byAns) && byAns[i].ans.Wall < g.req.Wall {
+			if best == nil || byAns[i].ans.Token > best.ans.Token {
+				best = byAns[i]
+			}
+			i++
+		}
+		if best != nil && g.ans.Token <= best.ans.Token {
+			c.violate(Violation{Wall: g.ans.Wall, Proc: g.req.Proc(), Token: g.ans.Token,
+				Msg: fmt.Sprintf("%s was granted token %d by an acquire sent %v after %s had been granted token %d (answer received first): tokens must rise in the order of grants",
+					g.req.Proc(), g.ans.Token, time.Duration(g.req.Wall-best.ans.Wall), best.req.Proc(), best.ans.Token)})
+		}
+	}
+	return fmt.Sprintf("%d grants recorded at the store's door", len(grants))
+}
+
+// liveWork is an interval (wall ns) in which a process ran a term's guarded
+// work believing it held the lease, and was not frozen.
+type liveWork struct {
+	proc     string
+	token    int64
+	from, to int64
+}
+
+// crossing is the wall time at which the node's clock reached s, between
+// two consecutive events of its process with a.Clock < s <= b.Clock. The
+// node's clock is a function of real time (it runs on while the process is
+// frozen), piecewise linear with changes only where an EvClockBefore/EvClock
+// pair brackets them, so interpolating between neighbours is exact to within
+// that bracket.
+func crossing(a, b Event, s int64) int64 {
+	if b.Clock <= a.Clock {
+		return b.Wall
+	}
+	f := float64(s-a.Clock) / float64(b.Clock-a.Clock)
+	return a.Wall + int64(f*float64(b.Wall-a.Wall))
+}
+
+// workIntervals are the live intervals of every term's guarded work.
+func (c *checker) workIntervals() []liveWork {
+	var out []liveWork
+	for _, proc := range sortedKeys(c.byProc) {
+		ev := c.byProc[proc]
+		var pauses [][2]int64
+		for _, f := range c.h.Faults {
+			// The harness records a pause's start before SIGSTOP and its end
+			// after SIGCONT: the span covers the whole freeze.
+			if f.Kind == FaultPause && f.Target == proc {
+				pauses = append(pauses, [2]int64{f.Start, f.End})
+			}
+		}
+		for i, e := range ev {
+			if e.Kind != EvWorkStart {
+				continue
+			}
+			tok, su := e.Token, e.SafeUntil
+			from, to := e.Wall, int64(-1)
+			if su != 0 && e.Clock >= su {
+				continue // started past its deadline: it never believed
+			}
+			for j := i + 1; j < len(ev) && to < 0; j++ {
+				x := ev[j]
+				if su != 0 && x.Clock >= su {
+					to = crossing(ev[j-1], x, su)
+					break
+				}
+				if x.Token != tok {
+					continue
+				}
+				switch x.Kind {
+				case EvWorkStop, EvLost:
+					to = x.Wall
+				case EvAcquired, EvRenewed, EvWriteCall, EvRenewFailed:
+					if x.SafeUntil != 0 {
+						su = x.SafeUntil
+					}
+				}
+			}
+			if to < 0 { // the history ends (killed): the last thing it recorded
+				to = ev[len(ev)-1].Wall
+			}
+			for _, iv := range subtract(from, to, pauses) {
+				out = append(out, liveWork{proc: proc, token: tok, from: iv[0], to: iv[1]})
+			}
+		}
+	}
+	return out
+}
+
+// subtract returns [from, to] without the spans in cut.
+func subtract(from, to int64, cut [][2]int64) [][2]int64 {
+	ivs := [][2]int64{{from, to}}
+	for _, p := range cut {
+		var next [][2]int64
+		for _, iv := range ivs {
+			if p[1] <= iv[0] || p[0] >= iv[1] {
+				next = append(next, iv)
+				continue
+			}
+			if iv[0] < p[0] {
+				next = append(next, [2]int64{iv[0], p[0]})
+			}
+			if p[1] < iv[1] {
+				next = append(next, [2]int64{p[1], iv[1]})
+			}
+		}
+		ivs = next
+	}
+	return ivs
+}
+
+func (c *checker) checkExclusive() string {
+	ivs := c.workIntervals()
+	sort.SliceStable(ivs, func(i, j int) bool { return ivs[i].from < ivs[j].from })
+	terms := map[string]bool{}
+	for i, a := range ivs {
+		terms[fmt.Sprintf("%s#%d", a.proc, a.token)] = true
+		for _, b := range ivs[i+1:] {
+			if b.from >= a.to {
+				break
+			}
+			if a.proc == b.proc && a.token == b.token {
+				continue
+			}
+			end := min(a.to, b.to)
+			c.violate(Violation{Wall: b.from, Proc: b.proc, Token: b.token,
+				Msg: fmt.Sprintf("%s (token %d) and %s (token %d) both ran guarded work believing they held the lease, neither frozen, for %v: %s started while %s still trusted its term",
+					a.proc, a.token, b.proc, b.token, time.Duration(end-b.from), b.proc, a.proc)})
+		}
+	}
+	return fmt.Sprintf("%d terms of guarded work, %d live intervals", len(terms), len(ivs))
 }
 
 // leaderTimes are the wall times of every grant and successful renewal:

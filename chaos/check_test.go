@@ -19,7 +19,24 @@ func at(s float64) int64 { return base + int64(s*1e9) }
 
 func sec(s float64) int64 { return int64(s * 1e9) }
 
-type histBuilder struct{ h *History }
+type histBuilder struct {
+	h    *History
+	reqN int64
+}
+
+// granted records a successful acquire (EvAcquired) or renewal (EvRenewed)
+// of token by proc, answered at s for a request the recorder saw lat
+// seconds earlier, with safeUntil counted from that request.
+func (b *histBuilder) granted(proc string, s float64, kind, holder string, token int64, lat float64) {
+	b.reqN++
+	call, reqTok := CallAcquire, int64(0)
+	if kind == EvRenewed {
+		call, reqTok = CallRenew, token
+	}
+	b.ev(proc, s-lat, Event{Kind: EvRequest, Req: b.reqN, Call: call, Token: reqTok})
+	b.ev(proc, s, Event{Kind: EvAnswer, Req: b.reqN, Call: call, Token: token})
+	b.ev(proc, s, Event{Kind: kind, Holder: holder, Token: token, SafeUntil: sec(s - lat + 1.4), Latency: sec(lat)})
+}
 
 func (b *histBuilder) ev(proc string, s float64, e Event) {
 	slot, inc, _ := strings.Cut(proc, ".")
@@ -52,30 +69,30 @@ func testTimings() TimingsJSON {
 func cleanHistory() *History {
 	b := &histBuilder{h: &History{Store: "test://", Seed: 1, Fenced: true, Timings: testTimings(), Slack: time.Second,
 		Start: at(0), End: at(9), Resources: []string{"r0", "r1"}}}
-	lat := int64(5 * time.Millisecond)
+	const lat = 0.005
 	b.ev("n1.1", 0, Event{Kind: EvStart, Identity: "n1", Holder: "n1-aaaa"})
 	b.ev("n2.1", 0, Event{Kind: EvStart, Identity: "n2", Holder: "n2-bbbb"})
-	b.ev("n1.1", 1.0, Event{Kind: EvAcquired, Holder: "n1-aaaa", Token: 1, SafeUntil: sec(0.995 + 1.4), Latency: lat})
+	b.granted("n1.1", 1.0, EvAcquired, "n1-aaaa", 1, lat)
 	b.ev("n1.1", 1.0, Event{Kind: EvWorkStart, Token: 1, SafeUntil: sec(0.995 + 1.4)})
 	v1 := b.write("n1.1", 1.1, 1, "r0", 1, 2.395, Accepted)
 	b.logged("r0", 1, v1, "n1.1", 1.101)
-	b.ev("n1.1", 1.4, Event{Kind: EvRenewed, Token: 1, SafeUntil: sec(1.395 + 1.4), Latency: lat})
+	b.granted("n1.1", 1.4, EvRenewed, "", 1, lat)
 	v2 := b.write("n1.1", 1.5, 2, "r1", 1, 2.795, Accepted)
 	b.logged("r1", 1, v2, "n1.1", 1.501)
-	b.ev("n1.1", 1.8, Event{Kind: EvRenewed, Token: 1, SafeUntil: sec(1.795 + 1.4), Latency: lat})
-	b.ev("n1.1", 2.2, Event{Kind: EvRenewed, Token: 1, SafeUntil: sec(2.195 + 1.4), Latency: lat})
+	b.granted("n1.1", 1.8, EvRenewed, "", 1, lat)
+	b.granted("n1.1", 2.2, EvRenewed, "", 1, lat)
 	v3 := b.write("n1.1", 2.4, 3, "r0", 1, 3.595, Accepted)
 	b.logged("r0", 1, v3, "n1.1", 2.401)
 	// Paused from 2.5 s to 5.5 s: n2 takes over at 4.8 s.
 	b.h.Faults = append(b.h.Faults, Fault{Kind: FaultPause, Target: "n1.1", Leader: true, Token: 1, Start: at(2.5), End: at(5.5), Detail: "SIGSTOP"})
-	b.ev("n2.1", 4.8, Event{Kind: EvAcquired, Holder: "n2-bbbb", Token: 2, SafeUntil: sec(4.795 + 1.4), Latency: lat})
+	b.granted("n2.1", 4.8, EvAcquired, "n2-bbbb", 2, lat)
 	b.ev("n2.1", 4.8, Event{Kind: EvWorkStart, Token: 2, SafeUntil: sec(4.795 + 1.4)})
 	v4 := b.write("n2.1", 4.9, 1, "r0", 2, 6.195, Accepted)
 	b.logged("r0", 2, v4, "n2.1", 4.901)
 	v5 := b.write("n2.1", 5.0, 2, "r1", 2, 6.195, Accepted)
 	b.logged("r1", 2, v5, "n2.1", 5.001)
 	for s := 5.2; s < 8.9; s += 0.4 {
-		b.ev("n2.1", s, Event{Kind: EvRenewed, Token: 2, SafeUntil: sec(s - 0.005 + 1.4), Latency: lat})
+		b.granted("n2.1", s, EvRenewed, "", 2, lat)
 	}
 	// n1 wakes: its write, prepared before the pause, goes out late and is refused.
 	b.write("n1.1", 5.5, 4, "r1", 1, 3.595, Refused)
@@ -164,10 +181,84 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{
 			name: "token granted twice",
 			break_: func(h *History) {
-				h.Events = append(h.Events, Event{Wall: at(6), Node: "n3", Inc: 1, Kind: EvAcquired, Holder: "n3-cccc", Token: 2, SafeUntil: sec(7.395), Latency: sec(0.005), Clock: sec(6)})
+				b := &histBuilder{h: h, reqN: 100}
+				b.granted("n3.1", 6, EvAcquired, "n3-cccc", 2, 0.005)
 				SortEvents(h.Events)
 			},
-			want: []string{CheckUniqueToken},
+			// Granted after token 2's answer came back: not rising either.
+			want: []string{CheckUniqueToken, CheckTokenOrder},
+		},
+		{
+			name: "a later grant with a lower token",
+			break_: func(h *History) {
+				b := &histBuilder{h: h, reqN: 100}
+				b.granted("n3.1", 6, EvAcquired, "n3-cccc", 4, 0.005)
+				b.granted("n3.1", 7, EvAcquired, "n3-cccc", 3, 0.005) // sent after token 4 was granted
+				SortEvents(h.Events)
+			},
+			want: []string{CheckTokenOrder},
+		},
+		{
+			name: "a grant no store call gave",
+			break_: func(h *History) {
+				// The library reports a term its recorder never saw granted.
+				h.Events = append(h.Events, Event{Wall: at(6), Node: "n3", Inc: 1, Kind: EvAcquired, Holder: "n3-cccc", Token: 3, SafeUntil: sec(7.395), Latency: sec(0.005), Clock: sec(6)})
+				SortEvents(h.Events)
+			},
+			want: []string{CheckSafeUntil},
+		},
+		{
+			name: "two live leaders at once (a store that granted before expiry)",
+			break_: func(h *History) {
+				// n1 is never paused: it keeps renewing, and the store grants
+				// token 2 to n2 at 4.8 s anyway. n1 learns at 5.3 s.
+				h.Faults = nil
+				var keep []Event
+				for _, e := range h.Events {
+					if e.Node == "n1" && e.Wall > at(2.45) {
+						continue
+					}
+					keep = append(keep, e)
+				}
+				h.Events = keep
+				b := &histBuilder{h: h, reqN: 100}
+				for s := 2.6; s < 5.25; s += 0.4 {
+					b.granted("n1.1", s, EvRenewed, "", 1, 0.005)
+				}
+				b.ev("n1.1", 5.3, Event{Kind: EvRenewFailed, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4), Err: "not held"})
+				b.ev("n1.1", 5.3, Event{Kind: EvLost, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4), Reason: "lost"})
+				b.ev("n1.1", 5.31, Event{Kind: EvWorkStop, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4)})
+				SortEvents(h.Events)
+			},
+			want: []string{CheckExclusive},
+		},
+		{
+			name: "safeUntil from the answer, hidden behind a false latency",
+			break_: func(h *History) {
+				// The recorder saw n2's renewal sent at 5.0 s; the library
+				// claims no latency and counts from the answer at 5.2 s. The
+				// library's own numbers are consistent: only the recorder
+				// shows the lie.
+				var req int64
+				for i := range h.Events {
+					e := &h.Events[i]
+					if e.Kind == EvRenewed && e.Node == "n2" && e.Wall == at(5.2) {
+						e.Latency = 0
+						e.SafeUntil = e.Clock + sec(1.4)
+					}
+					if e.Kind == EvAnswer && e.Node == "n2" && e.Wall == at(5.2) {
+						req = e.Req
+					}
+				}
+				for i := range h.Events {
+					e := &h.Events[i]
+					if e.Kind == EvRequest && e.Node == "n2" && e.Req == req {
+						e.Wall, e.Mono, e.Clock = at(5.0), sec(5.0), sec(5.0)
+					}
+				}
+				SortEvents(h.Events)
+			},
+			want: []string{CheckSafeUntil},
 		},
 		{
 			name: "write with another term's token",
@@ -275,6 +366,69 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				t.Errorf("summary does not fail: %s", Summary(h, r))
 			}
 		})
+	}
+}
+
+// A holder frozen (SIGSTOP) while a rival starts is not live: the
+// exclusive-work check leaves the frozen time out, and its belief ends when
+// its own clock (which runs on while it is frozen) passes safeUntil.
+func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
+	h := cleanHistory()
+	h.Faults = nil
+	var keep []Event
+	for _, e := range h.Events {
+		if e.Node == "n1" && e.Wall > at(2.45) {
+			continue
+		}
+		keep = append(keep, e)
+	}
+	h.Events = keep
+	b := &histBuilder{h: h, reqN: 100}
+	for s := 2.6; s < 4.65; s += 0.4 { // last renewal at 4.4 s: safeUntil 5.795 s
+		b.granted("n1.1", s, EvRenewed, "", 1, 0.005)
+	}
+	// Frozen from 4.7 s to 6.5 s; n2 starts at 4.8 s; n1 wakes past its
+	// safeUntil, so its late write and its work's end do not count.
+	h.Faults = []Fault{{Kind: FaultPause, Target: "n1.1", Leader: true, Token: 1, Start: at(4.7), End: at(6.5)}}
+	b.write("n1.1", 6.5, 9, "r1", 1, 5.795, Refused)
+	b.ev("n1.1", 6.51, Event{Kind: EvLost, Token: 1, SafeUntil: sec(5.795), Reason: "expired"})
+	b.ev("n1.1", 6.52, Event{Kind: EvWorkStop, Token: 1, SafeUntil: sec(5.795)})
+	SortEvents(h.Events)
+	r := Check(h, CheckOptions{})
+	if got := violationsOf(r); got[CheckExclusive] != 0 {
+		t.Fatalf("a frozen holder counted as live: %v", r.Violations)
+	}
+	// The same, not frozen: now n1 was live and believing until 5.795 s.
+	h.Faults = nil
+	r = Check(h, CheckOptions{})
+	if got := violationsOf(r); got[CheckExclusive] == 0 {
+		t.Fatalf("a live holder overlapping its successor was not caught: %v", r.Violations)
+	}
+	for _, v := range r.Violations {
+		if v.Check == CheckExclusive && !strings.Contains(v.Msg, "n1.1 (token 1) and n2.1 (token 2)") {
+			t.Errorf("violation names the wrong terms: %s", v)
+		}
+	}
+}
+
+// Two grants whose request-to-answer spans overlap are not ordered: the
+// store may have made either first, so any order of their tokens is fine.
+func TestTokenOrderIgnoresOverlappingGrants(t *testing.T) {
+	h := cleanHistory()
+	b := &histBuilder{h: h, reqN: 100}
+	b.granted("n3.1", 6.1, EvAcquired, "n3-cccc", 4, 0.2)   // sent 5.9, answered 6.1
+	b.granted("n4.1", 6.05, EvAcquired, "n4-dddd", 3, 0.05) // sent 6.0, answered 6.05
+	SortEvents(h.Events)
+	r := Check(h, CheckOptions{})
+	if got := violationsOf(r); got[CheckTokenOrder] != 0 {
+		t.Fatalf("overlapping grants were ordered: %v", r.Violations)
+	}
+	// Sent after the other's answer: ordered, and out of order.
+	b.granted("n4.1", 6.3, EvAcquired, "n4-dddd", 3, 0.05)
+	SortEvents(h.Events)
+	r = Check(h, CheckOptions{})
+	if got := violationsOf(r); got[CheckTokenOrder] == 0 {
+		t.Fatalf("a later grant with a lower token was not caught: %v", r.Violations)
 	}
 }
 

@@ -15,9 +15,12 @@
 // and drifts their clocks, and starts twins with a node's identity, following
 // a schedule drawn from the seed ([Plan]). [Check] then verifies, from the
 // recorded [History] alone: that the register never accepted a token lower
-// than one it had accepted; that no token was granted twice; that every
-// accepted write came from its token's term; that no work ran past its
-// safeUntil on its own clock; that a leader came back within the failover
+// than one it had accepted; that no token was granted twice, and that a grant
+// observed after another has a higher token; that every accepted write came
+// from its token's term; that no two live (not frozen) processes ran guarded
+// work at once; that no work ran past its safeUntil on its own clock, and no
+// safeUntil was counted from later than the request's send as the node's own
+// recorder saw it (not as the library reports); that a leader came back within the failover
 // bound after each fault healed; and that the register is linearizable
 // (porcupine, per resource). [Summary] and [WriteReport] present the result.
 //
@@ -26,8 +29,9 @@
 // A passing run is evidence, not proof: it shows that the faults and timings
 // it reached produced no violation. A failing check is a real finding, and the
 // checker can fail: its unit tests feed it a hand-made history for each kind
-// of violation, and the negative control (Config.Unfenced: the register's token
-// check turned off) must be caught in every CI run. All nodes run on one host
+// of violation, and the negative controls (Config.Unfenced: the register's
+// token check turned off; Config.BrokenStore: a store that grants before
+// expiry, or whose tokens go down) must be caught in every CI run. All nodes run on one host
 // and share its wall clock, which is how events of different processes are
 // ordered; skew and drift are injected into each node's leasehold.Clock, not
 // into the host or the store. A seed fixes the fault schedule, not the

@@ -97,6 +97,11 @@ type Config struct {
 	// Unfenced turns the register's token check off: the negative control.
 	// The checker must then find violations.
 	Unfenced bool
+	// BrokenStore, if set, makes every node use a deliberately broken
+	// wrapper of the store (BrokenEarlyGrant, BrokenTokenDown): a negative
+	// control for the checks that judge the store. The checker must then
+	// find violations. Nothing else selects these wrappers.
+	BrokenStore string
 	// ReadInterval is how often the harness reads each resource (default 100 ms).
 	ReadInterval time.Duration
 	// Dir receives the histories and the report (default: a new temporary
@@ -259,6 +264,11 @@ func (c *Config) normalize() (*url.URL, storeKind, []string, error) {
 				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
 		}
 	}
+	if c.BrokenStore != "" {
+		if err := validBroken(c.BrokenStore); err != nil {
+			return nil, 0, nil, err
+		}
+	}
 	switch c.Register {
 	case "":
 		switch u.Scheme {
@@ -400,6 +410,11 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStore, redact(u), err)
 	}
 	defer h.st.Close()
+	if c.BrokenStore == BrokenEarlyGrant {
+		if _, ok := h.st.(store.ForceReleaser); !ok {
+			return nil, fmt.Errorf("%w: --broken-store %s needs a store with ForceRelease; %s:// has none", ErrInvalid, c.BrokenStore, u.Scheme)
+		}
+	}
 
 	resources := make([]string, c.Resources)
 	for i := range resources {
@@ -424,7 +439,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 
 	h.start = time.Now()
 	h.progress("chaos: store %s, %d nodes, seed %d, lease %v, faults %s, register %s%s, output %s",
-		redact(u), c.Nodes, c.Seed, c.Timings.LeaseDuration, strings.Join(c.Faults, ","), c.Register, cond(c.Unfenced, " UNFENCED (negative control)"), dir)
+		redact(u), c.Nodes, c.Seed, c.Timings.LeaseDuration, strings.Join(c.Faults, ","), c.Register, cond(c.Unfenced, " UNFENCED (negative control)")+cond(c.BrokenStore != "", " BROKEN STORE "+c.BrokenStore+" (negative control)"), dir)
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -580,6 +595,9 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 	)
 	if !spec.Fenced {
 		args = append(args, "--unfenced")
+	}
+	if c.BrokenStore != "" {
+		args = append(args, "--broken-store", c.BrokenStore)
 	}
 	cmd := exec.Command(c.NodeCommand[0], args...)
 	cmd.Env = append(os.Environ(), c.NodeEnv...)
@@ -950,7 +968,7 @@ func (h *harness) collect(ctx context.Context, resources []string) (*History, er
 	}
 	sort.Slice(faults, func(i, j int) bool { return faults[i].Start < faults[j].Start })
 	return &History{
-		Store: redact(h.u), Seed: h.cfg.Seed, Fenced: !h.cfg.Unfenced, Timings: h.cfg.timingsJSON(), Slack: h.cfg.Slack,
+		Store: redact(h.u), Seed: h.cfg.Seed, Fenced: !h.cfg.Unfenced, BrokenStore: h.cfg.BrokenStore, Timings: h.cfg.timingsJSON(), Slack: h.cfg.Slack,
 		Start: h.start.UnixNano(), End: time.Now().UnixNano(),
 		Events: events, Register: log, RegisterLogsRefused: h.reg.LogsRefused(), Reads: reads, Faults: faults,
 		Resources: resources,

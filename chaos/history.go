@@ -25,8 +25,18 @@ const (
 	EvWorkStop    = "work-stop"     // the guarded work returned
 	EvWriteCall   = "write-call"    // a write to the register is about to be sent (Op, Res, Value, Token)
 	EvWriteReturn = "write-return"  // its answer: Result accepted, refused or error
+	EvClockBefore = "clock-before"  // the node's clock is about to be changed: its last reading before
 	EvClock       = "clock"         // the node's clock was changed (Detail)
+	EvRequest     = "request"       // the elector's Call (with Req, and Token for renew and release) is about to reach the store
+	EvAnswer      = "answer"        // the store answered request Req: Token granted or renewed, or Err
 	EvExit        = "exit"          // the process is exiting normally
+)
+
+// Store calls the node records (Event.Call).
+const (
+	CallAcquire = "acquire"
+	CallRenew   = "renew"
+	CallRelease = "release"
 )
 
 // Results of a write (Event.Result, RegisterEntry.Result).
@@ -64,6 +74,10 @@ type Event struct {
 	Value     string `json:"value,omitempty"`
 	Result    string `json:"result,omitempty"`
 	Detail    string `json:"detail,omitempty"`
+	// Req numbers a store call within the process (EvRequest, EvAnswer);
+	// Call names it (CallAcquire, CallRenew, CallRelease).
+	Req  int64  `json:"req,omitempty"`
+	Call string `json:"call,omitempty"`
 }
 
 // Proc names one process: its slot and incarnation, such as "n2.3".
@@ -111,10 +125,12 @@ type Fault struct {
 
 // History is everything a run recorded: the input of the checker.
 type History struct {
-	Store   string      `json:"store"` // the store URL, password redacted
-	Seed    uint64      `json:"seed"`
-	Fenced  bool        `json:"fenced"`
-	Timings TimingsJSON `json:"timings"`
+	Store  string `json:"store"` // the store URL, password redacted
+	Seed   uint64 `json:"seed"`
+	Fenced bool   `json:"fenced"`
+	// BrokenStore names the broken-store negative control the run used, if any.
+	BrokenStore string      `json:"broken_store,omitempty"`
+	Timings     TimingsJSON `json:"timings"`
 	// Slack is added to the failover bound (see Check).
 	Slack    time.Duration   `json:"slack"`
 	Start    int64           `json:"start"`

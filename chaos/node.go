@@ -59,6 +59,7 @@ type nodeConfig struct {
 	writeInterval, think, writeTimeout       time.Duration
 	clockOffset                              time.Duration
 	clockRate                                float64
+	broken                                   string
 }
 
 func parseNodeFlags(args []string) (*nodeConfig, error) {
@@ -87,6 +88,7 @@ func parseNodeFlags(args []string) (*nodeConfig, error) {
 	fs.DurationVar(&c.writeTimeout, "write-timeout", time.Second, "")
 	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "")
 	fs.Float64Var(&c.clockRate, "clock-rate", 1, "")
+	fs.StringVar(&c.broken, "broken-store", "", "break the store this way (negative control only)")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -97,6 +99,11 @@ func parseNodeFlags(args []string) (*nodeConfig, error) {
 		return nil, fmt.Errorf("%w: --node, --identity, --store, --lease, --history and --register are required", ErrInvalid)
 	case c.writeInterval <= 0 || c.writeTimeout <= 0 || c.think < 0:
 		return nil, fmt.Errorf("%w: --write-interval and --write-timeout must be positive, --think not negative", ErrInvalid)
+	}
+	if c.broken != "" {
+		if err := validBroken(c.broken); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.timings.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -144,6 +151,9 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 					hw.emit(Event{Kind: EvClock, Err: err.Error()})
 					continue
 				}
+				// A reading just before the change and one just after bound
+				// the moment of the step, for the checker's interpolation.
+				hw.emit(Event{Kind: EvClockBefore})
 				if err := clock.Set(rate, step); err != nil {
 					hw.emit(Event{Kind: EvClock, Err: err.Error()})
 					continue
@@ -162,6 +172,15 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
+	if c.broken != "" {
+		if st, err = breakStore(st, c.broken); err != nil {
+			return err
+		}
+	}
+	// The recorder sits between the elector and the (possibly broken) store:
+	// it records what the elector sent and got, on clocks the elector does
+	// not report.
+	st = withCapabilities(&recStore{inner: st, hw: hw}, st)
 	reg, err := retryOpen(ctx, func(ctx context.Context) (registerClient, error) { return openRegisterClient(ctx, c.reg) })
 	if err != nil {
 		return fmt.Errorf("open register: %w", err)

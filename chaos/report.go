@@ -85,6 +85,9 @@ func Summary(h *History, r *Result) string {
 	if !h.Fenced {
 		fenced = " UNFENCED"
 	}
+	if h.BrokenStore != "" {
+		fenced += " BROKEN-STORE " + h.BrokenStore
+	}
 	return fmt.Sprintf("leasehold verify: %s | %s%s seed %d | %d processes, %s | faults %s | writes %d accepted, %d refused, %d unknown | violations %s | failover %s | linearizable %s",
 		verdict, h.Store, fenced, h.Seed, s.Processes, round(time.Duration(h.End-h.Start)),
 		faultCounts(s.FaultsByKind), s.WritesAccepted, s.WritesRefused, s.WritesUnknown,
@@ -248,6 +251,9 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 	fenced := "fenced register"
 	if !h.Fenced {
 		fenced = "<b>UNFENCED register (negative control: violations expected)</b>"
+	}
+	if h.BrokenStore != "" {
+		fenced += " <b>BROKEN store " + html.EscapeString(h.BrokenStore) + " (negative control: violations expected)</b>"
 	}
 	t := h.Timings
 	fmt.Fprintf(&b, "<p class=\"facts\">store <code>%s</code> · seed <code>%d</code> · %s · %s run · lease %v, renew deadline %v, renew interval %v, retry period %v, wind-down %v · failover bound %v</p>\n",

@@ -24,7 +24,7 @@ type verifyCmd struct {
 }
 
 type verifyFlags struct {
-	store, faults, out, register                             string
+	store, faults, out, register, brokenStore                string
 	nodes, resources                                         int
 	duration, slack, maxSkew, writeInterval, think           time.Duration
 	leaseDuration, renewDeadline, renewInterval, retryPeriod time.Duration
@@ -47,7 +47,8 @@ between a node and the store (through a TCP fault proxy in front of the store), 
 restart (emulated at the proxies: every connection reset and refused for a while), clock
 skew and rate drift, and twins started with another node's identity. Then it checks the
 recorded history: the register never accepted a lower token after a higher one, no token
-was granted twice, every accepted write came from its token's term, no work ran past its
+was granted twice, a grant made after another has a higher token, every accepted write came
+from its token's term, no two live nodes ran guarded work at once, no work ran past its
 safeUntil, a leader came back within the failover bound after each fault, and the register
 is linearizable (porcupine). It prints one summary line and writes an HTML report.
 
@@ -63,7 +64,8 @@ Examples:
   leasehold verify
   leasehold verify --store postgres://postgres@127.0.0.1/test --duration 2m --seed 42
   leasehold verify --store redis://127.0.0.1:6379/0 --faults pause,blackhole --plan
-  leasehold verify --unfenced          # the negative control: must exit 1`)
+  leasehold verify --unfenced          # the negative control: must exit 1
+  leasehold verify --broken-store early-grant --faults kill   # a store that grants early: must exit 1`)
 	fs.StringVar(&f.store, "store", "", "the lease store `URL` to verify (default: $"+StoreEnv+", else a new SQLite file in --out)")
 	fs.IntVar(&f.nodes, "nodes", 3, "node processes")
 	fs.DurationVar(&f.duration, "duration", 30*time.Second, "how long faults are injected, after the first leader is elected")
@@ -84,6 +86,7 @@ Examples:
 	fs.IntVar(&f.resources, "resources", 2, "register resources the leader writes in turn")
 	fs.StringVar(&f.register, "register", "", "the fenced register: http, postgres or sqlite (default: postgres for a\nPostgreSQL store, sqlite for SQLite, http otherwise)")
 	fs.BoolVar(&f.unfenced, "unfenced", false, "turn the register's token check off: the negative control, which must fail")
+	fs.StringVar(&f.brokenStore, "broken-store", "", "`MODE` runs every node on a deliberately broken wrapper of the store: "+strings.Join(chaos.BrokenStores, " or ")+";\na negative control for the checks that judge the store, which must fail")
 	fs.StringVar(&f.out, "out", "", "`DIR` for the histories and report.html (default: a new temporary directory)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the PostgreSQL register tables")
 	fs.BoolVar(&f.plan, "plan", false, "print the fault schedule the seed gives, and exit without running")
@@ -134,7 +137,7 @@ Examples:
 		Timings: leasehold.Timings{LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RenewInterval: f.renewInterval,
 			RetryPeriod: f.retryPeriod, Jitter: f.jitter, WindDown: f.windDown},
 		Slack: f.slack, MaxSkew: f.maxSkew, MaxDrift: f.maxDrift, WriteInterval: f.writeInterval, Think: f.think,
-		Resources: f.resources, Register: f.register, Unfenced: f.unfenced, Dir: out, Keep: f.keep,
+		Resources: f.resources, Register: f.register, Unfenced: f.unfenced, BrokenStore: f.brokenStore, Dir: out, Keep: f.keep,
 		Progress: c.env.Stderr,
 	}
 	if cfg.Seed == 0 {
