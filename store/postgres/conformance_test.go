@@ -30,6 +30,7 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		MinTTL: harnessMinTTL,
+		Losses: pgLosses(),
 	})
 }
 

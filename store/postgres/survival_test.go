@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
+	"github.com/leasehold/leasehold/store/storetest"
 )
 
 // wantRefused runs sql (as the table's owner, a superuser here) and wants it
@@ -259,4 +260,34 @@ func TestMigrateUpgradesAndSeedsTheHighWaterMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRefused(t, admin, `DELETE FROM `+tbl, "never deleted")
+}
+
+// pgLosses are the losses the README speaks of, for the conformance suite:
+// the tokens survive each (a DELETE and a TRUNCATE are refused by the guard;
+// a row deleted with the triggers off comes back above the high-water mark).
+func pgLosses() []storetest.Loss {
+	table := func(t *testing.T, open func() (store.Store, error)) string {
+		st, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		return st.(*postgres.Store).Table()
+	}
+	exec := func(t *testing.T, sql string, args ...any) error {
+		_, err := adminConn(t).Exec(ctxFor(t), sql, args...)
+		return err
+	}
+	return []storetest.Loss{
+		{Name: "DELETE of the row", Survives: true, Lose: func(t *testing.T, open func() (store.Store, error), name string) error {
+			return exec(t, `DELETE FROM `+table(t, open)+` WHERE name = $1`, name)
+		}},
+		{Name: "TRUNCATE of the table", Survives: true, Lose: func(t *testing.T, open func() (store.Store, error), name string) error {
+			return exec(t, `TRUNCATE `+table(t, open))
+		}},
+		{Name: "row deleted with the triggers off", Survives: true, Lose: func(t *testing.T, open func() (store.Store, error), name string) error {
+			bypassed(t, adminConn(t), `DELETE FROM `+table(t, open)+` WHERE name = $1`, name)
+			return nil
+		}},
+	}
 }
