@@ -429,7 +429,7 @@ func missingColumn(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "no such column") || strings.Contains(msg, "Error 1054") || strings.Contains(msg, "Unknown column")
+	return strings.Contains(msg, "no such column") || strings.Contains(msg, "has no column named") || strings.Contains(msg, "Error 1054") || strings.Contains(msg, "Unknown column")
 }
 
 // duplicateColumn recognises "the column exists" (two migrations racing).
