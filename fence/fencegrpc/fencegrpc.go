@@ -14,7 +14,7 @@
 // (one token value granted to two terms, after a lease store lost data).
 // A stale term is refused with codes.Aborted (gRPC's code for a failed
 // sequencer check) and an errdetails.ErrorInfo {Reason: "STALE_FENCING_TOKEN",
-// Domain: "leasehold", Metadata: resource, token, highest}; the client
+// Domain: "leasehold", Metadata: resource, token, holder, highest}; the client
 // interceptors turn it back into an error matching fence.ErrStale (and
 // fence.ErrTokenReused when token equals highest). A missing token or holder
 // is codes.FailedPrecondition, a malformed one codes.InvalidArgument, a
