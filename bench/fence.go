@@ -18,7 +18,8 @@ import (
 //   - tx+Claim:      BEGIN; sqlfence Claim (the fence row's upsert); UPDATE; COMMIT
 //   - tx+ClaimLease: BEGIN; sqlfence ClaimLease (also checks and share-locks the lease row); UPDATE; COMMIT
 //   - autocommit:    UPDATE
-//   - direct:        UPDATE ... SET last_epoch = $token WHERE ... AND last_epoch <= $token (the row carries the token)
+//   - direct:        UPDATE ... SET last_epoch = $token, last_holder = $holder
+//                    WHERE ... AND (last_epoch < $token OR (last_epoch = $token AND last_holder = $holder)) (the row carries the term)
 //
 // The token is a real one: of a leasehold lock held on the same database.
 
@@ -49,7 +50,7 @@ func (e *pgEnv) openFence(ctx context.Context) (*fenceEnv, error) {
 		return nil, err
 	}
 	fe := &fenceEnv{e: e, f: f, items: e.schema + ".items"}
-	if _, err := e.pool.Exec(ctx, `CREATE TABLE `+fe.items+` (id int PRIMARY KEY, val bigint NOT NULL, last_epoch bigint NOT NULL DEFAULT 0);
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE `+fe.items+` (id int PRIMARY KEY, val bigint NOT NULL, last_epoch bigint NOT NULL DEFAULT 0, last_holder text NOT NULL DEFAULT '');
 INSERT INTO `+fe.items+` SELECT i, 0, 0 FROM generate_series(1, 100) i`); err != nil {
 		return nil, err
 	}
@@ -73,7 +74,8 @@ func (fe *fenceEnv) close() {
 // write does one write of kind to row id and returns its latency.
 func (fe *fenceEnv) write(ctx context.Context, kind string, id int) (time.Duration, error) {
 	pool := fe.e.pool
-	tok := fe.held.Token()
+	term := fe.held.Term()
+	tok := term.Token
 	upd := `UPDATE ` + fe.items + ` SET val = val + 1 WHERE id = $1`
 	start := time.Now()
 	var err error
@@ -82,14 +84,15 @@ func (fe *fenceEnv) write(ctx context.Context, kind string, id int) (time.Durati
 		_, err = pool.Exec(ctx, upd, id)
 	case fwDirect:
 		var tag interface{ RowsAffected() int64 }
-		tag, err = pool.Exec(ctx, `UPDATE `+fe.items+` SET val = val + 1, last_epoch = $2 WHERE id = $1 AND last_epoch <= $2`, id, tok)
+		tag, err = pool.Exec(ctx, `UPDATE `+fe.items+` SET val = val + 1, last_epoch = $2, last_holder = $3
+WHERE id = $1 AND (last_epoch < $2 OR (last_epoch = $2 AND last_holder = $3))`, id, tok, term.Holder)
 		if err == nil && tag.RowsAffected() != 1 {
 			err = fmt.Errorf("direct form refused token %d", tok)
 		}
 	case fwPipelined:
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
-			if err := fe.f.QueueClaim(b, "items-pipelined", tok); err != nil {
+			if err := fe.f.QueueClaim(b, "items-pipelined", term.Holder, tok); err != nil {
 				return err
 			}
 			b.Queue(upd, id)
@@ -99,7 +102,7 @@ func (fe *fenceEnv) write(ctx context.Context, kind string, id int) (time.Durati
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			switch kind {
 			case fwClaim:
-				if err := fe.f.ClaimPgx(ctx, tx, "items", tok); err != nil {
+				if err := fe.f.ClaimPgx(ctx, tx, "items", term.Holder, tok); err != nil {
 					return err
 				}
 			case fwClaimLease:

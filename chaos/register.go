@@ -259,7 +259,9 @@ func (r *httpRegister) handleWrite(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	err = r.guard.Do(req.Context(), res, token, apply)
+	// The writer (node and incarnation) is unique per process, as a holder
+	// identity is: the Guard tells two terms with one token apart by it.
+	err = r.guard.Do(req.Context(), res, writer, token, apply)
 	switch {
 	case err == nil:
 		w.WriteHeader(http.StatusOK)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+
+	"github.com/leasehold/leasehold/store"
 )
 
 // The environment `leasehold run` gives its child: the lease it holds, the
@@ -22,12 +24,17 @@ type Term struct {
 	Token  int64
 }
 
-// Source returns the term's token as a TokenSource.
-func (t Term) Source() TokenSource { return StaticToken(t.Token) }
+// Source returns the term as a TermSource (holder and token; the lease as
+// the term's Name).
+func (t Term) Source() TermSource {
+	return StaticTerm(store.Term{Name: t.Lease, Holder: t.Holder, Token: t.Token})
+}
 
 // FromEnv reads the term from LEASEHOLD_LEASE, LEASEHOLD_TOKEN and
-// LEASEHOLD_HOLDER. It fails, naming the variable, if the lease or token is
-// missing or the token is not an integer >= 1; the holder is optional.
+// LEASEHOLD_HOLDER. It fails, naming the variable, if one is missing, the
+// token is not an integer >= 1, or the holder is not a valid holder identity.
+// The holder is required: a fence tells two terms apart by token and holder,
+// since after a lease store loses data one token can be granted twice.
 //
 // The token does not change for the life of the child: `leasehold run` stops
 // the child (SIGTERM, then SIGKILL) before its term could pass to another node,
@@ -51,12 +58,17 @@ func fromLookup(lookup func(string) (string, bool)) (Term, error) {
 		return Term{}, fmt.Errorf("%w: %s=%q is not a fencing token (an integer >= 1)", ErrInvalid, EnvToken, v)
 	}
 	t.Token = tok
-	t.Holder, _ = lookup(EnvHolder)
+	if t.Holder, ok = lookup(EnvHolder); !ok || t.Holder == "" {
+		return Term{}, fmt.Errorf("%w: %s is not set: not running under `leasehold run`?", ErrInvalid, EnvHolder)
+	}
+	if ValidateHolder(t.Holder) != nil {
+		return Term{}, fmt.Errorf("%w: %s=%q is not a holder identity (1 to %d bytes of printable ASCII without spaces)", ErrInvalid, EnvHolder, t.Holder, MaxHolderLen)
+	}
 	return t, nil
 }
 
 // EnvTransport returns a Transport for the child of `leasehold run`: it
-// stamps every request with the token and lease from the environment.
+// stamps every request with the token, holder and lease from the environment.
 // base nil means http.DefaultTransport.
 func EnvTransport(base http.RoundTripper) (*Transport, error) {
 	t, err := FromEnv()

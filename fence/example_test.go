@@ -25,7 +25,7 @@ func ExampleMiddleware() {
 	defer srv.Close()
 
 	post := func(node string, token int64) {
-		c := &http.Client{Transport: &fence.Transport{Lease: "sweeper", Source: fence.StaticToken(token)}}
+		c := &http.Client{Transport: &fence.Transport{Lease: "sweeper", Source: fence.StaticTerm{Holder: node, Token: token}}}
 		resp, err := c.Post(srv.URL, "text/plain", strings.NewReader(node))
 		if err != nil {
 			fmt.Println(err)
@@ -53,21 +53,26 @@ func ExampleGuard_Do() {
 	ctx := context.Background()
 	guard := fence.NewGuard(nil)
 	state := "empty"
-	write := func(token int64, v string) error {
-		return guard.Do(ctx, "config", token, func(context.Context) error {
-			state = v
+	write := func(holder string, token int64) error {
+		return guard.Do(ctx, "config", holder, token, func(context.Context) error {
+			state = "from " + holder
 			return nil
 		})
 	}
-	fmt.Println(write(2, "from node-b"))
-	err := write(1, "from node-a")
+	fmt.Println(write("node-b", 2))
+	err := write("node-a", 1)
 	var se *fence.StaleError
 	if errors.As(err, &se) {
 		fmt.Printf("refused token %d, highest %d\n", se.Token, se.Highest)
 	}
+	// After a store lost data, token 2 was granted again, to node-c: a number
+	// is not a term, and the Guard knows token 2 is node-b's.
+	err = write("node-c", 2)
+	fmt.Println(errors.Is(err, fence.ErrStale), errors.Is(err, fence.ErrTokenReused))
 	fmt.Println(state)
 	// Output:
 	// <nil>
 	// refused token 1, highest 2
+	// true true
 	// from node-b
 }

@@ -11,11 +11,22 @@ import (
 	"sync"
 )
 
-// FilePersister keeps the highest token per resource in one JSON file. Every
-// Save writes the whole file to a temporary file in the same directory,
-// fsyncs it, renames it over the old one and fsyncs the directory, so the file
-// on disk is always either the old or the new version and Save returns only
-// once the new one is durable.
+// FilePersister keeps the highest term (token and holder) per resource in one
+// JSON file. Every Save writes the whole file to a temporary file in the same
+// directory, fsyncs it, renames it over the old one and fsyncs the directory,
+// so the file on disk is always either the old or the new version and Save
+// returns only once the new one is durable.
+//
+// The file is version 2:
+//
+//	{"version":2,"terms":{"sweeper":{"token":3,"holder":"node-a-4f2c"}}}
+//
+// A version 1 file (tokens only, {"version":1,"tokens":{"sweeper":3}}, written
+// before fences kept holders) is read with every holder unknown: an equal
+// token is then refused whoever presents it, and a higher one admitted, so
+// the term that held the lease at the upgrade writes again only from its next
+// term on. The next Save writes version 2. A binary that knows only version 1
+// refuses a version 2 file rather than start from zero.
 //
 // One FilePersister (one Guard, one process) must own a file: two processes
 // sharing it would each overwrite the other's tokens. It suits tens to a few
@@ -23,13 +34,21 @@ import (
 type FilePersister struct {
 	path string
 
-	mu     sync.Mutex
-	tokens map[string]int64
+	mu    sync.Mutex
+	terms map[string]Admitted
+}
+
+const fileVersion = 2
+
+type fileTerm struct {
+	Token  int64  `json:"token"`
+	Holder string `json:"holder,omitempty"`
 }
 
 type fileFormat struct {
-	Version int              `json:"version"`
-	Tokens  map[string]int64 `json:"tokens"`
+	Version int                 `json:"version"`
+	Terms   map[string]fileTerm `json:"terms,omitempty"`
+	Tokens  map[string]int64    `json:"tokens,omitempty"` // version 1
 }
 
 // NewFilePersister opens the token file at path. A missing file is an empty
@@ -40,7 +59,7 @@ func NewFilePersister(path string) (*FilePersister, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: token file path is empty", ErrInvalid)
 	}
-	p := &FilePersister{path: path, tokens: make(map[string]int64)}
+	p := &FilePersister{path: path, terms: make(map[string]Admitted)}
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -52,47 +71,76 @@ func NewFilePersister(path string) (*FilePersister, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("leasehold/fence: token file %s is corrupt (refusing to start from zero): %w", path, err)
 	}
-	if f.Version != 1 {
-		return nil, fmt.Errorf("leasehold/fence: token file %s has version %d, want 1", path, f.Version)
-	}
-	for r, t := range f.Tokens {
-		if t < 0 {
-			return nil, fmt.Errorf("leasehold/fence: token file %s has negative token %d for %q", path, t, r)
+	switch f.Version {
+	case 1:
+		if f.Terms != nil {
+			return nil, fmt.Errorf("leasehold/fence: token file %s is corrupt: version 1 with \"terms\"", path)
 		}
-		p.tokens[r] = t
+		for r, t := range f.Tokens {
+			if t < 0 {
+				return nil, fmt.Errorf("leasehold/fence: token file %s has negative token %d for %q", path, t, r)
+			}
+			p.terms[r] = Admitted{Token: t} // holder unknown: an equal token is refused
+		}
+	case fileVersion:
+		if f.Tokens != nil {
+			return nil, fmt.Errorf("leasehold/fence: token file %s is corrupt: version 2 with \"tokens\"", path)
+		}
+		for r, t := range f.Terms {
+			if t.Token < 0 {
+				return nil, fmt.Errorf("leasehold/fence: token file %s has negative token %d for %q", path, t.Token, r)
+			}
+			if t.Holder != "" {
+				if err := ValidateHolder(t.Holder); err != nil {
+					return nil, fmt.Errorf("leasehold/fence: token file %s has a bad holder for %q: %w", path, r, err)
+				}
+			}
+			p.terms[r] = Admitted{Token: t.Token, Holder: t.Holder}
+		}
+	default:
+		return nil, fmt.Errorf("leasehold/fence: token file %s has version %d, want 1 or 2", path, f.Version)
 	}
 	return p, nil
 }
 
-// Load returns the saved token of resource, or 0.
-func (p *FilePersister) Load(_ context.Context, resource string) (int64, error) {
+// Load returns the saved term of resource, or the zero Admitted.
+func (p *FilePersister) Load(_ context.Context, resource string) (Admitted, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.tokens[resource], nil
+	return p.terms[resource], nil
 }
 
-// Save records token for resource and returns once the file is durable. A
-// token lower than the saved one is ignored (the record never goes down).
-func (p *FilePersister) Save(_ context.Context, resource string, token int64) error {
+// Save records a for resource and returns once the file is durable. A term
+// whose token is lower than the saved one is ignored (the record never goes
+// down), and so is one with the saved token (its holder was decided when that
+// token was first saved; the Guard never asks to change it).
+func (p *FilePersister) Save(_ context.Context, resource string, a Admitted) error {
+	if err := ValidateHolder(a.Holder); err != nil {
+		return fmt.Errorf("leasehold/fence: save %q: %w", resource, err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if token <= p.tokens[resource] {
+	if a.Token <= p.terms[resource].Token {
 		return nil
 	}
-	next := make(map[string]int64, len(p.tokens)+1)
-	for r, t := range p.tokens {
+	next := make(map[string]Admitted, len(p.terms)+1)
+	for r, t := range p.terms {
 		next[r] = t
 	}
-	next[resource] = token
+	next[resource] = a
 	if err := p.write(next); err != nil {
 		return err
 	}
-	p.tokens = next
+	p.terms = next
 	return nil
 }
 
-func (p *FilePersister) write(tokens map[string]int64) (err error) {
-	b, err := json.Marshal(fileFormat{Version: 1, Tokens: tokens})
+func (p *FilePersister) write(terms map[string]Admitted) (err error) {
+	f := fileFormat{Version: fileVersion, Terms: make(map[string]fileTerm, len(terms))}
+	for r, t := range terms {
+		f.Terms[r] = fileTerm{Token: t.Token, Holder: t.Holder}
+	}
+	b, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("leasehold/fence: encode token file: %w", err)
 	}

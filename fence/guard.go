@@ -6,28 +6,40 @@ import (
 	"sync"
 )
 
-// Persister keeps the highest admitted token per resource across restarts.
+// Admitted is the highest term a resource has admitted: its token and the
+// holder it was admitted for. The zero value means none. A Holder of "" with
+// a Token above 0 is a token recorded before fences kept holders: an equal
+// token is then refused whoever presents it, since the fence cannot tell
+// whose term it was (a higher token is admitted as always).
+type Admitted struct {
+	Token  int64
+	Holder string
+}
+
+// Persister keeps the highest admitted term per resource across restarts.
 // Implementations are safe for concurrent use; a Guard calls Load once per
 // resource and Save for the same resource never concurrently.
 type Persister interface {
-	// Load returns the highest token saved for resource, or 0 if none was.
-	Load(ctx context.Context, resource string) (int64, error)
-	// Save records token as the highest for resource. It must return only
-	// once the record is durable (on disk, fsynced): the Guard admits the
-	// write only after Save returned nil. An error means the record may or
-	// may not have been made durable.
-	Save(ctx context.Context, resource string, token int64) error
+	// Load returns the highest term saved for resource, or the zero
+	// Admitted if none was.
+	Load(ctx context.Context, resource string) (Admitted, error)
+	// Save records a as the highest term of resource. The Guard calls it
+	// only with a token higher than the one saved before (a new term). It
+	// must return only once the record is durable (on disk, fsynced): the
+	// Guard admits the write only after Save returned nil. An error means
+	// the record may or may not have been made durable.
+	Save(ctx context.Context, resource string, a Admitted) error
 }
 
 // Guard is the fence of an in-process resource: it remembers the highest
-// token admitted per resource and refuses lower ones. A Guard is safe for
-// concurrent use.
+// term (token and holder) admitted per resource and refuses lower tokens, and
+// an equal token from another holder. A Guard is safe for concurrent use.
 //
 // Why Save comes before the write: if the Guard admitted a write and only then
-// recorded its token, a crash between the two would forget the token; after
-// the restart a stale holder's lower token would be admitted again and could
-// overwrite what the newer holder wrote. Saving first, the worst a crash can do
-// is remember a token whose write never happened, which only refuses tokens
+// recorded its term, a crash between the two would forget it; after the
+// restart a stale holder's lower token would be admitted again and could
+// overwrite what the newer holder wrote. Saving first, the worst a crash can
+// do is remember a term whose write never happened, which only refuses terms
 // that are stale anyway.
 type Guard struct {
 	p  Persister
@@ -40,8 +52,8 @@ type Guard struct {
 type slot struct {
 	sem     chan struct{}
 	loaded  bool
-	highest int64 // highest token seen; may exceed durable after a failed Save
-	durable int64 // highest token Save confirmed
+	highest Admitted // highest term seen; may be above durable after a failed Save
+	durable Admitted // highest term Save confirmed
 }
 
 // NewGuard returns a Guard that keeps its tokens in p. With a nil p the Guard
@@ -73,49 +85,62 @@ func (s *slot) lock(ctx context.Context) error {
 
 func (s *slot) unlock() { <-s.sem }
 
-// admit decides, with s held, whether token may write resource.
-func (g *Guard) admit(ctx context.Context, s *slot, resource string, token int64) error {
-	if !s.loaded {
-		if g.p != nil {
-			h, err := g.p.Load(ctx, resource)
-			if err != nil {
-				return fmt.Errorf("leasehold/fence: load highest token of %q: %w", resource, err)
-			}
-			s.highest, s.durable = h, h
-		}
-		s.loaded = true
+// admit decides, with s held, whether the term (holder, token) may write
+// resource.
+func (g *Guard) admit(ctx context.Context, s *slot, resource, holder string, token int64) error {
+	if err := g.load(ctx, s, resource); err != nil {
+		return err
 	}
-	if token < s.highest {
-		return &StaleError{Resource: resource, Token: token, Highest: s.highest}
+	if token < s.highest.Token || token == s.highest.Token && holder != s.highest.Holder {
+		return &StaleError{Resource: resource, Token: token, Highest: s.highest.Token, Holder: holder, HighestHolder: s.highest.Holder}
 	}
-	s.highest = token // refusing lower tokens from now on is always safe
+	// From here the term is the highest: refusing lower tokens, and this
+	// token from any other holder, is always safe.
+	s.highest = Admitted{Token: token, Holder: holder}
 	if g.p == nil {
-		s.durable = token
+		s.durable = s.highest
 		return nil
 	}
-	if token > s.durable {
-		if err := g.p.Save(ctx, resource, token); err != nil {
-			return fmt.Errorf("leasehold/fence: save token %d of %q: %w", token, resource, err)
+	if s.durable != s.highest {
+		if err := g.p.Save(ctx, resource, s.highest); err != nil {
+			return fmt.Errorf("leasehold/fence: save token %d of %q for %q: %w", token, holder, resource, err)
 		}
-		s.durable = token
+		s.durable = s.highest
 	}
 	return nil
 }
 
-// Do admits token for resource and, if it is not stale, runs fn while no
-// other Check or Do of resource runs: writes of one resource through Do are
+func (g *Guard) load(ctx context.Context, s *slot, resource string) error {
+	if s.loaded {
+		return nil
+	}
+	if g.p != nil {
+		a, err := g.p.Load(ctx, resource)
+		if err != nil {
+			return fmt.Errorf("leasehold/fence: load highest token of %q: %w", resource, err)
+		}
+		s.highest, s.durable = a, a
+	}
+	s.loaded = true
+	return nil
+}
+
+// Do admits the term (holder, token) for resource and, if it is not stale,
+// runs fn while no other Check or Do of resource runs: writes of one resource through Do are
 // serialised, like rows locked by a SQL fence, so a stale writer that arrives
 // last still loses and an admitted write cannot be overtaken by an older one
 // while it runs.
 //
 // It returns a *StaleError (matching ErrStale) without calling fn if token is
-// lower than the highest admitted for resource; an error matching ErrInvalid
-// for a bad resource or token; a wrapped Persister error (fn not called) if
-// the token could not be recorded; ctx's error if ctx ended while waiting for
+// lower than the highest admitted for resource, or equal to it but admitted
+// for another holder (then it also matches ErrTokenReused); an error matching
+// ErrInvalid for a bad resource, an empty or malformed holder, or a token
+// below 1; a wrapped Persister error (fn not called) if the term could not be
+// recorded; ctx's error if ctx ended while waiting for
 // the resource; otherwise fn's error. The token stays admitted even if fn
 // fails. Keep fn short: it holds up every other write of the resource.
-func (g *Guard) Do(ctx context.Context, resource string, token int64, fn func(ctx context.Context) error) error {
-	if err := validate(resource, token); err != nil {
+func (g *Guard) Do(ctx context.Context, resource, holder string, token int64, fn func(ctx context.Context) error) error {
+	if err := ValidateTerm(resource, holder, token); err != nil {
 		return err
 	}
 	s := g.slot(resource)
@@ -123,46 +148,37 @@ func (g *Guard) Do(ctx context.Context, resource string, token int64, fn func(ct
 		return fmt.Errorf("leasehold/fence: wait for %q: %w", resource, err)
 	}
 	defer s.unlock()
-	if err := g.admit(ctx, s, resource, token); err != nil {
+	if err := g.admit(ctx, s, resource, holder, token); err != nil {
 		return err
 	}
 	return fn(ctx)
 }
 
-// Check admits token for resource and returns at once, with the same errors
-// as Do. After it returns nil, a write with a lower token is refused.
+// Check admits the term (holder, token) for resource and returns at once,
+// with the same errors as Do. After it returns nil, a write with a lower
+// token, or with this token and another holder, is refused.
 //
 // Check alone is a fence only if the caller applies writes in the order their
 // Checks returned (one goroutine consuming a queue, say). Two concurrent
 // requests can pass Check in token order and then write in the other order;
 // use Do, which holds the resource while the write runs.
-func (g *Guard) Check(ctx context.Context, resource string, token int64) error {
-	return g.Do(ctx, resource, token, func(context.Context) error { return nil })
+func (g *Guard) Check(ctx context.Context, resource, holder string, token int64) error {
+	return g.Do(ctx, resource, holder, token, func(context.Context) error { return nil })
 }
 
-// Highest returns the highest token admitted for resource (0 if none).
-func (g *Guard) Highest(ctx context.Context, resource string) (int64, error) {
+// Highest returns the highest term admitted for resource (the zero Admitted
+// if none).
+func (g *Guard) Highest(ctx context.Context, resource string) (Admitted, error) {
 	if err := ValidateResource(resource); err != nil {
-		return 0, err
+		return Admitted{}, err
 	}
 	s := g.slot(resource)
 	if err := s.lock(ctx); err != nil {
-		return 0, fmt.Errorf("leasehold/fence: wait for %q: %w", resource, err)
+		return Admitted{}, fmt.Errorf("leasehold/fence: wait for %q: %w", resource, err)
 	}
 	defer s.unlock()
-	if !s.loaded && g.p != nil {
-		h, err := g.p.Load(ctx, resource)
-		if err != nil {
-			return 0, fmt.Errorf("leasehold/fence: load highest token of %q: %w", resource, err)
-		}
-		s.highest, s.durable, s.loaded = h, h, true
+	if err := g.load(ctx, s, resource); err != nil {
+		return Admitted{}, err
 	}
 	return s.highest, nil
-}
-
-func validate(resource string, token int64) error {
-	if err := ValidateResource(resource); err != nil {
-		return err
-	}
-	return ValidateToken(token)
 }

@@ -15,15 +15,20 @@ import (
 // The HTTP headers of a fenced request.
 //
 //	Leasehold-Fencing-Token: 42
+//	Leasehold-Holder: node-a-4f2c9e1b
 //	Leasehold-Lease: billing-sweeper
 //
 // HeaderToken carries the fencing token in decimal (1 to 2^63-1, no sign, no
-// spaces, one value). HeaderLease names the lease the token belongs to; the
-// Middleware uses it as the resource name unless its config maps the request
-// to a resource itself.
+// spaces, one value). HeaderHolder carries the holder identity of the term
+// (one value, printable ASCII without spaces): with the token it identifies
+// the term, so that a token value granted to two terms (after a lease store
+// lost data) is not admitted for both. HeaderLease names the lease the token
+// belongs to; the Middleware uses it as the resource name unless its config
+// maps the request to a resource itself.
 const (
-	HeaderToken = "Leasehold-Fencing-Token"
-	HeaderLease = "Leasehold-Lease"
+	HeaderToken  = "Leasehold-Fencing-Token"
+	HeaderHolder = "Leasehold-Holder"
+	HeaderLease  = "Leasehold-Lease"
 )
 
 // MiddlewareConfig configures Middleware.
@@ -39,16 +44,20 @@ type MiddlewareConfig struct {
 }
 
 // Middleware returns HTTP middleware that fences next with g. For each
-// request that is not skipped it reads the Leasehold-Fencing-Token header and
-// the resource, and calls next inside g.Do, so requests of one resource are
-// served one at a time and a request with a stale token never reaches next.
-// Its answers, each with a JSON body {"error", "resource", "token", "highest"}
-// (fields as known):
+// request that is not skipped it reads the Leasehold-Fencing-Token and
+// Leasehold-Holder headers and the resource, and calls next inside g.Do, so
+// requests of one resource are served one at a time and a request of a stale
+// term never reaches next. Its answers, each with a JSON body {"error",
+// "resource", "token", "highest"} (fields as known):
 //
-//	409 Conflict              the token is lower than the highest admitted
-//	428 Precondition Required the token header is missing
+//	409 Conflict              the token is lower than the highest admitted,
+//	                          or equal to it but admitted for another holder
+//	                          (then "token" equals "highest")
+//	428 Precondition Required the token or holder header is missing
 //	400 Bad Request           the token header is malformed (not one decimal
-//	                          integer >= 1), or the resource is missing or bad
+//	                          integer >= 1), the holder header is malformed
+//	                          (not one holder identity), or the resource is
+//	                          missing or bad
 //	503 Service Unavailable   the Guard could not record the token (retry)
 //
 // A handler holds its resource for as long as it runs: keep fenced handlers
@@ -76,8 +85,19 @@ func Middleware(g *Guard, cfg MiddlewareConfig) func(http.Handler) http.Handler 
 				writeProblem(w, http.StatusBadRequest, problem{Error: err.Error(), Resource: resource})
 				return
 			}
+			hvals := r.Header.Values(HeaderHolder)
+			if len(hvals) == 0 {
+				writeProblem(w, http.StatusPreconditionRequired, problem{
+					Error: "missing " + HeaderHolder + " header: the fence tells terms apart by token and holder", Resource: resource, Token: token})
+				return
+			}
+			holder, err := ParseHolder(hvals)
+			if err != nil {
+				writeProblem(w, http.StatusBadRequest, problem{Error: err.Error(), Resource: resource, Token: token})
+				return
+			}
 			served := false
-			err = g.Do(r.Context(), resource, token, func(context.Context) error {
+			err = g.Do(r.Context(), resource, holder, token, func(context.Context) error {
 				served = true
 				next.ServeHTTP(w, r)
 				return nil
@@ -133,6 +153,18 @@ func ParseToken(values []string) (int64, error) {
 	return t, nil
 }
 
+// ParseHolder parses the values of a Leasehold-Holder header: exactly one
+// holder identity (1 to MaxHolderLen bytes of printable ASCII without spaces).
+func ParseHolder(values []string) (string, error) {
+	if len(values) != 1 {
+		return "", fmt.Errorf("%w: want exactly one %s header, got %d", ErrInvalid, HeaderHolder, len(values))
+	}
+	if err := ValidateHolder(values[0]); err != nil {
+		return "", fmt.Errorf("malformed %s header: %w", HeaderHolder, err)
+	}
+	return values[0], nil
+}
+
 // problem is the JSON body of a refusal.
 type problem struct {
 	Error    string `json:"error"`
@@ -148,9 +180,11 @@ func writeProblem(w http.ResponseWriter, code int, p problem) {
 	json.NewEncoder(w).Encode(p)
 }
 
-// CheckResponse returns a *StaleError (matching ErrStale) if resp is the
-// Middleware's 409 answer to a stale token, and nil otherwise. It consumes and
-// closes the body only in the first case; otherwise the body reads as before.
+// CheckResponse returns a *StaleError (matching ErrStale, and ErrTokenReused
+// if the token equals the highest) if resp is the Middleware's 409 answer to a
+// stale term, and nil otherwise. It consumes and closes the body only in the
+// first case; otherwise the body reads as before. The error's Holder is the
+// Leasehold-Holder of resp.Request, if set; HighestHolder is never sent.
 func CheckResponse(resp *http.Response) error {
 	if resp.StatusCode != http.StatusConflict || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		return nil
@@ -159,7 +193,11 @@ func CheckResponse(resp *http.Response) error {
 	var p problem
 	if json.Unmarshal(b, &p) == nil && p.Error == "stale fencing token" {
 		resp.Body.Close()
-		return &StaleError{Resource: p.Resource, Token: p.Token, Highest: p.Highest}
+		se := &StaleError{Resource: p.Resource, Token: p.Token, Highest: p.Highest}
+		if resp.Request != nil {
+			se.Holder = resp.Request.Header.Get(HeaderHolder)
+		}
+		return se
 	}
 	resp.Body = struct {
 		io.Reader
@@ -169,8 +207,9 @@ func CheckResponse(resp *http.Response) error {
 }
 
 // Transport is an http.RoundTripper that stamps every request with the
-// fencing headers: Leasehold-Fencing-Token from Source and, if Lease is set,
-// Leasehold-Lease. A request whose token is below 1 (no term yet) is not sent.
+// fencing headers: Leasehold-Fencing-Token and Leasehold-Holder from the term
+// of Source and, if Lease is set, Leasehold-Lease. A request whose token is
+// below 1 (no term yet) or whose holder is empty or malformed is not sent.
 //
 //	client := &http.Client{Transport: &fence.Transport{Lease: "sweeper", Source: leader}}
 type Transport struct {
@@ -178,23 +217,28 @@ type Transport struct {
 	Base http.RoundTripper
 	// Lease is the lease name sent in Leasehold-Lease; empty sends none.
 	Lease string
-	// Source gives the token of each request. Required.
-	Source TokenSource
+	// Source gives the term (holder and token) of each request. Required.
+	Source TermSource
 }
 
 // RoundTrip stamps a clone of req and sends it with Base.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Source == nil {
 		closeBody(req)
-		return nil, fmt.Errorf("%w: fence.Transport has no token Source", ErrInvalid)
+		return nil, fmt.Errorf("%w: fence.Transport has no term Source", ErrInvalid)
 	}
-	token := t.Source.Token()
-	if err := ValidateToken(token); err != nil {
+	term := t.Source.Term()
+	err := ValidateToken(term.Token)
+	if err == nil {
+		err = ValidateHolder(term.Holder)
+	}
+	if err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("leasehold/fence: not sending %s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
 	r := req.Clone(req.Context())
-	r.Header.Set(HeaderToken, strconv.FormatInt(token, 10))
+	r.Header.Set(HeaderToken, strconv.FormatInt(term.Token, 10))
+	r.Header.Set(HeaderHolder, term.Holder)
 	if t.Lease != "" {
 		r.Header.Set(HeaderLease, t.Lease)
 	}

@@ -3,16 +3,21 @@
 // interceptor pair that sends one. It is a separate package so that users of
 // package fence do not link gRPC.
 //
-// The token travels in the request metadata:
+// The term travels in the request metadata:
 //
 //	leasehold-fencing-token: 42
+//	leasehold-holder: node-a-4f2c9e1b
 //	leasehold-lease: billing-sweeper
 //
-// A stale token is refused with codes.Aborted (gRPC's code for a failed
+// The token and the holder together identify the term: a call with the
+// highest token admitted but another holder is refused like a lower token
+// (one token value granted to two terms, after a lease store lost data).
+// A stale term is refused with codes.Aborted (gRPC's code for a failed
 // sequencer check) and an errdetails.ErrorInfo {Reason: "STALE_FENCING_TOKEN",
-// Domain: "leasehold", Metadata: resource, token, highest}; the client
-// interceptors turn it back into an error matching fence.ErrStale. A missing
-// token is codes.FailedPrecondition, a malformed one codes.InvalidArgument, a
+// Domain: "leasehold", Metadata: resource, token, holder, highest}; the client
+// interceptors turn it back into an error matching fence.ErrStale (and
+// fence.ErrTokenReused when token equals highest). A missing token or holder
+// is codes.FailedPrecondition, a malformed one codes.InvalidArgument, a
 // Guard that cannot record the token codes.Unavailable. The guarantees are
 // those of fence.Guard.Do: calls of one resource run one at a time (a fenced
 // stream holds its resource until it ends), and only calls through the Guard
@@ -36,8 +41,9 @@ import (
 
 // The metadata keys (gRPC metadata keys are lower case).
 const (
-	MetadataToken = "leasehold-fencing-token"
-	MetadataLease = "leasehold-lease"
+	MetadataToken  = "leasehold-fencing-token"
+	MetadataHolder = "leasehold-holder"
+	MetadataLease  = "leasehold-lease"
 )
 
 // ReasonStale is the ErrorInfo reason of a refused stale token.
@@ -59,14 +65,14 @@ func UnaryServerInterceptor(g *fence.Guard, cfg ServerConfig) grpc.UnaryServerIn
 		if cfg.Skip != nil && cfg.Skip(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		resource, token, err := callToken(ctx, info.FullMethod, cfg)
+		resource, holder, token, err := callTerm(ctx, info.FullMethod, cfg)
 		if err != nil {
 			return nil, err
 		}
 		var resp any
 		var herr error
 		ran := false
-		err = g.Do(ctx, resource, token, func(ctx context.Context) error {
+		err = g.Do(ctx, resource, holder, token, func(ctx context.Context) error {
 			ran = true
 			resp, herr = handler(ctx, req)
 			return nil
@@ -86,13 +92,13 @@ func StreamServerInterceptor(g *fence.Guard, cfg ServerConfig) grpc.StreamServer
 			return handler(srv, ss)
 		}
 		ctx := ss.Context()
-		resource, token, err := callToken(ctx, info.FullMethod, cfg)
+		resource, holder, token, err := callTerm(ctx, info.FullMethod, cfg)
 		if err != nil {
 			return err
 		}
 		var herr error
 		ran := false
-		err = g.Do(ctx, resource, token, func(context.Context) error {
+		err = g.Do(ctx, resource, holder, token, func(context.Context) error {
 			ran = true
 			herr = handler(srv, ss)
 			return nil
@@ -104,47 +110,60 @@ func StreamServerInterceptor(g *fence.Guard, cfg ServerConfig) grpc.StreamServer
 	}
 }
 
-func callToken(ctx context.Context, method string, cfg ServerConfig) (string, int64, error) {
+func callTerm(ctx context.Context, method string, cfg ServerConfig) (resource, holder string, token int64, err error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	var resource string
 	if cfg.Resource != nil {
 		r, err := cfg.Resource(ctx, method)
 		if err != nil {
-			return "", 0, status.Errorf(codes.InvalidArgument, "leasehold/fencegrpc: resource of %s: %v", method, err)
+			return "", "", 0, status.Errorf(codes.InvalidArgument, "leasehold/fencegrpc: resource of %s: %v", method, err)
 		}
 		resource = r
 	} else {
 		v := md.Get(MetadataLease)
 		if len(v) != 1 {
-			return "", 0, status.Errorf(codes.InvalidArgument, "leasehold/fencegrpc: want exactly one %s metadata value, got %d", MetadataLease, len(v))
+			return "", "", 0, status.Errorf(codes.InvalidArgument, "leasehold/fencegrpc: want exactly one %s metadata value, got %d", MetadataLease, len(v))
 		}
 		resource = v[0]
 	}
 	if err := fence.ValidateResource(resource); err != nil {
-		return "", 0, status.Error(codes.InvalidArgument, err.Error())
+		return "", "", 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	v := md.Get(MetadataToken)
 	if len(v) == 0 {
-		return "", 0, status.Errorf(codes.FailedPrecondition, "leasehold/fencegrpc: missing %s metadata: %s accepts only fenced calls", MetadataToken, method)
+		return "", "", 0, status.Errorf(codes.FailedPrecondition, "leasehold/fencegrpc: missing %s metadata: %s accepts only fenced calls", MetadataToken, method)
 	}
-	token, err := fence.ParseToken(v)
-	if err != nil {
-		return "", 0, status.Error(codes.InvalidArgument, err.Error())
+	if token, err = fence.ParseToken(v); err != nil {
+		return "", "", 0, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return resource, token, nil
+	v = md.Get(MetadataHolder)
+	if len(v) == 0 {
+		return "", "", 0, status.Errorf(codes.FailedPrecondition, "leasehold/fencegrpc: missing %s metadata: the fence tells terms apart by token and holder", MetadataHolder)
+	}
+	if len(v) != 1 {
+		return "", "", 0, status.Errorf(codes.InvalidArgument, "leasehold/fencegrpc: want exactly one %s metadata value, got %d", MetadataHolder, len(v))
+	}
+	if err := fence.ValidateHolder(v[0]); err != nil {
+		return "", "", 0, status.Errorf(codes.InvalidArgument, "leasehold/fencegrpc: malformed %s metadata: %v", MetadataHolder, err)
+	}
+	return resource, v[0], token, nil
 }
 
 func refusal(err error, resource string, token int64) error {
 	var se *fence.StaleError
 	switch {
 	case errors.As(err, &se):
-		st := status.New(codes.Aborted, se.Error())
+		// The holder of the highest term is not the caller's business: it
+		// stays out of the answer, as in the HTTP middleware's.
+		wire := *se
+		wire.HighestHolder = ""
+		st := status.New(codes.Aborted, wire.Error())
 		if d, derr := st.WithDetails(&errdetails.ErrorInfo{
 			Reason: ReasonStale,
 			Domain: "leasehold",
 			Metadata: map[string]string{
 				"resource": se.Resource,
 				"token":    strconv.FormatInt(se.Token, 10),
+				"holder":   se.Holder,
 				"highest":  strconv.FormatInt(se.Highest, 10),
 			},
 		}); derr == nil {
@@ -181,7 +200,7 @@ func StaleFromError(err error) (*fence.StaleError, bool) {
 		if err1 != nil || err2 != nil {
 			return nil, false
 		}
-		return &fence.StaleError{Resource: info.Metadata["resource"], Token: tok, Highest: hi}, true
+		return &fence.StaleError{Resource: info.Metadata["resource"], Token: tok, Highest: hi, Holder: info.Metadata["holder"]}, true
 	}
 	return nil, false
 }
@@ -207,26 +226,31 @@ func clientErr(err error) error {
 	return err
 }
 
-func outgoing(ctx context.Context, lease string, src fence.TokenSource) (context.Context, error) {
+func outgoing(ctx context.Context, lease string, src fence.TermSource) (context.Context, error) {
 	if src == nil {
-		return nil, fmt.Errorf("%w: fencegrpc client interceptor has no token source", fence.ErrInvalid)
+		return nil, fmt.Errorf("%w: fencegrpc client interceptor has no term source", fence.ErrInvalid)
 	}
-	token := src.Token()
-	if err := fence.ValidateToken(token); err != nil {
+	term := src.Term()
+	err := fence.ValidateToken(term.Token)
+	if err == nil {
+		err = fence.ValidateHolder(term.Holder)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("leasehold/fencegrpc: not calling: %w", err)
 	}
-	kv := []string{MetadataToken, strconv.FormatInt(token, 10)}
+	kv := []string{MetadataToken, strconv.FormatInt(term.Token, 10), MetadataHolder, term.Holder}
 	if lease != "" {
 		kv = append(kv, MetadataLease, lease)
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...), nil
 }
 
-// UnaryClientInterceptor sends src's token (and lease, if not empty) with
-// every unary call, and turns a stale refusal into an error matching
-// fence.ErrStale (and still carrying the gRPC status). A token below 1 is not
-// sent: the call fails with fence.ErrInvalid.
-func UnaryClientInterceptor(lease string, src fence.TokenSource) grpc.UnaryClientInterceptor {
+// UnaryClientInterceptor sends src's term (token and holder; and lease, if
+// not empty) with every unary call, and turns a stale refusal into an error
+// matching fence.ErrStale (and still carrying the gRPC status). A token below
+// 1 or an empty or malformed holder is not sent: the call fails with
+// fence.ErrInvalid.
+func UnaryClientInterceptor(lease string, src fence.TermSource) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ctx, err := outgoing(ctx, lease, src)
 		if err != nil {
@@ -236,8 +260,8 @@ func UnaryClientInterceptor(lease string, src fence.TokenSource) grpc.UnaryClien
 	}
 }
 
-// StreamClientInterceptor sends src's token (and lease) when a stream opens.
-func StreamClientInterceptor(lease string, src fence.TokenSource) grpc.StreamClientInterceptor {
+// StreamClientInterceptor sends src's term (and lease) when a stream opens.
+func StreamClientInterceptor(lease string, src fence.TermSource) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		ctx, err := outgoing(ctx, lease, src)
 		if err != nil {

@@ -63,17 +63,21 @@ func serve(t *testing.T) (*countingHealth, func(opts ...grpc.DialOption) *grpc.C
 	return h, dial
 }
 
-func client(dial func(...grpc.DialOption) *grpc.ClientConn, lease string, src fence.TokenSource) healthpb.HealthClient {
+func client(dial func(...grpc.DialOption) *grpc.ClientConn, lease string, src fence.TermSource) healthpb.HealthClient {
 	return healthpb.NewHealthClient(dial(
 		grpc.WithUnaryInterceptor(fencegrpc.UnaryClientInterceptor(lease, src)),
 		grpc.WithStreamInterceptor(fencegrpc.StreamClientInterceptor(lease, src))))
 }
 
+func term(holder string, token int64) fence.TermSource {
+	return fence.StaticTerm{Name: "sweeper", Holder: holder, Token: token}
+}
+
 func TestUnaryRefusesStaleToken_FailsWithoutCheck(t *testing.T) {
 	h, dial := serve(t)
 	ctx := context.Background()
-	nodeB := client(dial, "sweeper", fence.StaticToken(2))
-	nodeA := client(dial, "sweeper", fence.StaticToken(1))
+	nodeB := client(dial, "sweeper", term("node-b", 2))
+	nodeA := client(dial, "sweeper", term("node-a", 1))
 	if _, err := nodeB.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("node-b token 2: %v", err)
 	}
@@ -90,9 +94,9 @@ func TestUnaryRefusesStaleToken_FailsWithoutCheck(t *testing.T) {
 	}
 	// Without the client interceptor the details still say it.
 	raw := healthpb.NewHealthClient(dial())
-	md := metadata.Pairs(fencegrpc.MetadataToken, "1", fencegrpc.MetadataLease, "sweeper")
+	md := metadata.Pairs(fencegrpc.MetadataToken, "1", fencegrpc.MetadataHolder, "node-a", fencegrpc.MetadataLease, "sweeper")
 	_, err = raw.Check(metadata.NewOutgoingContext(ctx, md), &healthpb.HealthCheckRequest{})
-	if se, ok := fencegrpc.StaleFromError(err); !ok || se.Highest != 2 {
+	if se, ok := fencegrpc.StaleFromError(err); !ok || se.Highest != 2 || se.Holder != "node-a" {
 		t.Fatalf("StaleFromError(%v) = %v, %v", err, se, ok)
 	}
 }
@@ -106,10 +110,14 @@ func TestBadCalls(t *testing.T) {
 		md   metadata.MD
 		want codes.Code
 	}{
-		{"no token", metadata.Pairs(fencegrpc.MetadataLease, "r"), codes.FailedPrecondition},
-		{"no lease", metadata.Pairs(fencegrpc.MetadataToken, "1"), codes.InvalidArgument},
-		{"malformed", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataToken, "x"), codes.InvalidArgument},
-		{"zero", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataToken, "0"), codes.InvalidArgument},
+		{"no token", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataHolder, "h"), codes.FailedPrecondition},
+		{"no lease", metadata.Pairs(fencegrpc.MetadataToken, "1", fencegrpc.MetadataHolder, "h"), codes.InvalidArgument},
+		{"malformed", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataToken, "x", fencegrpc.MetadataHolder, "h"), codes.InvalidArgument},
+		{"zero", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataToken, "0", fencegrpc.MetadataHolder, "h"), codes.InvalidArgument},
+		{"no holder", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataToken, "1"), codes.FailedPrecondition},
+		{"empty holder", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataToken, "1", fencegrpc.MetadataHolder, ""), codes.InvalidArgument},
+		{"holder with space", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataToken, "1", fencegrpc.MetadataHolder, "a b"), codes.InvalidArgument},
+		{"two holders", metadata.Pairs(fencegrpc.MetadataLease, "r", fencegrpc.MetadataToken, "1", fencegrpc.MetadataHolder, "a", fencegrpc.MetadataHolder, "b"), codes.InvalidArgument},
 	} {
 		_, err := raw.Check(metadata.NewOutgoingContext(ctx, tc.md), &healthpb.HealthCheckRequest{})
 		if status.Code(err) != tc.want {
@@ -120,9 +128,13 @@ func TestBadCalls(t *testing.T) {
 		t.Fatalf("handler ran %d times", n)
 	}
 	// A client with no term yet sends nothing.
-	c := client(dial, "r", fence.StaticToken(0))
+	c := client(dial, "r", term("h", 0))
 	if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("token 0: %v", err)
+	}
+	c = client(dial, "r", term("", 1))
+	if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("empty holder: %v", err)
 	}
 }
 
@@ -130,7 +142,7 @@ func TestStreamRefusesStaleToken_FailsWithoutCheck(t *testing.T) {
 	_, dial := serve(t)
 	ctx := context.Background()
 	bctx, cancel := context.WithCancel(ctx)
-	nodeB := client(dial, "watch", fence.StaticToken(2))
+	nodeB := client(dial, "watch", term("node-b", 2))
 	s, err := nodeB.Watch(bctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +151,7 @@ func TestStreamRefusesStaleToken_FailsWithoutCheck(t *testing.T) {
 		t.Fatalf("node-b stream: %v", err)
 	}
 	cancel() // node-b's stream ends and frees the resource
-	nodeA := client(dial, "watch", fence.StaticToken(1))
+	nodeA := client(dial, "watch", term("node-a", 1))
 	s, err = nodeA.Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -147,5 +159,43 @@ func TestStreamRefusesStaleToken_FailsWithoutCheck(t *testing.T) {
 	_, err = s.Recv()
 	if !errors.Is(err, fence.ErrStale) || status.Code(err) != codes.Aborted {
 		t.Fatalf("node-a stream token 1 after 2: %v", err)
+	}
+}
+
+// After a lease store loses data, node-a and node-b can both be granted
+// token 3. The server admits node-a's term and refuses node-b's (Aborted,
+// matching fence.ErrTokenReused on the client), unary and streaming; node-a
+// writes again, and token 4 from node-b is admitted.
+func TestUnaryAndStreamRefuseEqualTokenOtherHolder(t *testing.T) {
+	h, dial := serve(t)
+	ctx := context.Background()
+	a3, b3 := client(dial, "sweeper", term("node-a", 3)), client(dial, "sweeper", term("node-b", 3))
+	if _, err := a3.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("node-a token 3: %v", err)
+	}
+	_, err := b3.Check(ctx, &healthpb.HealthCheckRequest{})
+	var se *fence.StaleError
+	if !errors.Is(err, fence.ErrTokenReused) || !errors.Is(err, fence.ErrStale) || status.Code(err) != codes.Aborted ||
+		!errors.As(err, &se) || se.Token != 3 || se.Highest != 3 || se.Holder != "node-b" {
+		t.Fatalf("node-b token 3 after node-a token 3: %v (%+v), want Aborted matching ErrTokenReused", err, se)
+	}
+	if n := h.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1: node-b's call reached it", n)
+	}
+	s, err := b3.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); !errors.Is(err, fence.ErrTokenReused) {
+		t.Fatalf("node-b stream with token 3: %v, want ErrTokenReused", err)
+	}
+	if _, err := a3.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("node-a token 3 again: %v", err)
+	}
+	if _, err := client(dial, "sweeper", term("node-b", 4)).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("node-b token 4: %v", err)
+	}
+	if _, err := a3.Check(ctx, &healthpb.HealthCheckRequest{}); !errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrTokenReused) {
+		t.Fatalf("node-a token 3 after 4: %v, want ErrStale (lower), not ErrTokenReused", err)
 	}
 }

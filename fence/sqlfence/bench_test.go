@@ -47,7 +47,7 @@ func BenchmarkPostgresWrite(b *testing.B) {
 	})
 	b.Run("fenced", func(b *testing.B) {
 		run(b, func(tx pgx.Tx) error {
-			if err := e.fence.ClaimPgx(ctx, tx, "bench", 1); err != nil {
+			if err := e.fence.ClaimPgx(ctx, tx, "bench", hof(1), 1); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, update)
@@ -57,7 +57,7 @@ func BenchmarkPostgresWrite(b *testing.B) {
 	b.Run("fenced-pipelined", func(b *testing.B) {
 		run(b, func(tx pgx.Tx) error {
 			batch := &pgx.Batch{}
-			if err := e.fence.QueueClaim(batch, "bench", 1); err != nil {
+			if err := e.fence.QueueClaim(batch, "bench", hof(1), 1); err != nil {
 				return err
 			}
 			batch.Queue(update)
@@ -83,7 +83,7 @@ func BenchmarkPostgresWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 			if fenced {
-				if err := e.fence.Claim(ctx, tx, "bench", 1); err != nil {
+				if err := e.fence.Claim(ctx, tx, "bench", hof(1), 1); err != nil {
 					b.Fatal(err)
 				}
 			}

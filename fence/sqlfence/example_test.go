@@ -39,7 +39,7 @@ func Example_sweeper() {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sweeper_runs VALUES (?, ?, 3)`, node, token); err != nil {
 			return err
 		}
-		if err := sqlfence.SQLiteFence.Claim(ctx, tx, "sweeper", token); err != nil {
+		if err := sqlfence.SQLiteFence.Claim(ctx, tx, "sweeper", node, token); err != nil {
 			return err // the transaction is rolled back: the row above is gone
 		}
 		return tx.Commit()
@@ -52,6 +52,10 @@ func Example_sweeper() {
 	if errors.As(err, &stale) {
 		fmt.Printf("node-a steps down: token %d < highest %d\n", stale.Token, stale.Highest)
 	}
+	// The lease store lost data and granted token 2 again, to node-c: the
+	// fence knows token 2 is node-b's term.
+	err = sweep("node-c", 2)
+	fmt.Println("node-c, token 2: stale", errors.Is(err, fence.ErrStale), "reused", errors.Is(err, fence.ErrTokenReused))
 
 	rows, _ := db.Query(`SELECT node, token FROM sweeper_runs`)
 	defer rows.Close()
@@ -65,41 +69,47 @@ func Example_sweeper() {
 	// node-b, token 2: <nil>
 	// node-a, token 1: leasehold/fence: stale fencing token for "sweeper": token 1 is below the highest admitted 2
 	// node-a steps down: token 1 < highest 2
+	// node-c, token 2: stale true reused true
 	// committed: node-b with token 2
 }
 
-// The direct form: the protected row carries the last token that wrote it,
-// and the UPDATE itself refuses a lower one. No fence table is needed.
+// The direct form: the protected row carries the last term (token and
+// holder) that wrote it, and the UPDATE itself refuses a lower token, and the
+// same token from another holder. No fence table is needed.
 func Example_directForm() {
 	ctx := context.Background()
 	db, _ := sql.Open("sqlite", ":memory:")
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	db.Exec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY, status TEXT, last_epoch INTEGER NOT NULL DEFAULT 0)`)
+	db.Exec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY, status TEXT, last_epoch INTEGER NOT NULL DEFAULT 0, last_holder TEXT NOT NULL DEFAULT '')`)
 	db.Exec(`INSERT INTO invoices (id, status) VALUES (42, 'open')`)
 
-	update := func(status string, epoch int64) {
-		// PostgreSQL: UPDATE invoices SET status = $3, last_epoch = $2 WHERE id = $1 AND last_epoch <= $2
-		res, err := db.ExecContext(ctx,
-			`UPDATE invoices SET status = ?3, last_epoch = ?2 WHERE id = ?1 AND last_epoch <= ?2`, 42, epoch, status)
+	update := func(holder string, epoch int64, status string) {
+		// PostgreSQL: the same with $1 … $4.
+		res, err := db.ExecContext(ctx, `UPDATE invoices SET status = ?4, last_epoch = ?2, last_holder = ?3
+WHERE id = ?1 AND (last_epoch < ?2 OR (last_epoch = ?2 AND last_holder = ?3))`, 42, epoch, holder, status)
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			fmt.Printf("epoch %d: refused (a newer term has written invoice 42)\n", epoch)
+			fmt.Printf("%s epoch %d: refused (another term has written invoice 42)\n", holder, epoch)
 			return
 		}
-		fmt.Printf("epoch %d: invoice 42 is %s\n", epoch, status)
+		fmt.Printf("%s epoch %d: invoice 42 is %s\n", holder, epoch, status)
 	}
-	update("paid", 2) // node-b, the current leader
-	update("void", 1) // node-a, paused and resumed
+	update("node-b", 2, "paid")     // node-b, the current leader
+	update("node-a", 1, "void")     // node-a, paused and resumed
+	update("node-b", 2, "archived") // node-b's term writes again
+	update("node-c", 2, "void")     // epoch 2 granted again after the lease store lost data
 
 	var status string
 	db.QueryRow(`SELECT status FROM invoices WHERE id = 42`).Scan(&status)
 	fmt.Println("final:", status)
 	// Output:
-	// epoch 2: invoice 42 is paid
-	// epoch 1: refused (a newer term has written invoice 42)
-	// final: paid
+	// node-b epoch 2: invoice 42 is paid
+	// node-a epoch 1: refused (another term has written invoice 42)
+	// node-b epoch 2: invoice 42 is archived
+	// node-c epoch 2: refused (another term has written invoice 42)
+	// final: archived
 }

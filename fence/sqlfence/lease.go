@@ -52,13 +52,12 @@ FOR SHARE`
 
 func (f *Fence) leaseClaimSQL() string {
 	return `WITH lease AS (
-  SELECT epoch FROM ` + f.leaseTable + `
+  SELECT epoch, holder FROM ` + f.leaseTable + `
   WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
   FOR SHARE
 )
-INSERT INTO ` + f.table + ` AS f (resource, token) SELECT $4, epoch FROM lease
-ON CONFLICT (resource) DO UPDATE SET token = GREATEST(f.token, EXCLUDED.token)
-RETURNING token`
+INSERT INTO ` + f.table + ` AS f (resource, token, holder) SELECT $4, epoch, holder FROM lease
+` + pgUpsert
 }
 
 func (f *Fence) leaseReadSQL() string {
@@ -105,9 +104,9 @@ func (f *Fence) CheckLeasePgx(ctx context.Context, tx pgx.Tx, t store.Term) erro
 	return f.checkLease(ctx, pgxTx{tx}, t, "", false)
 }
 
-// ClaimLease does CheckLease and Claim(resource, t.Token) in one statement:
-// the lease row is share-locked and the fence row claimed with the term's
-// epoch, in one round trip. Use it where the same resource is also written by
+// ClaimLease does CheckLease and Claim(resource, t.Holder, t.Token) in one
+// statement: the lease row is share-locked and the fence row claimed with the
+// term's epoch and holder, in one round trip. Use it where the same resource is also written by
 // transactions that only Claim (or by another database's view of the same
 // tokens). It returns what CheckLease or Claim would.
 func (f *Fence) ClaimLease(ctx context.Context, tx *sql.Tx, t store.Term, resource string) error {
@@ -141,18 +140,19 @@ func (f *Fence) checkLease(ctx context.Context, tx txn, t store.Term, resource s
 			rollback(ctx, tx)
 			return fmt.Errorf("leasehold/sqlfence: lease check: %w", err)
 		}
-		err = tx.queryRow(ctx, f.leaseClaimSQL(), []any{t.Name, t.Holder, t.Token, resource}, &got)
+		var gotHolder string
+		err = tx.queryRow(ctx, f.leaseClaimSQL(), []any{t.Name, t.Holder, t.Token, resource}, &got, &gotHolder)
+		if err == nil {
+			// The lease row names this term; the fence row may still hold
+			// a higher token, or this token for another holder.
+			return f.verdict(ctx, tx, resource, t.Holder, t.Token, got, gotHolder)
+		}
 	} else {
 		err = tx.queryRow(ctx, f.leaseCheckSQL(), []any{t.Name, t.Holder, t.Token}, &got)
-	}
-	if err == nil {
-		switch {
-		case got == t.Token:
-			return nil
-		case claim && got > t.Token:
-			rollback(ctx, tx)
-			return &fence.StaleError{Resource: resource, Token: t.Token, Highest: got}
-		default:
+		if err == nil {
+			if got == t.Token {
+				return nil
+			}
 			rollback(ctx, tx)
 			return fmt.Errorf("leasehold/sqlfence: lease check of %s: got epoch %d", t, got)
 		}

@@ -65,7 +65,7 @@ func newPgEnv(t testing.TB) *pgEnv {
 			expires_at timestamptz NOT NULL DEFAULT '-infinity')`,
 		`CREATE TABLE ` + schema + `.attempts (attempt text PRIMARY KEY, token bigint NOT NULL)`,
 		`CREATE TABLE ` + schema + `.writes (seq bigserial PRIMARY KEY, attempt text NOT NULL, token bigint NOT NULL)`,
-		`CREATE TABLE ` + schema + `.invoices (id int PRIMARY KEY, status text NOT NULL, last_epoch bigint NOT NULL DEFAULT 0)`,
+		`CREATE TABLE ` + schema + `.invoices (id int PRIMARY KEY, status text NOT NULL, last_epoch bigint NOT NULL DEFAULT 0, last_holder text NOT NULL DEFAULT '')`,
 		`CREATE TABLE ` + schema + `.counters (id int PRIMARY KEY, n bigint NOT NULL)`,
 	} {
 		if _, err := admin.Exec(ctx, q); err != nil {
@@ -142,6 +142,21 @@ func (e *pgEnv) fenceToken(t testing.TB, resource string) int64 {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// fenceTerm returns the fence row's token and holder (0, "" if none).
+func (e *pgEnv) fenceTerm(t testing.TB, resource string) (int64, string) {
+	t.Helper()
+	var tok int64
+	var holder string
+	err := e.admin.QueryRow(context.Background(), `SELECT token, holder FROM `+e.fence.Table()+` WHERE resource = $1`, resource).Scan(&tok, &holder)
+	if err == pgx.ErrNoRows {
+		return 0, ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, holder
 }
 
 // writesInOrder returns the tokens of the committed writes in lock order.

@@ -218,7 +218,7 @@ func TestPostgresClaimLease_FailsWithoutLeaseOrTokenCheck(t *testing.T) {
 	// node-a's live term is refused by the fence.
 	c := pgConnect(t)
 	tx, _ := c.Begin(ctx)
-	if err := e.fence.ClaimPgx(ctx, tx, "sweeper", 5); err != nil {
+	if err := e.fence.ClaimPgx(ctx, tx, "sweeper", hof(5), 5); err != nil {
 		t.Fatal(err)
 	}
 	tx.Commit(ctx)

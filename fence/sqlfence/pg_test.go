@@ -32,7 +32,7 @@ func pgWrite(ctx context.Context, e *pgEnv, c *pgx.Conn, attempt string, token i
 	if _, err := tx.Exec(ctx, `INSERT INTO `+e.t("attempts")+` VALUES ($1, $2)`, attempt, token); err != nil {
 		return nil, err
 	}
-	if err := e.fence.ClaimPgx(ctx, tx, "sweeper", token); err != nil {
+	if err := e.fence.ClaimPgx(ctx, tx, "sweeper", hof(token), token); err != nil {
 		return tx.Commit(ctx), err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO `+e.t("writes")+` (attempt, token) VALUES ($1, $2)`, attempt, token); err != nil {
@@ -83,7 +83,7 @@ func TestPostgresDatabaseSQLClaimRefusesStaleToken_FailsWithoutTokenCheck(t *tes
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+e.t("attempts")+` VALUES ($1, $2)`, attempt, token); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.fence.Claim(ctx, tx, "sweeper", token); err != nil {
+		if err := e.fence.Claim(ctx, tx, "sweeper", hof(token), token); err != nil {
 			return err, tx.Commit()
 		}
 		return nil, tx.Commit()
@@ -128,7 +128,7 @@ func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer txA.Rollback(ctx)
-			if err := e.fence.ClaimPgx(ctx, txA, "sweeper", tc.first); err != nil {
+			if err := e.fence.ClaimPgx(ctx, txA, "sweeper", hof(tc.first), tc.first); err != nil {
 				t.Fatalf("first claim: %v", err)
 			}
 			txB, err := b.Begin(ctx)
@@ -137,7 +137,7 @@ func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
 			}
 			defer txB.Rollback(ctx)
 			res := make(chan error, 1)
-			go func() { res <- e.fence.ClaimPgx(ctx, txB, "sweeper", tc.second) }()
+			go func() { res <- e.fence.ClaimPgx(ctx, txB, "sweeper", hof(tc.second), tc.second) }()
 			e.waitForLockWait(t, b.PgConn().PID())
 			select {
 			case err := <-res:
@@ -250,7 +250,7 @@ func TestPostgresRepeatableReadStaleNeverCommits(t *testing.T) {
 	}
 	txA, _ := a.Begin(ctx)
 	defer txA.Rollback(ctx)
-	if err := e.fence.ClaimPgx(ctx, txA, "sweeper", 3); err != nil {
+	if err := e.fence.ClaimPgx(ctx, txA, "sweeper", hof(3), 3); err != nil {
 		t.Fatal(err)
 	}
 	txB, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
@@ -262,7 +262,7 @@ func TestPostgresRepeatableReadStaleNeverCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := make(chan error, 1)
-	go func() { res <- e.fence.ClaimPgx(ctx, txB, "sweeper", 2) }()
+	go func() { res <- e.fence.ClaimPgx(ctx, txB, "sweeper", hof(2), 2) }()
 	e.waitForLockWait(t, b.PgConn().PID())
 	if err := txA.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -298,32 +298,41 @@ func TestPostgresBadInput(t *testing.T) {
 	c := pgConnect(t)
 	for _, tc := range []struct {
 		res string
+		hol string
 		tok int64
-	}{{"", 1}, {"r", 0}, {"r", -1}, {"a\x00b", 1}} {
+	}{{"", "h", 1}, {"r", "h", 0}, {"r", "h", -1}, {"a\x00b", "h", 1}, {"r", "", 1}, {"r", "a b", 1}, {"r", strings.Repeat("h", fence.MaxHolderLen+1), 1}} {
 		tx, _ := c.Begin(ctx)
-		err := e.fence.ClaimPgx(ctx, tx, tc.res, tc.tok)
+		err := e.fence.ClaimPgx(ctx, tx, tc.res, tc.hol, tc.tok)
 		if !errors.Is(err, fence.ErrInvalid) {
-			t.Errorf("Claim(%q, %d): %v, want ErrInvalid", tc.res, tc.tok, err)
+			t.Errorf("Claim(%q, %q, %d): %v, want ErrInvalid", tc.res, tc.hol, tc.tok, err)
 		}
 		if tx.Commit(ctx) == nil {
-			t.Errorf("Claim(%q, %d): the transaction could still commit", tc.res, tc.tok)
+			t.Errorf("Claim(%q, %q, %d): the transaction could still commit", tc.res, tc.hol, tc.tok)
 		}
+	}
+	if err := e.fence.QueueClaim(&pgx.Batch{}, "r", "", 1); !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), "holder") {
+		t.Errorf("QueueClaim with an empty holder: %v, want ErrInvalid naming the holder", err)
 	}
 	// A missing table says how to create it.
 	missing, _ := sqlfence.New(sqlfence.Config{Dialect: sqlfence.Postgres, Table: e.schema + ".nope"})
 	tx, _ := c.Begin(ctx)
-	err := missing.ClaimPgx(ctx, tx, "r", 1)
+	err := missing.ClaimPgx(ctx, tx, "r", hof(1), 1)
 	if err == nil || !strings.Contains(err.Error(), "Migrate") || errors.Is(err, fence.ErrStale) {
 		t.Fatalf("missing table: %v", err)
 	}
 	// Another dialect's fence refuses a pgx transaction.
 	tx, _ = c.Begin(ctx)
-	if err := sqlfence.SQLiteFence.ClaimPgx(ctx, tx, "r", 1); !errors.Is(err, fence.ErrInvalid) {
+	if err := sqlfence.SQLiteFence.ClaimPgx(ctx, tx, "r", hof(1), 1); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("SQLite fence with pgx: %v", err)
 	}
 }
 
-// The direct form: the protected row carries the token.
+// directFormSQL is the direct form as fence/README.md documents it: the
+// protected row carries the term that last wrote it.
+const directFormSQL = `UPDATE %s SET status = $4, last_epoch = $2, last_holder = $3
+WHERE id = $1 AND (last_epoch < $2 OR (last_epoch = $2 AND last_holder = $3))`
+
+// The direct form: the protected row carries the term.
 func TestPostgresDirectFormLastEpoch_FailsWithoutWhereClause(t *testing.T) {
 	e := newPgEnv(t)
 	ctx := context.Background()
@@ -332,7 +341,7 @@ func TestPostgresDirectFormLastEpoch_FailsWithoutWhereClause(t *testing.T) {
 		t.Fatal(err)
 	}
 	update := func(status string, token int64) int64 {
-		tag, err := c.Exec(ctx, `UPDATE `+e.t("invoices")+` SET status = $3, last_epoch = $2 WHERE id = $1 AND last_epoch <= $2`, 42, token, status)
+		tag, err := c.Exec(ctx, fmt.Sprintf(directFormSQL, e.t("invoices")), 42, token, hof(token), status)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,44 +4,60 @@
 //
 //	tx, _ := db.BeginTx(ctx, nil)
 //	defer tx.Rollback()
-//	if err := sqlfence.PostgresFence.Claim(ctx, tx, "invoices", leader.Token()); err != nil {
+//	t := leader.Term()
+//	if err := sqlfence.PostgresFence.Claim(ctx, tx, "invoices", t.Holder, t.Token); err != nil {
 //		return err // errors.Is(err, fence.ErrStale): a newer term has written; tx is rolled back
 //	}
 //	// ... the caller's writes ...
 //	return tx.Commit()
 //
-// The fence table holds the highest token that has written each resource:
+// The fence table holds the highest term (token and holder) that has written
+// each resource:
 //
-//	CREATE TABLE leasehold_fence (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1))
+//	CREATE TABLE leasehold_fence (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1), holder text NOT NULL DEFAULT '')
 //
-// ([Fence.Migrate] creates it; [Fence.CreateTableSQL] gives the statement for
-// each dialect, for users who run their own migrations.)
+// ([Fence.Migrate] creates it, and adds the holder column to a table created
+// before fences kept holders; [Fence.CreateTableSQL] and [Fence.UpgradeSQL]
+// give the statements for each dialect, for users who run their own
+// migrations.)
 //
-// Claim is one statement, an upsert that never lowers the row's token and
-// reports the row's token after it (PostgreSQL and SQLite:
-// INSERT ... ON CONFLICT (resource) DO UPDATE SET token = GREATEST(fence.token,
-// EXCLUDED.token) RETURNING token; MySQL/MariaDB: the equivalent ON DUPLICATE
-// KEY UPDATE, reporting through LAST_INSERT_ID). The claim is admitted when the
-// row's token is now the claimed one; it is stale when the row holds a higher
-// one. The row stays locked by the transaction until it ends, so concurrent
+// A number is not a term: after a lease store loses data, one token value can
+// be granted to two terms. So the claim compares the term, not only the
+// number: a higher token is admitted whoever holds it (and its holder
+// recorded), the highest token is admitted again only for the holder it was
+// admitted for, and anything else is stale. A row whose holder is ” (written
+// before the holder column existed) admits only higher tokens.
+//
+// Claim is one statement, an upsert that never lowers the row's token, takes
+// the new holder only with a higher token, and reports the row's term after
+// it (PostgreSQL and SQLite: INSERT ... ON CONFLICT (resource) DO UPDATE SET
+// token = GREATEST(f.token, EXCLUDED.token), holder = CASE WHEN
+// EXCLUDED.token > f.token THEN EXCLUDED.holder ELSE f.holder END RETURNING
+// token, holder; MySQL/MariaDB: the equivalent ON DUPLICATE KEY UPDATE,
+// reporting through LAST_INSERT_ID). The claim is admitted when the row's
+// term is now the claimed one; it is stale when the row holds a higher token,
+// or the same token for another holder. The row stays locked by the transaction until it ends, so concurrent
 // writers of one resource serialise on it, and a stale writer that arrives
 // last still loses: it waits for the newer writer's commit, then reads the
 // higher token. It costs one row touched and one statement; with pgx,
 // [Fence.QueueClaim] sends the claim in the same round trip as the caller's
 // writes. If the token is stale, Claim rolls the transaction back and returns
-// a *fence.StaleError (matching fence.ErrStale) carrying the highest token:
-// the caller's writes in that transaction are undone, and a later Commit
-// fails. A token equal to the highest is admitted: one term writes many times.
+// a *fence.StaleError (matching fence.ErrStale, and fence.ErrTokenReused for
+// the highest token from another holder) carrying the highest token: the
+// caller's writes in that transaction are undone, and a later Commit fails.
+// The highest token from the holder it was admitted for is admitted: one term
+// writes many times.
 //
 // # The direct form
 //
-// Where the protected data is one row, the row itself can carry the token:
+// Where the protected data is one row, the row itself can carry the term:
 //
-//	UPDATE invoices SET status = $3, last_epoch = $2 WHERE id = $1 AND last_epoch <= $2
+//	UPDATE invoices SET status = $4, last_epoch = $2, last_holder = $3
+//	WHERE id = $1 AND (last_epoch < $2 OR (last_epoch = $2 AND last_holder = $3))
 //
 // and zero rows updated means a newer term has written that row (or it does
-// not exist). This needs no fence table but a column on every fenced table,
-// and a stale writer learns nothing about the newer token.
+// not exist). This needs no fence table but two columns on every fenced
+// table, and a stale writer learns nothing about the newer term.
 //
 // # Lease-checked writes (PostgreSQL)
 //
@@ -147,8 +163,9 @@ type Fence struct {
 	table      string
 	leaseTable string
 
-	claimSQL  string
-	createSQL string
+	claimSQL   string
+	createSQL  string
+	upgradeSQL string
 }
 
 // The Fences on the default tables, one per dialect.
@@ -198,31 +215,59 @@ func New(c Config) (*Fence, error) {
 	switch c.Dialect {
 	case Postgres:
 		// GREATEST, not a WHERE on the update: the row never goes down, and
-		// RETURNING always gives the row's token after the claim (read from
+		// RETURNING always gives the row's term after the claim (read from
 		// the latest version, which ON CONFLICT has locked), so a stale claim
-		// learns the highest token in the same statement.
-		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token) VALUES ($1, $2)
-ON CONFLICT (resource) DO UPDATE SET token = GREATEST(f.token, EXCLUDED.token)
-RETURNING token`
-		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1))`
+		// learns the highest token in the same statement. Every SET
+		// expression reads the old row, so the holder changes exactly when
+		// the token rises.
+		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token, holder) VALUES ($1, $2, $3)
+` + pgUpsert
+		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1), holder text NOT NULL DEFAULT '')`
+		f.upgradeSQL = `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT ''`
 	case SQLite:
-		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token) VALUES (?1, ?2)
-ON CONFLICT (resource) DO UPDATE SET token = max(f.token, excluded.token)
-RETURNING token`
-		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource TEXT PRIMARY KEY, token INTEGER NOT NULL CHECK (token >= 1))`
+		// SQLite, too, evaluates every SET expression on the old row.
+		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token, holder) VALUES (?1, ?2, ?3)
+ON CONFLICT (resource) DO UPDATE SET token = max(f.token, excluded.token),
+  holder = CASE WHEN excluded.token > f.token THEN excluded.holder ELSE f.holder END
+RETURNING token, holder`
+		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource TEXT PRIMARY KEY, token INTEGER NOT NULL CHECK (token >= 1), holder TEXT NOT NULL DEFAULT '')`
+		f.upgradeSQL = `ALTER TABLE ` + t + ` ADD COLUMN holder TEXT NOT NULL DEFAULT ''`
 	case MySQL:
 		// LAST_INSERT_ID(expr) makes the statement report the row's token
 		// after the upsert (in the OK packet, as Result.LastInsertId): equal
 		// to ours if admitted, higher if stale. No RETURNING, one round trip,
-		// and independent of the CLIENT_FOUND_ROWS flag.
-		f.claimSQL = `INSERT INTO ` + t + ` (resource, token) VALUES (?, LAST_INSERT_ID(?))
-ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(GREATEST(token, VALUES(token)))`
-		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource VARBINARY(255) NOT NULL PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB`
+		// and independent of the CLIENT_FOUND_ROWS flag. The reported value
+		// has bit 63 set when the row keeps our token for another holder (a
+		// token granted to two terms); the column itself keeps the token
+		// (masked). MySQL assigns left to right, so the holder is assigned
+		// first, from the old token; in the token's expression, holder is
+		// then the old holder whenever the tokens are equal (also under
+		// MariaDB's SIMULTANEOUS_ASSIGNMENT). The holder is VARBINARY:
+		// compared byte for byte, never by a case-insensitive collation.
+		f.claimSQL = `INSERT INTO ` + t + ` (resource, token, holder) VALUES (?, LAST_INSERT_ID(?), ?)
+ON DUPLICATE KEY UPDATE
+  holder = IF(VALUES(token) > token, VALUES(holder), holder),
+  token = LAST_INSERT_ID(CASE WHEN VALUES(token) = token AND holder <> VALUES(holder)
+    THEN CAST(token AS UNSIGNED) | 9223372036854775808
+    ELSE CAST(GREATEST(token, VALUES(token)) AS UNSIGNED) END) & 9223372036854775807`
+		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource VARBINARY(255) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, holder VARBINARY(253) NOT NULL DEFAULT '') ENGINE=InnoDB`
+		f.upgradeSQL = `ALTER TABLE ` + t + ` ADD COLUMN holder VARBINARY(253) NOT NULL DEFAULT ''`
 	default:
 		return nil, fmt.Errorf("leasehold/sqlfence: %w: unknown dialect %d (want Postgres, SQLite or MySQL)", fence.ErrInvalid, int(c.Dialect))
 	}
 	return f, nil
 }
+
+// pgUpsert is the conflict clause of the PostgreSQL claims: the token never
+// goes down, the holder changes only with a higher token, and RETURNING gives
+// the row's term after the claim.
+const pgUpsert = `ON CONFLICT (resource) DO UPDATE SET token = GREATEST(f.token, EXCLUDED.token),
+  holder = CASE WHEN EXCLUDED.token > f.token THEN EXCLUDED.holder ELSE f.holder END
+RETURNING token, holder`
+
+// mysqlReused is bit 63 of the MySQL claim's LAST_INSERT_ID: the row keeps
+// the claimed token for another holder.
+const mysqlReused = -1 << 63
 
 // Dialect returns the fence's dialect.
 func (f *Fence) Dialect() Dialect { return f.d }
@@ -234,15 +279,37 @@ func (f *Fence) Table() string { return f.table }
 // missing, for users who manage their schema with their own migrations.
 func (f *Fence) CreateTableSQL() string { return f.createSQL }
 
+// UpgradeSQL returns the statement that adds the holder column to a fence
+// table created before fences kept holders (token only). Existing rows get
+// the holder ” (unknown): they admit only higher tokens, so the term that
+// holds a lease at the upgrade is refused (as stale) until its next term.
+// On PostgreSQL it is idempotent (ADD COLUMN IF NOT EXISTS); on SQLite and
+// MySQL it fails if the column exists (Migrate checks first).
+func (f *Fence) UpgradeSQL() string { return f.upgradeSQL }
+
 // Execer is what Migrate needs: a *sql.DB, *sql.Conn or *sql.Tx.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// Migrate creates the fence table if it is missing. It is idempotent.
+// Migrate creates the fence table if it is missing, and adds the holder
+// column if the table lacks it (see UpgradeSQL). It is idempotent.
 func (f *Fence) Migrate(ctx context.Context, db Execer) error {
 	if _, err := db.ExecContext(ctx, f.createSQL); err != nil {
 		return fmt.Errorf("leasehold/sqlfence: create fence table %s: %w", f.table, err)
+	}
+	if f.d != Postgres {
+		// No ADD COLUMN IF NOT EXISTS in SQLite nor MySQL: look first.
+		_, err := db.ExecContext(ctx, `SELECT holder FROM `+f.table+` WHERE 1 = 0`)
+		if err == nil {
+			return nil
+		}
+		if !missingColumn(err) {
+			return fmt.Errorf("leasehold/sqlfence: look for the holder column of %s: %w", f.table, err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, f.upgradeSQL); err != nil && !duplicateColumn(err) {
+		return fmt.Errorf("leasehold/sqlfence: add the holder column to %s: %w", f.table, err)
 	}
 	return nil
 }
@@ -260,30 +327,36 @@ func (f *Fence) MigratePgx(ctx context.Context, db PgxExecer) error {
 	if _, err := db.Exec(ctx, f.createSQL); err != nil {
 		return fmt.Errorf("leasehold/sqlfence: create fence table %s: %w", f.table, err)
 	}
+	if _, err := db.Exec(ctx, f.upgradeSQL); err != nil {
+		return fmt.Errorf("leasehold/sqlfence: add the holder column to %s: %w", f.table, err)
+	}
 	return nil
 }
 
-// Claim claims token for resource in tx: it returns nil if token is at least
-// the highest token that has claimed resource, and records it as the highest
+// Claim claims the term (holder, token) for resource in tx: it returns nil if
+// token is higher than the highest token that has claimed resource, or equal
+// to it and claimed by the same holder, and records the term as the highest
 // (visible to others when tx commits; until tx ends, other claims of resource
-// wait). If token is stale it rolls tx back and returns a *fence.StaleError
-// (matching fence.ErrStale) carrying the highest token. Any other error also
-// rolls tx back: the outcome is unknown, so the caller's writes must not
-// commit. An error matching fence.ErrInvalid names a bad resource or token.
+// wait). If the term is stale (a lower token, or the highest token claimed by
+// another holder) it rolls tx back and returns a *fence.StaleError (matching
+// fence.ErrStale, and fence.ErrTokenReused in the second case) carrying the
+// highest token. Any other error also rolls tx back: the outcome is unknown,
+// so the caller's writes must not commit. An error matching fence.ErrInvalid
+// names a bad resource, holder or token; an empty holder is refused.
 //
 // Claim before or after the caller's own writes in tx; what matters is that
 // they commit together. Claiming first makes a stale writer wait less.
-func (f *Fence) Claim(ctx context.Context, tx *sql.Tx, resource string, token int64) error {
+func (f *Fence) Claim(ctx context.Context, tx *sql.Tx, resource, holder string, token int64) error {
 	if tx == nil {
 		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
 	}
-	return f.claim(ctx, stdTx{tx}, resource, token)
+	return f.claim(ctx, stdTx{tx}, resource, holder, token)
 }
 
 // ClaimPgx is Claim for a pgx transaction (Postgres dialect only). If tx is a
 // pgx nested transaction (a savepoint), a refusal rolls back only that
 // savepoint: do not commit the outer transaction either.
-func (f *Fence) ClaimPgx(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
+func (f *Fence) ClaimPgx(ctx context.Context, tx pgx.Tx, resource, holder string, token int64) error {
 	if tx == nil {
 		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
 	}
@@ -291,51 +364,78 @@ func (f *Fence) ClaimPgx(ctx context.Context, tx pgx.Tx, resource string, token 
 		rollback(ctx, pgxTx{tx})
 		return fmt.Errorf("leasehold/sqlfence: %w: pgx needs the Postgres dialect, this fence is %v", fence.ErrInvalid, f.d)
 	}
-	return f.claim(ctx, pgxTx{tx}, resource, token)
+	return f.claim(ctx, pgxTx{tx}, resource, holder, token)
 }
 
-func (f *Fence) claim(ctx context.Context, tx txn, resource string, token int64) error {
-	if err := validate(resource, token); err != nil {
+func (f *Fence) claim(ctx context.Context, tx txn, resource, holder string, token int64) error {
+	if err := fence.ValidateTerm(resource, holder, token); err != nil {
 		rollback(ctx, tx)
 		return fmt.Errorf("leasehold/sqlfence: claim: %w", err)
 	}
 	var highest int64
+	var highestHolder string
 	if f.d == MySQL {
-		id, err := tx.execLastInsertID(ctx, f.claimSQL, []byte(resource), token)
+		id, err := tx.execLastInsertID(ctx, f.claimSQL, []byte(resource), token, []byte(holder))
 		if err != nil {
 			rollback(ctx, tx)
 			return f.wrap("claim", resource, token, err)
 		}
-		highest = id
-	} else if err := tx.queryRow(ctx, f.claimSQL, []any{resource, token}, &highest); err != nil {
+		// Bit 63: the row keeps our token for another holder, whose name
+		// this one round trip does not bring back.
+		highest, highestHolder = id&^mysqlReused, holder
+		if id&mysqlReused != 0 {
+			highestHolder = ""
+		}
+	} else if err := tx.queryRow(ctx, f.claimSQL, []any{resource, token, holder}, &highest, &highestHolder); err != nil {
 		rollback(ctx, tx)
 		return f.wrap("claim", resource, token, err)
 	}
+	return f.verdict(ctx, tx, resource, holder, token, highest, highestHolder)
+}
+
+// verdict compares the term of the fence row after a claim with the claimed
+// one: the same term is admitted; a higher token, or the same token for
+// another holder, is stale (tx is rolled back).
+func (f *Fence) verdict(ctx context.Context, tx txn, resource, holder string, token, highest int64, highestHolder string) error {
 	switch {
-	case highest == token:
+	case highest == token && highestHolder == holder:
 		return nil
-	case highest > token:
+	case highest > token || highest == token:
 		rollback(ctx, tx)
-		return &fence.StaleError{Resource: resource, Token: token, Highest: highest}
+		return &fence.StaleError{Resource: resource, Token: token, Highest: highest, Holder: holder, HighestHolder: highestHolder}
 	default:
 		rollback(ctx, tx)
 		return fmt.Errorf("leasehold/sqlfence: claim %q with token %d: the fence row says %d after the claim", resource, token, highest)
 	}
 }
 
-func validate(resource string, token int64) error {
-	if err := fence.ValidateResource(resource); err != nil {
-		return err
-	}
-	return fence.ValidateToken(token)
-}
-
 func (f *Fence) wrap(op, resource string, token int64, err error) error {
+	if missingColumn(err) {
+		return fmt.Errorf("leasehold/sqlfence: %s %q with token %d: fence table %s has no holder column (add it with Fence.Migrate or the statement of Fence.UpgradeSQL): %w",
+			op, resource, token, f.table, err)
+	}
 	if missingTable(err) {
 		return fmt.Errorf("leasehold/sqlfence: %s %q with token %d: fence table %s is missing (create it with Fence.Migrate or the statement of Fence.CreateTableSQL): %w",
 			op, resource, token, f.table, err)
 	}
 	return fmt.Errorf("leasehold/sqlfence: %s %q with token %d: %w", op, resource, token, err)
+}
+
+// missingColumn recognises "no such column" from SQLite and MySQL (1054,
+// SQLSTATE 42S22) without importing their drivers.
+func missingColumn(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) && (st.SQLState() == "42S22" || st.SQLState() == "42703") {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no such column") || strings.Contains(msg, "has no column named") || strings.Contains(msg, "Error 1054") || strings.Contains(msg, "Unknown column")
+}
+
+// duplicateColumn recognises "the column exists" (two migrations racing).
+func duplicateColumn(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "duplicate column") || strings.Contains(msg, "Error 1060") || strings.Contains(msg, "Duplicate column")
 }
 
 // missingTable recognises "no such table" from the drivers of each dialect
