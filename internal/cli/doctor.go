@@ -82,7 +82,7 @@ func measure(ctx context.Context, st *openedStore, name string, n int, timeout t
 	for i := 0; i < n; i++ {
 		gctx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
-		_, err := st.Get(gctx, name)
+		_, err := st.Store.Get(gctx, name)
 		rtt := time.Since(start)
 		cancel()
 		if err != nil && !errors.Is(err, store.ErrNotFound) {

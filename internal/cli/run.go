@@ -158,7 +158,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 
 	r.metrics = newMetrics(r.lease)
 	renewed := make(chan struct{}, 1)
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
+	e, err := leasehold.NewElector(st.Store, leasehold.ElectorConfig{
 		Name:       r.lease,
 		Identity:   r.identity,
 		Metadata:   r.metadata,

@@ -116,7 +116,7 @@ func (c *statusCmd) read(ctx context.Context, st *openedStore, names []string) (
 	}
 	var out []store.Record
 	for _, n := range names {
-		rec, err := st.Get(rctx, n)
+		rec, err := st.Store.Get(rctx, n)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			rec = store.Record{Term: store.Term{Name: n}}

@@ -96,11 +96,21 @@ func schemeExamples() []string {
 }
 
 // openedStore is a store and how to name it in messages.
+//
+// The store is a named field, not an embedded one, on purpose: a struct that
+// embeds store.Store is itself a store.Store but none of the optional
+// capabilities (store.Watcher, store.BatchRenewer, store.Limiter, ...) of the
+// store inside it, so an elector given such a wrapper silently polls. Every
+// caller hands the elector and the type assertions o.Store itself.
+// TestNoStoreWrapperEmbedsStore guards the whole module against that shape.
 type openedStore struct {
-	store.Store
-	// Name is the URL with its password redacted.
+	Store store.Store
+	// Name is the URL with its secrets redacted (see RedactURL).
 	Name string
 }
+
+// Close closes the store.
+func (o *openedStore) Close() error { return o.Store.Close() }
 
 // open opens the store named by --store, $LEASEHOLD_STORE or the default,
 // and tells stderr which one when it is the default. A URL that cannot be
@@ -165,7 +175,7 @@ func (o *openedStore) probe(ctx context.Context, name string, timeout time.Durat
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := o.Get(pctx, name)
+	_, err := o.Store.Get(pctx, name)
 	if err == nil || errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
