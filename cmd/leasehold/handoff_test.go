@@ -116,8 +116,15 @@ func startLines(t *testing.T, storeURL, lease string, command ...string) *linePr
 	t.Helper()
 	args := append([]string{"run", "--store", storeURL, "--lease", lease}, handOffArgs...)
 	args = append(append(args, "--"), command...)
+	return startProc(t, []string{"LEASEHOLD_STORE="}, args...)
+}
+
+// startProc starts leasehold with args and extra environment variables, and
+// collects its stdout and stderr lines.
+func startProc(t *testing.T, env []string, args ...string) *lineProc {
+	t.Helper()
 	p := &lineProc{cmd: exec.Command(leaseholdBin, args...), seen: make(chan struct{}, 1), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "LEASEHOLD_STORE=")
+	p.cmd.Env = append(os.Environ(), env...)
 	var err error
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -166,15 +173,33 @@ func startLines(t *testing.T, storeURL, lease string, command ...string) *linePr
 	return p
 }
 
+func (p *lineProc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
 // waitLine waits until a line contains s, and returns when it was seen.
 func (p *lineProc) waitLine(t *testing.T, s string, timeout time.Duration) time.Time {
+	t.Helper()
+	return p.wait(t, s, timeout, strings.Contains)
+}
+
+// waitExact waits for a line that is exactly s (a line the command printed,
+// not run's log line that quotes the command).
+func (p *lineProc) waitExact(t *testing.T, s string, timeout time.Duration) time.Time {
+	t.Helper()
+	return p.wait(t, s, timeout, func(a, b string) bool { return a == b })
+}
+
+func (p *lineProc) wait(t *testing.T, s string, timeout time.Duration, match func(line, s string) bool) time.Time {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		p.mu.Lock()
 		for _, l := range p.lines {
-			if strings.Contains(l, s) {
+			if match(l, s) {
 				p.mu.Unlock()
 				return time.Now()
 			}
@@ -185,10 +210,13 @@ func (p *lineProc) waitLine(t *testing.T, s string, timeout time.Duration) time.
 		case <-p.done:
 			// One last look: the line may have come with the end.
 			p.mu.Lock()
+			lines := p.lines
 			all := strings.Join(p.lines, "\n")
 			p.mu.Unlock()
-			if strings.Contains(all, s) {
-				return time.Now()
+			for _, l := range lines {
+				if match(l, s) {
+					return time.Now()
+				}
 			}
 			t.Fatalf("leasehold exited (%v) without printing %q:\n%s", p.cmd.ProcessState, s, all)
 		case <-deadline.C:
@@ -214,17 +242,17 @@ func (p *lineProc) exitCode(t *testing.T, timeout time.Duration) int {
 func handOff(t *testing.T, storeURL string) {
 	lease := fmt.Sprintf("handoff-%d", rand.Uint64()%1_000_000)
 	holder := startLines(t, storeURL, lease, "sh", "-c", "echo holder-up; read x; echo holder-done")
-	holder.waitLine(t, "holder-up", time.Minute)
+	holder.waitExact(t, "holder-up", time.Minute)
 	standby := startLines(t, storeURL, lease, "sh", "-c", "echo standby-up")
 	standby.waitLine(t, "standing by", time.Minute)
 
 	released := time.Now()
 	io.WriteString(holder.stdin, "go\n") // the holder's command exits; run releases
-	holder.waitLine(t, "holder-done", time.Minute)
+	holder.waitExact(t, "holder-done", time.Minute)
 	if code := holder.exitCode(t, time.Minute); code != 0 {
 		t.Fatalf("holder run exited %d", code)
 	}
-	started := standby.waitLine(t, "standby-up", 2*time.Minute)
+	started := standby.waitExact(t, "standby-up", 2*time.Minute)
 	took := started.Sub(released)
 	t.Logf("the standby's command started %v after the holder's command was told to exit (retry period 1m)", took.Round(time.Millisecond))
 	if took > handOffBound {

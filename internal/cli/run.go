@@ -201,7 +201,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	r.sup = &supervisor{
 		exe: exe, argv: argv,
 		termGrace: termGrace, killMargin: killMargin,
-		stdin: stdin, stdout: r.env.Stdout, stderr: r.env.Stderr,
+		stdin: stdin, stdout: r.env.rawStdout, stderr: r.env.rawStderr,
 		log: r.log, root: ctx,
 		safeFile: filepath.Join(tmp, "safe-until"),
 		renewed:  renewed,
@@ -311,7 +311,7 @@ func (r *runCmd) serveHTTP() (stop func(), err error) {
 	if err != nil {
 		return nil, usagef("--http %s: %v", r.httpAddr, err)
 	}
-	srv := &http.Server{Handler: r.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: scrubHandler(r.env.secrets, r.httpHandler()), ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

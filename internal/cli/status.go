@@ -65,7 +65,7 @@ func (c *statusCmd) Run(ctx context.Context, args []string) error {
 			return usagef("store %s cannot list its leases: name them (leasehold status NAME...)", st.Name)
 		}
 	}
-	tty := isTerminal(c.env.Stdout)
+	tty := isTerminal(c.env.rawStdout)
 	for first := true; ; first = false {
 		recs, err := c.read(ctx, st, names)
 		if err != nil {

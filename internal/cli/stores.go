@@ -142,7 +142,8 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 		}
 		return nil, usagef("%s: not a valid URL: %v", from, err)
 	}
-	name := u.Redacted()
+	name := RedactURL(u)
+	env.secrets.add(urlSecrets(u)...)
 	open, ok := storeSchemes[u.Scheme]
 	if !ok {
 		return nil, usagef("%s: unknown store scheme %q in %s; known: %s", from, u.Scheme, name, strings.Join(schemeNames(), ", "))
@@ -155,7 +156,7 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 	defer cancel()
 	st, err := open(octx, u)
 	if err != nil {
-		err = scrub(u, err)
+		err = scrub(env.secrets, err)
 		if errors.Is(err, store.ErrInvalid) {
 			return nil, usagef("%s %s: %v", from, name, err)
 		}
@@ -188,17 +189,14 @@ func (o *openedStore) probe(ctx context.Context, name string, timeout time.Durat
 	return &StoreError{URL: o.Name, Err: err}
 }
 
-// scrub removes the URL's password from an error message, in case a driver
-// put it there.
-func scrub(u *url.URL, err error) error {
-	if u.User == nil {
+// scrub removes the secrets of the store URL from an error message, in case
+// a driver put them there. (The writers scrub again, as a second line.)
+func scrub(s *secretSet, err error) error {
+	msg := s.scrub(err.Error())
+	if msg == err.Error() {
 		return err
 	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
-	}
-	return &scrubbedError{msg: strings.ReplaceAll(err.Error(), pw, "xxxxx"), err: err}
+	return &scrubbedError{msg: msg, err: err}
 }
 
 type scrubbedError struct {
