@@ -66,7 +66,13 @@ type StoreError struct {
 	Err error
 }
 
-func (e *StoreError) Error() string { return fmt.Sprintf("store %s is unavailable: %v", e.URL, e.Err) }
+func (e *StoreError) Error() string {
+	var wr *writeRefusedError
+	if errors.As(e.Err, &wr) {
+		return wr.Error()
+	}
+	return fmt.Sprintf("store %s is unavailable: %v", e.URL, e.Err)
+}
 func (e *StoreError) Unwrap() error { return e.Err }
 
 // ExitError carries an exit code chosen by a command (such as the exit code

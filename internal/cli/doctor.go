@@ -52,7 +52,7 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	if c.samples < 1 {
 		return usagef("--samples %d must be at least 1", c.samples)
 	}
-	if err := store.ValidateName(c.lease); err != nil {
+	if err := validateLeaseName(c.lease); err != nil {
 		return usagef("--lease: %v", err)
 	}
 	tm, termGrace, killMargin, err := c.timings.resolve()

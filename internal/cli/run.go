@@ -112,7 +112,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	case len(argv) == 0:
 		return usagef("no command given: leasehold run --lease NAME [flags] -- CMD [ARGS...]")
 	}
-	if err := store.ValidateName(r.lease); err != nil {
+	if err := validateLeaseName(r.lease); err != nil {
 		return usagef("--lease: %v", err)
 	}
 	if err := store.ValidateMetadata(r.metadata); err != nil {
@@ -152,12 +152,18 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	}
 	defer closeStore(st)
 	r.storeURL = st.Name
+	if err := checkLimits(tm, st.Store, st.Name); err != nil {
+		return err
+	}
 	if err := st.probe(ctx, r.lease, r.store.timeout); err != nil {
 		return err
 	}
 
 	r.metrics = newMetrics(r.lease)
 	renewed := make(chan struct{}, 1)
+	// A store that refuses this client's writes for good ends the run.
+	ctx, stopRefused := context.WithCancelCause(ctx)
+	defer stopRefused(nil)
 	e, err := leasehold.NewElector(st.Store, leasehold.ElectorConfig{
 		Name:       r.lease,
 		Identity:   r.identity,
@@ -167,6 +173,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		OnEvent: func(ev leasehold.Event) {
 			r.metrics.observe(ev)
 			r.logEvent(ev)
+			if ev.Kind == leasehold.EventAcquireAttempt && writeRefused(ev.Err) {
+				stopRefused(&writeRefusedError{store: st.Name, err: ev.Err})
+			}
 			if ev.Kind == leasehold.EventRenewed {
 				select {
 				case renewed <- struct{}{}:
@@ -225,8 +234,13 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	err = e.Run(ctx, r.work)
 	r.running.Store(false)
 
-	var exit *ExitError
+	var (
+		exit    *ExitError
+		refused *writeRefusedError
+	)
 	switch {
+	case errors.As(context.Cause(ctx), &refused):
+		return &StoreError{URL: st.Name, Err: refused}
 	case err == nil:
 		return nil
 	case errors.As(err, &exit):

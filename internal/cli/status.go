@@ -36,6 +36,7 @@ Examples:
   leasehold status --json | jq '.[] | select(.state == "held")'
   leasehold status --watch`)
 	c.store.register(c.fs)
+	c.store.readOnly = true
 	c.fs.BoolVar(&c.json, "json", false, "print JSON (an array; with --watch, one array per line)")
 	c.fs.BoolVar(&c.watch, "watch", false, "print again every --interval until interrupted")
 	c.fs.DurationVar(&c.interval, "interval", time.Second, "refresh interval for --watch")
@@ -48,7 +49,7 @@ func (c *statusCmd) Run(ctx context.Context, args []string) error {
 	}
 	names := c.fs.Args()
 	for _, n := range names {
-		if err := store.ValidateName(n); err != nil {
+		if err := validateLeaseName(n); err != nil {
 			return usagef("lease name: %v", err)
 		}
 	}
