@@ -364,6 +364,8 @@ func (r *runCmd) logEvent(ev leasehold.Event) {
 		switch {
 		case ev.Err == nil:
 			log.Debug("acquire granted", "token", ev.Term.Token, "latency", ev.Latency.String())
+		case writeRefused(ev.Err):
+			log.Error("acquire refused: the store refuses this client's writes", "err", ev.Err.Error())
 		case errors.Is(ev.Err, store.ErrHeld):
 			log.Debug("acquire refused: held", "holder", ev.Record.Holder, "token", ev.Record.Token, "remaining", ev.Record.Remaining.String())
 		default:
