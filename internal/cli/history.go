@@ -25,7 +25,7 @@ func newHistoryCmd(env *Env) Command {
 Shows the most recent changes of a lease, newest first: each grant (acquired, or
 expired-takeover when a new holder took over an expired term) and each end (released,
 force-released), with the holder, the fencing token, and the store's time of the change.
-Stores that keep a history: sqlite.
+Stores that keep a history: sqlite, postgres (those that implement store.Historian).
 
 Example:
   leasehold history --limit 5 nightly-report`)
