@@ -66,7 +66,13 @@ type StoreError struct {
 	Err error
 }
 
-func (e *StoreError) Error() string { return fmt.Sprintf("store %s is unavailable: %v", e.URL, e.Err) }
+func (e *StoreError) Error() string {
+	var wr *writeRefusedError
+	if errors.As(e.Err, &wr) {
+		return wr.Error()
+	}
+	return fmt.Sprintf("store %s is unavailable: %v", e.URL, e.Err)
+}
 func (e *StoreError) Unwrap() error { return e.Err }
 
 // ExitError carries an exit code chosen by a command (such as the exit code
@@ -85,9 +91,27 @@ func (e *ExitError) Error() string {
 
 // Env is what a command may use of the outside world.
 type Env struct {
-	Stdin          io.Reader
+	Stdin io.Reader
+	// Stdout and Stderr are for leasehold's own messages: Main makes them
+	// scrub the secrets of every store URL the command opened.
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
+	// rawStdout and rawStderr are the unscrubbed streams, handed to `run`'s
+	// command as they are (so that it keeps its terminal).
+	rawStdout, rawStderr io.Writer
+	secrets              *secretSet
+}
+
+// newEnv makes the Env of one command.
+func newEnv(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *Env {
+	sec := &secretSet{}
+	return &Env{
+		Stdin:  stdin,
+		Stdout: &scrubWriter{w: stdout, s: sec}, Stderr: &scrubWriter{w: stderr, s: sec},
+		Getenv:    getenv,
+		rawStdout: stdout, rawStderr: stderr,
+		secrets: sec,
+	}
 }
 
 // Command is one subcommand. Run gets the arguments after the command's name.
@@ -131,7 +155,8 @@ func lookup(name string) (commandInfo, bool) {
 // Main runs the leasehold command with args (without the program name) and
 // returns its exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	env := &Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}
+	env := newEnv(stdin, stdout, stderr, os.Getenv)
+	stdout, stderr = env.Stdout, env.Stderr
 	if len(args) == 0 {
 		topUsage(stderr)
 		return ExitUsage

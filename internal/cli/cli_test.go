@@ -213,7 +213,7 @@ func TestDiagnose(t *testing.T) {
 }
 
 func testEnv(stdout, stderr *bytes.Buffer, vars map[string]string) *Env {
-	return &Env{Stdout: stdout, Stderr: stderr, Getenv: func(k string) string { return vars[k] }}
+	return newEnv(nil, stdout, stderr, func(k string) string { return vars[k] })
 }
 
 func TestOpenStore(t *testing.T) {
@@ -258,7 +258,9 @@ func TestOpenStore(t *testing.T) {
 
 func TestScrub(t *testing.T) {
 	u, _ := url.Parse("postgres://u:s3cr3t@h/db")
-	err := scrub(u, fmt.Errorf("wrapped: %w", errors.New("dial postgres://u:s3cr3t@h/db failed")))
+	sec := &secretSet{}
+	sec.add(urlSecrets(u)...)
+	err := scrub(sec, fmt.Errorf("wrapped: %w", errors.New("dial postgres://u:s3cr3t@h/db failed")))
 	if strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "u:xxxxx@h") {
 		t.Fatalf("scrub: %v", err)
 	}

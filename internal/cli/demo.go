@@ -31,7 +31,8 @@ fenced register (a SQLite table that refuses a token lower than the last it acce
 One node leads; the demo freezes it with SIGSTOP past its lease; a standby takes over
 with the next token; the frozen worker wakes and writes with its old token, and the
 register refuses it. Every line printed is read from the store, the register or the
-nodes' logs. It takes about ten seconds.
+nodes' logs, and the timeline is printed in time order at the end. It takes about
+five seconds.
 
 Example:
   leasehold demo

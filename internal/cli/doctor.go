@@ -52,7 +52,7 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	if c.samples < 1 {
 		return usagef("--samples %d must be at least 1", c.samples)
 	}
-	if err := store.ValidateName(c.lease); err != nil {
+	if err := validateLeaseName(c.lease); err != nil {
 		return usagef("--lease: %v", err)
 	}
 	tm, termGrace, killMargin, err := c.timings.resolve()
@@ -82,7 +82,7 @@ func measure(ctx context.Context, st *openedStore, name string, n int, timeout t
 	for i := 0; i < n; i++ {
 		gctx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
-		_, err := st.Get(gctx, name)
+		_, err := st.Store.Get(gctx, name)
 		rtt := time.Since(start)
 		cancel()
 		if err != nil && !errors.Is(err, store.ErrNotFound) {

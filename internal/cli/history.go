@@ -25,11 +25,12 @@ func newHistoryCmd(env *Env) Command {
 Shows the most recent changes of a lease, newest first: each grant (acquired, or
 expired-takeover when a new holder took over an expired term) and each end (released,
 force-released), with the holder, the fencing token, and the store's time of the change.
-Stores that keep a history: sqlite.
+Stores that keep a history: sqlite, postgres (those that implement store.Historian).
 
 Example:
   leasehold history --limit 5 nightly-report`)
 	c.store.register(c.fs)
+	c.store.readOnly = true
 	c.fs.IntVar(&c.limit, "limit", 20, "show at most this many changes")
 	c.fs.BoolVar(&c.json, "json", false, "print JSON")
 	return c
@@ -51,7 +52,7 @@ func (c *historyCmd) Run(ctx context.Context, args []string) error {
 		return usagef("want exactly one lease NAME, got %d arguments", c.fs.NArg())
 	}
 	name := c.fs.Arg(0)
-	if err := store.ValidateName(name); err != nil {
+	if err := validateLeaseName(name); err != nil {
 		return usagef("lease name: %v", err)
 	}
 	if c.limit < 1 {

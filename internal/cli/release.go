@@ -40,7 +40,7 @@ func (c *releaseCmd) Run(ctx context.Context, args []string) error {
 		return usagef("want exactly one lease NAME, got %d arguments", c.fs.NArg())
 	}
 	name := c.fs.Arg(0)
-	if err := store.ValidateName(name); err != nil {
+	if err := validateLeaseName(name); err != nil {
 		return usagef("lease name: %v", err)
 	}
 	if !c.force {

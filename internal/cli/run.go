@@ -112,7 +112,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	case len(argv) == 0:
 		return usagef("no command given: leasehold run --lease NAME [flags] -- CMD [ARGS...]")
 	}
-	if err := store.ValidateName(r.lease); err != nil {
+	if err := validateLeaseName(r.lease); err != nil {
 		return usagef("--lease: %v", err)
 	}
 	if err := store.ValidateMetadata(r.metadata); err != nil {
@@ -152,13 +152,19 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	}
 	defer closeStore(st)
 	r.storeURL = st.Name
+	if err := checkLimits(tm, st.Store, st.Name); err != nil {
+		return err
+	}
 	if err := st.probe(ctx, r.lease, r.store.timeout); err != nil {
 		return err
 	}
 
 	r.metrics = newMetrics(r.lease)
 	renewed := make(chan struct{}, 1)
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
+	// A store that refuses this client's writes for good ends the run.
+	ctx, stopRefused := context.WithCancelCause(ctx)
+	defer stopRefused(nil)
+	e, err := leasehold.NewElector(st.Store, leasehold.ElectorConfig{
 		Name:       r.lease,
 		Identity:   r.identity,
 		Metadata:   r.metadata,
@@ -167,6 +173,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		OnEvent: func(ev leasehold.Event) {
 			r.metrics.observe(ev)
 			r.logEvent(ev)
+			if ev.Kind == leasehold.EventAcquireAttempt && writeRefused(ev.Err) {
+				stopRefused(&writeRefusedError{store: st.Name, err: ev.Err})
+			}
 			if ev.Kind == leasehold.EventRenewed {
 				select {
 				case renewed <- struct{}{}:
@@ -201,7 +210,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	r.sup = &supervisor{
 		exe: exe, argv: argv,
 		termGrace: termGrace, killMargin: killMargin,
-		stdin: stdin, stdout: r.env.Stdout, stderr: r.env.Stderr,
+		stdin: stdin, stdout: r.env.rawStdout, stderr: r.env.rawStderr,
 		log: r.log, root: ctx,
 		safeFile: filepath.Join(tmp, "safe-until"),
 		renewed:  renewed,
@@ -225,8 +234,13 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	err = e.Run(ctx, r.work)
 	r.running.Store(false)
 
-	var exit *ExitError
+	var (
+		exit    *ExitError
+		refused *writeRefusedError
+	)
 	switch {
+	case errors.As(context.Cause(ctx), &refused):
+		return &StoreError{URL: st.Name, Err: refused}
 	case err == nil:
 		return nil
 	case errors.As(err, &exit):
@@ -311,7 +325,7 @@ func (r *runCmd) serveHTTP() (stop func(), err error) {
 	if err != nil {
 		return nil, usagef("--http %s: %v", r.httpAddr, err)
 	}
-	srv := &http.Server{Handler: r.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: scrubHandler(r.env.secrets, r.httpHandler()), ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -350,6 +364,8 @@ func (r *runCmd) logEvent(ev leasehold.Event) {
 		switch {
 		case ev.Err == nil:
 			log.Debug("acquire granted", "token", ev.Term.Token, "latency", ev.Latency.String())
+		case writeRefused(ev.Err):
+			log.Error("acquire refused: the store refuses this client's writes", "err", ev.Err.Error())
 		case errors.Is(ev.Err, store.ErrHeld):
 			log.Debug("acquire refused: held", "holder", ev.Record.Holder, "token", ev.Record.Token, "remaining", ev.Record.Remaining.String())
 		default:

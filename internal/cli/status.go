@@ -36,6 +36,7 @@ Examples:
   leasehold status --json | jq '.[] | select(.state == "held")'
   leasehold status --watch`)
 	c.store.register(c.fs)
+	c.store.readOnly = true
 	c.fs.BoolVar(&c.json, "json", false, "print JSON (an array; with --watch, one array per line)")
 	c.fs.BoolVar(&c.watch, "watch", false, "print again every --interval until interrupted")
 	c.fs.DurationVar(&c.interval, "interval", time.Second, "refresh interval for --watch")
@@ -48,7 +49,7 @@ func (c *statusCmd) Run(ctx context.Context, args []string) error {
 	}
 	names := c.fs.Args()
 	for _, n := range names {
-		if err := store.ValidateName(n); err != nil {
+		if err := validateLeaseName(n); err != nil {
 			return usagef("lease name: %v", err)
 		}
 	}
@@ -65,7 +66,7 @@ func (c *statusCmd) Run(ctx context.Context, args []string) error {
 			return usagef("store %s cannot list its leases: name them (leasehold status NAME...)", st.Name)
 		}
 	}
-	tty := isTerminal(c.env.Stdout)
+	tty := isTerminal(c.env.rawStdout)
 	for first := true; ; first = false {
 		recs, err := c.read(ctx, st, names)
 		if err != nil {
@@ -116,7 +117,7 @@ func (c *statusCmd) read(ctx context.Context, st *openedStore, names []string) (
 	}
 	var out []store.Record
 	for _, n := range names {
-		rec, err := st.Get(rctx, n)
+		rec, err := st.Store.Get(rctx, n)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			rec = store.Record{Term: store.Term{Name: n}}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/leasehold/leasehold/store"
 	etcdstore "github.com/leasehold/leasehold/store/etcd"
@@ -71,9 +72,14 @@ func DefaultStorePath(getenv func(string) string) (string, error) {
 type storeFlag struct {
 	raw     string
 	timeout time.Duration
+	fs      *flag.FlagSet
+	// readOnly: the command only reads (status, history): it must create
+	// nothing, neither a SQLite file nor a table.
+	readOnly bool
 }
 
 func (s *storeFlag) register(fs *flag.FlagSet) {
+	s.fs = fs
 	fs.StringVar(&s.raw, "store", "", "the lease store `URL`: "+strings.Join(schemeExamples(), ", ")+"\n(default: $"+StoreEnv+", else a SQLite file in your state directory)")
 	fs.DurationVar(&s.timeout, "connect-timeout", 10*time.Second, "how long to wait for the store to answer at start")
 }
@@ -96,18 +102,40 @@ func schemeExamples() []string {
 }
 
 // openedStore is a store and how to name it in messages.
+//
+// The store is a named field, not an embedded one, on purpose: a struct that
+// embeds store.Store is itself a store.Store but none of the optional
+// capabilities (store.Watcher, store.BatchRenewer, store.Limiter, ...) of the
+// store inside it, so an elector given such a wrapper silently polls. Every
+// caller hands the elector and the type assertions o.Store itself.
+// TestNoStoreWrapperEmbedsStore guards the whole module against that shape.
 type openedStore struct {
-	store.Store
-	// Name is the URL with its password redacted.
+	Store store.Store
+	// Name is the URL with its secrets redacted (see RedactURL).
 	Name string
 }
+
+// Close closes the store.
+func (o *openedStore) Close() error { return o.Store.Close() }
 
 // open opens the store named by --store, $LEASEHOLD_STORE or the default,
 // and tells stderr which one when it is the default. A URL that cannot be
 // parsed or has an unknown scheme is a UsageError; a store that cannot be
 // opened is a StoreError (exit 69).
 func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
+	if s.timeout == 0 && s.fs == nil {
+		s.timeout = 10 * time.Second // a storeFlag built without flags
+	}
+	if s.timeout <= 0 {
+		return nil, usagef("--connect-timeout %v must be positive", s.timeout)
+	}
+	if s.timeout > maxFlagDuration {
+		return nil, usagef("--connect-timeout %v is longer than %v", s.timeout, maxFlagDuration)
+	}
 	raw, from := s.raw, "--store"
+	if raw == "" && s.fs != nil && flagSet(s.fs, "store") {
+		return nil, usagef("--store is empty: give a store URL (%s), or leave --store out to use $%s or the default store", strings.Join(schemeExamples(), ", "), StoreEnv)
+	}
 	if raw == "" {
 		raw, from = env.Getenv(StoreEnv), "$"+StoreEnv
 	}
@@ -116,7 +144,11 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		if s.readOnly {
+			if _, err := os.Stat(path); err != nil {
+				return nil, &StoreError{URL: "sqlite://" + path, Err: fmt.Errorf("no default store yet (%v); this command reads and creates nothing: name a store with --store or $%s", err, StoreEnv)}
+			}
+		} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, &StoreError{URL: "sqlite://" + path, Err: err}
 		}
 		raw = (&url.URL{Scheme: "sqlite", Path: path}).String()
@@ -132,20 +164,31 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 		}
 		return nil, usagef("%s: not a valid URL: %v", from, err)
 	}
-	name := u.Redacted()
+	name := RedactURL(u)
+	env.secrets.add(urlSecrets(u)...)
+	if strings.Contains(u.RawQuery, ";") {
+		// Go's URL parser drops a parameter that holds a ';' without a word
+		// (sslmode=verify-full;x would connect without checking the
+		// certificate): refuse the URL instead.
+		return nil, usagef("%s %s: the query holds a ';', which would silently drop a parameter; separate parameters with '&' and escape a literal ';' as %%3B", from, name)
+	}
 	open, ok := storeSchemes[u.Scheme]
 	if !ok {
 		return nil, usagef("%s: unknown store scheme %q in %s; known: %s", from, u.Scheme, name, strings.Join(schemeNames(), ", "))
 	}
-	timeout := s.timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
+	if s.readOnly {
+		if err := readOnlyURL(u); err != nil {
+			if errors.Is(err, store.ErrInvalid) {
+				return nil, usagef("%s %s: %v", from, name, scrub(env.secrets, err))
+			}
+			return nil, &StoreError{URL: name, Err: scrub(env.secrets, err)}
+		}
 	}
-	octx, cancel := context.WithTimeout(ctx, timeout)
+	octx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	st, err := open(octx, u)
 	if err != nil {
-		err = scrub(u, err)
+		err = scrub(env.secrets, err)
 		if errors.Is(err, store.ErrInvalid) {
 			return nil, usagef("%s %s: %v", from, name, err)
 		}
@@ -157,6 +200,41 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 	return &openedStore{Store: st, Name: name}, nil
 }
 
+// readOnlyURL adjusts u so that opening the store creates nothing: a SQLite
+// file must exist (and is opened with create=false), a PostgreSQL URL loses
+// create_if_missing.
+func readOnlyURL(u *url.URL) error {
+	q := u.Query()
+	switch u.Scheme {
+	case "sqlite":
+		path, _, err := sqlite.ParseURL(u)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("no SQLite store at %s (%w); this command reads and creates nothing: check the path", path, err)
+		}
+		q.Set("create", "false")
+	case "postgres", "postgresql":
+		q.Del(postgres.ParamCreateIfMissing)
+	default:
+		return nil
+	}
+	u.RawQuery = q.Encode()
+	return nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			found = true
+		}
+	})
+	return found
+}
+
 // probe checks that the store answers a read: a definite answer (found or
 // not found) is fine, anything else is a StoreError.
 func (o *openedStore) probe(ctx context.Context, name string, timeout time.Duration) error {
@@ -165,7 +243,7 @@ func (o *openedStore) probe(ctx context.Context, name string, timeout time.Durat
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := o.Get(pctx, name)
+	_, err := o.Store.Get(pctx, name)
 	if err == nil || errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -178,17 +256,14 @@ func (o *openedStore) probe(ctx context.Context, name string, timeout time.Durat
 	return &StoreError{URL: o.Name, Err: err}
 }
 
-// scrub removes the URL's password from an error message, in case a driver
-// put it there.
-func scrub(u *url.URL, err error) error {
-	if u.User == nil {
+// scrub removes the secrets of the store URL from an error message, in case
+// a driver put them there. (The writers scrub again, as a second line.)
+func scrub(s *secretSet, err error) error {
+	msg := s.scrub(err.Error())
+	if msg == err.Error() {
 		return err
 	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
-	}
-	return &scrubbedError{msg: strings.ReplaceAll(err.Error(), pw, "xxxxx"), err: err}
+	return &scrubbedError{msg: msg, err: err}
 }
 
 type scrubbedError struct {
@@ -201,3 +276,15 @@ func (e *scrubbedError) Unwrap() error { return e.err }
 
 // closeStore closes a store, ignoring the error (nothing is lost by it).
 func closeStore(c io.Closer) { c.Close() }
+
+// validateLeaseName is store.ValidateName, with a message that shows a
+// non-ASCII character whole (store.ValidateName names the offending byte,
+// which prints half a UTF-8 character as a garbled escape).
+func validateLeaseName(name string) error {
+	for i, r := range name {
+		if r > unicode.MaxASCII {
+			return fmt.Errorf("%w: lease name %q has %q (U+%04X) at byte %d; allowed are ASCII letters, digits, '-', '_', '.', '/'", store.ErrInvalid, name, string(r), r, i)
+		}
+	}
+	return store.ValidateName(name)
+}

@@ -103,7 +103,15 @@ func childEnv(l *leasehold.Leader, su time.Time, safeFile string) []string {
 	drop := map[string]bool{EnvLease: true, EnvHolder: true, EnvToken: true, EnvSafeUntil: true, EnvSafeUntilFile: true}
 	var env []string
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !drop[k] {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case drop[k]:
+		case k == StoreEnv:
+			// Never a secret to the command: see childStoreEnv.
+			if rv, ok := childStoreEnv(v); ok {
+				env = append(env, k+"="+rv)
+			}
+		default:
 			env = append(env, kv)
 		}
 	}

@@ -2,9 +2,23 @@ package cli
 
 import (
 	"flag"
+	"math"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+)
+
+// Bounds on the command's durations. A lease is renewed for as long as its
+// holder lives, so a lease longer than a day buys nothing but a day-long wait
+// after a crash; beyond it lie typos (a 114-year lease) and arithmetic
+// overflow (2562047h). Below a second, the process's own scheduling and the
+// stores' TTL granularity (etcd's minimum TTL, the one-second resolution of
+// Kubernetes Lease records) eat the whole lease. A store that declares
+// store.Limits raises the minimum further (checkLimits).
+const (
+	maxFlagDuration  = 24 * time.Hour
+	minLeaseDuration = time.Second
 )
 
 // timingFlags are the lease timings and the child's stop budget, shared by
@@ -38,10 +52,27 @@ func (t *timingFlags) resolve() (tm leasehold.Timings, termGrace, killMargin tim
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"--renew-deadline", t.renewDeadline}, {"--renew-interval", t.renewInterval}, {"--retry-period", t.retryPeriod}, {"--term-grace", t.termGrace}, {"--kill-margin", t.killMargin}} {
+	}{{"--lease-duration", t.leaseDuration}, {"--renew-deadline", t.renewDeadline}, {"--renew-interval", t.renewInterval}, {"--retry-period", t.retryPeriod}, {"--term-grace", t.termGrace}, {"--kill-margin", t.killMargin}} {
 		if f.d < 0 || (f.d == 0 && t.set(f.name[2:])) {
 			return tm, 0, 0, usagef("%s %v must be positive", f.name, f.d)
 		}
+		// Checked before any arithmetic, so that an overflow can never be
+		// reported against a flag the user did not set.
+		if f.d > maxFlagDuration {
+			return tm, 0, 0, usagef("%s %v is longer than the longest this command accepts, %v", f.name, f.d, maxFlagDuration)
+		}
+	}
+	if t.leaseDuration < minLeaseDuration {
+		return tm, 0, 0, usagef("--lease-duration %v is below the shortest lease this command accepts, %v: the renewals, the store's TTL granularity and the command's stop budget must all fit in it", t.leaseDuration, minLeaseDuration)
+	}
+	switch {
+	case math.IsNaN(t.jitter) || math.IsInf(t.jitter, 0):
+		return tm, 0, 0, usagef("--jitter %v is not a number in [0, 1]", t.jitter)
+	case t.jitter == 0 && t.set("jitter"):
+		// The library's Timings reads a zero Jitter as "the default" (0.2):
+		// passing 0 on would silently mean 0.2. Refuse until it can say "no
+		// jitter" explicitly.
+		return tm, 0, 0, usagef("--jitter 0 is not supported yet (the lease core reads 0 as its default, %v); use a small fraction such as 0.001", leasehold.DefaultJitter)
 	}
 	tm = leasehold.Timings{
 		LeaseDuration: t.leaseDuration,
@@ -84,12 +115,22 @@ func (t *timingFlags) resolve() (tm leasehold.Timings, termGrace, killMargin tim
 	return tm, termGrace, killMargin, nil
 }
 
-func (t *timingFlags) set(name string) bool {
-	found := false
-	t.fs.Visit(func(f *flag.Flag) {
-		if f.Name == name {
-			found = true
-		}
-	})
-	return found
+func (t *timingFlags) set(name string) bool { return flagSet(t.fs, name) }
+
+// checkLimits holds the timings to the opened store's own bounds
+// (store.Limiter): its shortest lease, and the resolution at which its
+// readers tell renewals apart, which the safety margin must exceed.
+func checkLimits(tm leasehold.Timings, st store.Store, storeName string) error {
+	l, ok := st.(store.Limiter)
+	if !ok {
+		return nil
+	}
+	lim := l.Limits()
+	if lim.MinLeaseDuration > 0 && tm.LeaseDuration < lim.MinLeaseDuration {
+		return usagef("--lease-duration %v is below the shortest lease store %s keeps, %v", tm.LeaseDuration, storeName, lim.MinLeaseDuration)
+	}
+	if margin := tm.LeaseDuration - tm.RenewDeadline; lim.TimeResolution > 0 && margin <= lim.TimeResolution {
+		return usagef("--renew-deadline %v leaves a safety margin of %v below --lease-duration %v, which does not exceed the %v resolution at which store %s's readers tell renewals apart", tm.RenewDeadline, margin, tm.LeaseDuration, lim.TimeResolution, storeName)
+	}
+	return nil
 }

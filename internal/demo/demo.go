@@ -68,6 +68,15 @@ type demo struct {
 	nodes    []*node
 	frozen   []int // pids the demo stopped, resumed by stopAll whatever happens
 	problems []string
+	// timeline holds the lines of the timeline until flush prints them in
+	// time order: a line is often read (from the store's history, a node's
+	// log) after a later one was printed.
+	timeline []timelineLine
+}
+
+type timelineLine struct {
+	at   time.Time
+	text string
 }
 
 // Run runs the demo and prints its timeline to cfg.Out. It returns an error
@@ -120,7 +129,10 @@ register's log of write attempts, [node-N] that node's own log, [demo] what the 
 	if err := d.startNodes(leasesPath, registerPath); err != nil {
 		return err
 	}
+	fmt.Fprintf(d.out, "Running (about five seconds)...\n\n")
+	defer d.flush() // on an early return
 	if err := d.script(ctx); err != nil {
+		d.flush()
 		d.printLogTails()
 		return err
 	}
@@ -128,7 +140,16 @@ register's log of write attempts, [node-N] that node's own log, [demo] what the 
 }
 
 func (d *demo) say(at time.Time, source, format string, args ...any) {
-	fmt.Fprintf(d.out, "%6.2fs  %-10s %s\n", at.Sub(d.start).Seconds(), "["+source+"]", fmt.Sprintf(format, args...))
+	d.timeline = append(d.timeline, timelineLine{at, fmt.Sprintf("%6.2fs  %-10s %s\n", at.Sub(d.start).Seconds(), "["+source+"]", fmt.Sprintf(format, args...))})
+}
+
+// flush prints the timeline so far, in time order.
+func (d *demo) flush() {
+	sort.SliceStable(d.timeline, func(i, j int) bool { return d.timeline[i].at.Before(d.timeline[j].at) })
+	for _, l := range d.timeline {
+		fmt.Fprint(d.out, l.text)
+	}
+	d.timeline = nil
 }
 
 func (d *demo) startNodes(leasesPath, registerPath string) error {
@@ -544,6 +565,7 @@ func (d *demo) finish(ctx context.Context) error {
 		d.say(time.Now(), n.name, "run exited %d", code)
 	}
 
+	d.flush()
 	ws, err := readWrites(ctx, d.register, 0)
 	if err != nil {
 		return err

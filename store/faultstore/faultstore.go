@@ -199,6 +199,16 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 
 func (s *Store) Close() error { return s.inner.Close() }
 
+// Limits passes through the inner store's store.Limiter. An inner store
+// without one reports zero Limits, which is what the absence of a Limiter
+// means (any positive ttl, exact resolution).
+func (s *Store) Limits() store.Limits {
+	if l, ok := s.inner.(store.Limiter); ok {
+		return l.Limits()
+	}
+	return store.Limits{}
+}
+
 // Watch passes through to the inner store's Watcher. A store without one
 // gets an error, as the elector expects of any failed Watch.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {

@@ -147,6 +147,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		// A parameter the server does not know (a typo in the URL) or a bad
+		// value is bad input, not an unreachable server.
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "42704" || pe.Code == "22023") {
+			return nil, fmt.Errorf("leasehold/postgres: connect to %s: %w: %w", Redact(dsn), store.ErrInvalid, err)
+		}
 		return nil, fmt.Errorf("leasehold/postgres: connect to %s: %w", Redact(dsn), err)
 	}
 	q := &pgxQuerier{db: pool, mode: execMode(cfg.ConnConfig.DefaultQueryExecMode), cfg: func() *pgx.ConnConfig { return pool.Config().ConnConfig }}

@@ -88,6 +88,9 @@ func tableName(table, schema string) (string, string, error) {
 		if err := validIdent("schema", schema, maxSchemaLen); err != nil {
 			return "", "", err
 		}
+		if strings.HasPrefix(schema, "pg_") {
+			return "", "", fmt.Errorf("leasehold/postgres: schema name %q: names beginning with pg_ are reserved for the system: %w", schema, store.ErrInvalid)
+		}
 	}
 	return schema, table, nil
 }

@@ -71,6 +71,10 @@ func open(ctx context.Context, u *url.URL) (*Store, error) {
 	c := goredis.NewClient(opt)
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
+		if strings.Contains(err.Error(), "DB index is out of range") {
+			// The URL names a database the server does not have: bad input.
+			return nil, invalidf("Redis URL %s: database %d does not exist on this server (%v)", redact(u), opt.DB, err)
+		}
 		return nil, fmt.Errorf("leasehold/redis: connect to %s: %w", redact(u), err)
 	}
 	sopts.CloseClient = true

@@ -145,6 +145,9 @@ func ValidateTable(name string) error {
 	if !identRE.MatchString(name) {
 		return fmt.Errorf("%w: table name %q is not a plain SQL identifier (letters, digits and '_', not starting with a digit, at most 63 bytes)", store.ErrInvalid, name)
 	}
+	if strings.HasPrefix(strings.ToLower(name), "sqlite_") {
+		return fmt.Errorf("%w: table name %q: names beginning with sqlite_ are reserved for SQLite's own tables", store.ErrInvalid, name)
+	}
 	return nil
 }
 

@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+)
+
+// Secrets in store URLs.
+//
+// A store URL can carry a secret in two places: the password of its user
+// info (postgres://app:SECRET@db/app) and a query parameter
+// (?password=SECRET, PostgreSQL's ?sslpassword=SECRET, a token). RedactURL is
+// the one redaction every output of the command uses for a store URL, and
+// every message leasehold itself writes (stdout, stderr, the log, HTTP bodies)
+// passes through a scrubber that replaces the secrets of the URL it opened,
+// in case a driver's error repeats them.
+//
+// A query parameter is secret when its name, in lower case, contains one of
+// secretParamWords, unless it ends in "file" (password_file=, ca_file= name a
+// file, whose path is no secret and helps a user fix a mistake). "key" alone
+// is not on the list: every store here uses it for a file path (PostgreSQL's
+// sslkey, etcd's key); apikey, api_key, access_key and private_key are.
+var secretParamWords = []string{"pass", "pwd", "secret", "token", "credential", "apikey", "api_key", "access_key", "private_key"}
+
+// redacted replaces a secret in output.
+const redacted = "xxxxx"
+
+// secretParam reports whether a query parameter's name marks its value as a
+// secret.
+func secretParam(name string) bool {
+	n := strings.ToLower(name)
+	if strings.HasSuffix(n, "file") {
+		return false
+	}
+	for _, w := range secretParamWords {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// RedactURL returns u as a string with the password of its user info and the
+// value of every secret query parameter replaced by xxxxx, and without its
+// fragment. Parameters keep their order and spelling.
+func RedactURL(u *url.URL) string {
+	c := *u
+	c.Fragment, c.RawFragment = "", ""
+	if c.User != nil {
+		if _, ok := c.User.Password(); ok {
+			c.User = url.UserPassword(c.User.Username(), redacted)
+		}
+	}
+	if c.RawQuery != "" {
+		parts := strings.Split(c.RawQuery, "&")
+		for i, p := range parts {
+			k, _, _ := strings.Cut(p, "=")
+			name, err := url.QueryUnescape(k)
+			if err != nil {
+				name = k
+			}
+			if secretParam(name) || strings.Contains(p, ";") {
+				parts[i] = k + "=" + redacted
+			}
+		}
+		c.RawQuery = strings.Join(parts, "&")
+	}
+	return c.String()
+}
+
+// urlSecrets returns the secret values u carries, each in the forms it may
+// appear in a message: as given, and escaped as in a URL.
+func urlSecrets(u *url.URL) []string {
+	var vals []string
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			vals = append(vals, pw)
+		}
+	}
+	for _, p := range strings.Split(u.RawQuery, "&") {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || v == "" {
+			continue
+		}
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			name = k
+		}
+		if !secretParam(name) {
+			continue
+		}
+		vals = append(vals, v)
+		if uv, err := url.QueryUnescape(v); err == nil {
+			vals = append(vals, uv)
+		}
+	}
+	var out []string
+	for _, v := range vals {
+		if v == "" || v == redacted {
+			continue
+		}
+		out = append(out, v, url.QueryEscape(v), url.PathEscape(v), url.UserPassword("", v).String()[1:])
+	}
+	return out
+}
+
+// secretSet is the secrets of the store URLs a command has seen; the
+// scrubbing writers and handlers read it.
+type secretSet struct {
+	mu   sync.Mutex
+	vals []string
+}
+
+func (s *secretSet) add(vals ...string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range vals {
+		if v != "" && !containsString(s.vals, v) {
+			s.vals = append(s.vals, v)
+		}
+	}
+	// Longest first, so that a secret containing another is replaced whole.
+	for i := 1; i < len(s.vals); i++ {
+		for j := i; j > 0 && len(s.vals[j]) > len(s.vals[j-1]); j-- {
+			s.vals[j], s.vals[j-1] = s.vals[j-1], s.vals[j]
+		}
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// scrub replaces every known secret in text.
+func (s *secretSet) scrub(text string) string {
+	if s == nil {
+		return text
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.vals {
+		text = strings.ReplaceAll(text, v, redacted)
+	}
+	return text
+}
+
+// scrubWriter scrubs what leasehold itself writes. Every message is written
+// in one Write (fmt.Fprint*, one slog record), so a secret is never split.
+type scrubWriter struct {
+	w io.Writer
+	s *secretSet
+}
+
+func (w *scrubWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(w.w, w.s.scrub(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// scrubHandler scrubs HTTP response bodies.
+func scrubHandler(s *secretSet, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&scrubResponse{ResponseWriter: w, s: s}, r)
+	})
+}
+
+type scrubResponse struct {
+	http.ResponseWriter
+	s *secretSet
+}
+
+func (w *scrubResponse) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(w.ResponseWriter, w.s.scrub(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// childStoreEnv is the LEASEHOLD_STORE a supervised command gets: the
+// redacted form of the value run was given, so that the command can tell
+// which store its lease lives in but never learns a secret from run. A value
+// that does not parse as a URL is dropped.
+func childStoreEnv(v string) (string, bool) {
+	u, err := url.Parse(v)
+	if err != nil {
+		return "", false
+	}
+	return RedactURL(u), true
+}
