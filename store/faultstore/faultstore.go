@@ -230,14 +230,6 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	return muted, nil
 }
 
-// Limits passes through the inner store's limits (zero without a Limiter).
-func (s *Store) Limits() store.Limits {
-	if l, ok := s.inner.(store.Limiter); ok {
-		return l.Limits()
-	}
-	return store.Limits{}
-}
-
 // RenewMany passes through to the inner store's BatchRenewer, or renews one
 // by one without one.
 func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Duration) ([]store.Record, []error, error) {
