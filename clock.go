@@ -1,6 +1,9 @@
 package leasehold
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Clock is the holder's own clock. The elector and the lock read it to decide
 // when to stop trusting a term (safeUntil) and when to renew; they never use it
@@ -25,16 +28,122 @@ type Timer interface {
 	Reset(d time.Duration) bool
 }
 
-// SystemClock returns the process's monotonic clock.
-func SystemClock() Clock { return systemClock{} }
+// SystemClock returns the process's clock: Go's monotonic clock, plus the
+// time the host has spent suspended since the process started, where the
+// system can tell (Linux: CLOCK_BOOTTIME - CLOCK_MONOTONIC). Go's monotonic
+// clock stops while the host sleeps, so without that a holder resumed after a
+// suspend would go on trusting a term the store expired meanwhile. Its timers
+// notice a suspend within suspendCheck of resuming.
+func SystemClock() Clock { return newSuspendAwareClock(suspendedTime) }
 
-type systemClock struct{}
+// suspendCheck bounds how late a timer of the system clock fires after the
+// host resumes from a suspend that crossed its deadline.
+const suspendCheck = time.Second
 
-func (systemClock) Now() time.Time                 { return time.Now() }
-func (systemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
+// suspendFloor: offsets below it are noise of reading two clocks one after
+// the other, not a suspend, and are ignored so Now stays exact.
+const suspendFloor = 10 * time.Millisecond
 
-type systemTimer struct{ t *time.Timer }
+type suspendAwareClock struct {
+	read func() time.Duration // time suspended since start, or 0 if unknown
 
-func (t systemTimer) C() <-chan time.Time        { return t.t.C }
-func (t systemTimer) Stop() bool                 { return t.t.Stop() }
-func (t systemTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+	mu  sync.Mutex
+	max time.Duration // never goes back
+}
+
+func newSuspendAwareClock(read func() time.Duration) *suspendAwareClock {
+	return &suspendAwareClock{read: read}
+}
+
+func (c *suspendAwareClock) suspended() time.Duration {
+	d := c.read()
+	if d < suspendFloor {
+		d = 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d > c.max {
+		c.max = d
+	}
+	return c.max
+}
+
+func (c *suspendAwareClock) Now() time.Time { return time.Now().Add(c.suspended()) }
+
+func (c *suspendAwareClock) NewTimer(d time.Duration) Timer {
+	t := &suspendAwareTimer{clock: c, c: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+// suspendAwareTimer fires when its clock reaches the deadline. It sleeps on
+// Go's timers in steps of at most suspendCheck, checking the clock at each,
+// so a suspend that crosses the deadline is seen within a step of resuming.
+// Like time.Timer since Go 1.23, Stop and Reset discard an unread fire.
+type suspendAwareTimer struct {
+	clock *suspendAwareClock
+	c     chan time.Time
+
+	mu       sync.Mutex
+	deadline time.Time
+	step     *time.Timer
+	gen      uint64 // a step of an older Reset does nothing
+	active   bool
+}
+
+func (t *suspendAwareTimer) C() <-chan time.Time { return t.c }
+
+func (t *suspendAwareTimer) Stop() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	was := t.active
+	t.stopLocked()
+	return was
+}
+
+func (t *suspendAwareTimer) stopLocked() {
+	t.active = false
+	t.gen++
+	if t.step != nil {
+		t.step.Stop()
+		t.step = nil
+	}
+	select {
+	case <-t.c:
+	default:
+	}
+}
+
+func (t *suspendAwareTimer) Reset(d time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	was := t.active
+	t.stopLocked()
+	t.active = true
+	t.deadline = t.clock.Now().Add(d)
+	t.armLocked(d)
+	return was
+}
+
+func (t *suspendAwareTimer) armLocked(left time.Duration) {
+	gen := t.gen
+	t.step = time.AfterFunc(min(left, suspendCheck), func() { t.check(gen) })
+}
+
+func (t *suspendAwareTimer) check(gen uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if gen != t.gen || !t.active {
+		return
+	}
+	now := t.clock.Now()
+	if left := t.deadline.Sub(now); left > 0 {
+		t.armLocked(left)
+		return
+	}
+	t.active = false
+	select {
+	case t.c <- now:
+	default:
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package leasehold
+
+import "time"
+
+// suspendedTime is unknown off Linux: Go's monotonic clock is all there is.
+func suspendedTime() time.Duration { return 0 }
