@@ -14,7 +14,7 @@ import (
 // monotonic clock does not move while "suspended", as on a real host.
 type fakeSuspend struct{ d atomic.Int64 }
 
-func (f *fakeSuspend) read() time.Duration  { return time.Duration(f.d.Load()) }
+func (f *fakeSuspend) read() time.Duration     { return time.Duration(f.d.Load()) }
 func (f *fakeSuspend) suspend(d time.Duration) { f.d.Add(int64(d)) }
 
 // A timer of the suspend-aware clock fires within suspendCheck of resuming
