@@ -60,6 +60,10 @@ func isHighWater(l *coordinationv1.Lease) bool {
 	return ok
 }
 
+// errHighWaterRaced: another contender raised the mark between our read and
+// our write. Acquire then reads the Lease again.
+var errHighWaterRaced = errors.New("lost the race to raise the high-water mark")
+
 // raiseHighWater records that a token of at least want is about to be granted
 // on Lease object o.obj, and returns the token to grant: want, or one above
 // the recorded mark if that is higher. Each write carries the version it read
@@ -99,7 +103,10 @@ func (s *Store) raiseHighWater(ctx context.Context, o object, want int64) (int64
 		next := cur.DeepCopy()
 		next.Annotations[AnnotationHighWater] = strconv.FormatInt(tok, 10)
 		if _, err := s.update(ctx, next); apierrors.IsConflict(err) {
-			continue
+			// Another contender raised it first: it may by now hold the
+			// Lease, so the caller looks at the Lease again before trying
+			// once more (or answers ErrHeld).
+			return 0, errHighWaterRaced
 		} else if err != nil {
 			return 0, fmt.Errorf("raise the high-water mark %s: %w", name, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +27,9 @@ const interopLease = "interop"
 // Timings of both kinds of elector. client-go keeps its leader until its
 // renewals have failed for RenewDeadline, up to one RetryPeriod after the last
 // success: 1.25 s, below the 2 s any contender waits. leasehold's holder
-// stops trusting its term 1.2 s after its last successful renewal was sent.
+// stops trusting its term 1.2 s after its last successful renewal was sent,
+// 1.3 s before its lease expires: the margin must exceed the one-second
+// resolution at which client-go tells renewals apart (store.Limits).
 const (
 	cgLeaseDuration = 2 * time.Second
 	cgRenewDeadline = time.Second
@@ -34,7 +37,7 @@ const (
 )
 
 var lhTimings = leasehold.Timings{
-	LeaseDuration: 2 * time.Second,
+	LeaseDuration: 2500 * time.Millisecond,
 	RenewDeadline: 1200 * time.Millisecond,
 	RenewInterval: 400 * time.Millisecond,
 	RetryPeriod:   250 * time.Millisecond,
@@ -135,8 +138,13 @@ type lhParticipant struct {
 
 func startLeasehold(t testing.TB, m *monitor, ns, id string) *lhParticipant {
 	t.Helper()
+	return startLeaseholdWith(t, m, ns, id, lhTimings)
+}
+
+func startLeaseholdWith(t testing.TB, m *monitor, ns, id string, timings leasehold.Timings) *lhParticipant {
+	t.Helper()
 	fs := faultstore.New(openStore(t, apiserver(t).AdminConfig(), ns))
-	e, err := leasehold.NewElector(fs, leasehold.ElectorConfig{Name: interopLease, Identity: id, Timings: lhTimings})
+	e, err := leasehold.NewElector(fs, leasehold.ElectorConfig{Name: interopLease, Identity: id, Timings: timings})
 	if err != nil {
 		t.Fatalf("NewElector: %v", err)
 	}
@@ -411,5 +419,55 @@ func TestClientGoInterop(t *testing.T) {
 	t.Logf("time from one leader's end to the next one's start: %v", gaps)
 	if dirs["client-go -> leasehold"] == 0 || dirs["leasehold -> client-go"] == 0 {
 		t.Errorf("takeovers %v: want both directions", dirs)
+	}
+}
+
+// TestClientGoAtResolutionBoundary: client-go tells two renewals apart only
+// at whole seconds, so a leasehold margin (leaseDuration - renewDeadline) of a
+// second or less could let it take over before the leasehold holder stops
+// trusting its term (203 ms of two leaders were measured at 1 s leases).
+// NewElector refuses such margins on this store, naming the rule; just above
+// the boundary, with several renewals a second, client-go takes over from a
+// crashed leasehold holder only after that holder stopped, in every round.
+func TestClientGoAtResolutionBoundary(t *testing.T) {
+	ns := namespace(t)
+	st := openStore(t, apiserver(t).AdminConfig(), ns)
+	for _, margin := range []time.Duration{time.Second, 800 * time.Millisecond, 300 * time.Millisecond} {
+		tm := leasehold.Timings{LeaseDuration: 1200*time.Millisecond + margin, RenewDeadline: 1200 * time.Millisecond, RenewInterval: 300 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
+		_, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: interopLease, Identity: "x", Timings: tm})
+		if !errors.Is(err, leasehold.ErrInvalidConfig) || !strings.Contains(err.Error(), "time resolution 1s") {
+			t.Errorf("margin %v: NewElector = %v, want ErrInvalidConfig naming the store's time resolution", margin, err)
+		}
+	}
+	boundary := leasehold.Timings{LeaseDuration: 2300 * time.Millisecond, RenewDeadline: 1200 * time.Millisecond, RenewInterval: 300 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
+	m := newMonitor(t)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
+	const rounds = 4
+	for i := range rounds {
+		lh := startLeaseholdWith(t, m, ns, fmt.Sprintf("lh-%d", i), boundary)
+		if who := m.waitLeader("", 20*time.Second); who != lh.name() {
+			t.Fatalf("round %d: %s leads, want %s", i, who, lh.name())
+		}
+		cg := startClientGo(t, m, ns, fmt.Sprintf("cg-%d", i), true)
+		// Cut the holder off at a random phase of its renewals, so some
+		// rounds cut it right after two renewals within one second.
+		phase := time.NewTimer(time.Second + time.Duration(rng.Int64N(int64(time.Second))))
+		<-phase.C
+		lh.crash()
+		if who := m.waitLeader(lh.name(), 20*time.Second); who != cg.name() {
+			t.Fatalf("round %d: %s leads after the crash, want %s", i, who, cg.name())
+		}
+		lh.stop()
+		cg.stop() // releases: the next round's leasehold elector takes over at once
+	}
+	terms, violations := m.snapshot()
+	for _, v := range violations {
+		t.Errorf("two leaders: %s", v)
+	}
+	if len(terms) != 2*rounds {
+		t.Errorf("%d leaderships, want %d", len(terms), 2*rounds)
+	}
+	for i := 1; i < len(terms); i += 2 {
+		t.Logf("round %d: %s stopped, %s began %v later", i/2, terms[i-1].who, terms[i].who, terms[i].start.Sub(terms[i-1].end).Round(time.Millisecond))
 	}
 }

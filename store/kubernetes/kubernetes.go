@@ -31,6 +31,10 @@ const MinTTL = time.Second
 // only a guard against a livelock.
 const maxConflicts = 10
 
+// maxHighWaterRaces bounds how often one Acquire loses the race to raise the
+// high-water mark (see raiseHighWater) before it gives up.
+const maxHighWaterRaces = 100
+
 // Config configures a Store.
 type Config struct {
 	// Client reaches Lease objects; clientset.CoordinationV1() will do.
@@ -330,11 +334,19 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	fail := func(err error) (store.Record, error) {
 		return store.Record{}, fmt.Errorf("leasehold/kubernetes: acquire %q: %w", name, err)
 	}
-	for range maxConflicts {
+	// A lost race on the high-water mark is not a conflict on the Lease:
+	// under contention every contender but one loses it each round, and
+	// most of them then find the Lease held. They get a larger budget.
+	races := 0
+	for attempt := 0; attempt < maxConflicts+races && races < maxHighWaterRaces; attempt++ {
 		cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			s.forget(o.obj)
 			token, err := s.raiseHighWater(ctx, o, s.maxToken(o.obj)+1)
+			if errors.Is(err, errHighWaterRaced) {
+				races++
+				continue
+			}
 			if err != nil {
 				return fail(err)
 			}
@@ -365,6 +377,10 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 			return v.record(name), fmt.Errorf("leasehold/kubernetes: acquire %q: held by %s: %w", name, v.holder, store.ErrHeld)
 		}
 		token, err := s.raiseHighWater(ctx, o, max(v.token, s.maxToken(o.obj))+1)
+		if errors.Is(err, errHighWaterRaced) {
+			races++
+			continue
+		}
 		if err != nil {
 			return fail(err)
 		}
