@@ -340,6 +340,14 @@ func (c *checker) checkMonotonic() string {
 						res, r.Token, r.Writer, r.Value, r.Seq, max.Token, max.Writer, max.Seq)})
 				continue
 			}
+			// One token from two writers is two terms (a store granted the
+			// token twice): the register must admit only the first.
+			if r.Token == max.Token && r.Writer != max.Writer {
+				c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: res,
+					Msg: fmt.Sprintf("resource %s accepted token %d from %s (write %s, seq %d) after it had accepted the same token from %s (seq %d): one token written by two terms",
+						res, r.Token, r.Writer, r.Value, r.Seq, max.Writer, max.Seq)})
+				continue
+			}
 			max = r
 		}
 	}
@@ -730,13 +738,17 @@ func (c *checker) checkFailover() string {
 }
 
 // Porcupine model of a fenced register: a write is accepted if and only if its
-// token is at least the highest accepted so far; a read returns the last
+// term is the last accepted one or newer: its token is higher than the last
+// accepted token, or equal to it and from the same writer (the holder of that
+// term writing again). An equal token from another writer is another term
+// that was granted the same token, and is refused. A read returns the last
 // accepted write.
 
 type regInput struct {
 	Resource string
 	Read     bool
 	Token    int64
+	Writer   string // the writing process: the holder of the term
 	Value    string
 }
 
@@ -747,8 +759,9 @@ type regOutput struct {
 }
 
 type regState struct {
-	Value string
-	Token int64
+	Value  string
+	Token  int64
+	Writer string `json:",omitempty"` // the holder of the last accepted term
 }
 
 // RegisterModel is the porcupine model of one fenced register, partitioned
@@ -777,12 +790,12 @@ func RegisterModel() porcupine.Model {
 			if in.Read {
 				return out.Value == s.Value && out.Token == s.Token, s
 			}
-			accept := in.Token >= s.Token
+			accept := in.Token > s.Token || (in.Token == s.Token && in.Writer == s.Writer)
 			if out.Accepted != accept {
 				return false, s
 			}
 			if accept {
-				return true, regState{Value: in.Value, Token: in.Token}
+				return true, regState{Value: in.Value, Token: in.Token, Writer: in.Writer}
 			}
 			return true, s
 		},
@@ -815,7 +828,7 @@ func (c *checker) operations() []porcupine.Operation {
 	var ops []porcupine.Operation
 	const never = math.MaxInt64 / 2
 	for _, w := range c.writes {
-		in := regInput{Resource: w.call.Resource, Token: w.call.Token, Value: w.call.Value}
+		in := regInput{Resource: w.call.Resource, Token: w.call.Token, Writer: w.call.Proc(), Value: w.call.Value}
 		switch w.result {
 		case Accepted, Refused:
 			ops = append(ops, porcupine.Operation{Input: in, Call: w.call.Wall, Output: regOutput{Accepted: w.result == Accepted}, Return: w.ret.Wall})
