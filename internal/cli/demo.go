@@ -85,7 +85,11 @@ func (c *demoWorkerCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return usagef("no fencing token in $%s: run it under leasehold run", EnvToken)
 	}
-	err = demo.Worker(ctx, demo.WorkerConfig{Register: c.register, Node: c.node, Token: token, Every: c.every, Stderr: c.env.Stderr})
+	holder := c.env.Getenv(EnvHolder)
+	if holder == "" {
+		return usagef("no holder identity in $%s: run it under leasehold run", EnvHolder)
+	}
+	err = demo.Worker(ctx, demo.WorkerConfig{Register: c.register, Node: c.node, Holder: holder, Token: token, Every: c.every, Stderr: c.env.Stderr})
 	if err == demo.ErrFencedOut {
 		return &ExitError{Code: 3}
 	}
