@@ -13,7 +13,9 @@ import (
 // The checks Check runs, by name.
 const (
 	// CheckMonotonic: the resource never accepts a token lower than one it
-	// accepted (per resource, in the register's own order of writes).
+	// accepted, nor the token it last accepted from another writer (another
+	// term with that token); per resource, in the register's own order of
+	// writes.
 	CheckMonotonic = "register-monotonic"
 	// CheckUniqueToken: no token is ever granted to two holders (or twice).
 	CheckUniqueToken = "token-unique"
@@ -57,7 +59,7 @@ const (
 var CheckNames = []string{CheckMonotonic, CheckUniqueToken, CheckTokenOrder, CheckWriteOwner, CheckExclusive, CheckSafeUntil, CheckFailover, CheckLinearizable}
 
 var checkTitles = map[string]string{
-	CheckMonotonic:    "the resource never accepts a token lower than one it accepted",
+	CheckMonotonic:    "the resource never accepts an older term (a lower token, or the same token from another writer)",
 	CheckUniqueToken:  "no token is ever granted to two holders",
 	CheckTokenOrder:   "a grant observed after another has a higher token",
 	CheckWriteOwner:   "every accepted write came from the term that owned its token",

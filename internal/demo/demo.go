@@ -118,8 +118,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 writes to a register that refuses an older term: a token lower than the last it accepted, or
 the same token from another holder.
   lease store  %s  (lease %v, renew deadline %v, renewed every %v)
-  register     %s  (UPDATE register ... WHERE last_token < token
-                                     OR (last_token = token AND last_holder = holder))
+  register     %s
+               (UPDATE register ... WHERE last_token < token OR (last_token = token AND last_holder = holder))
   node logs    %s
 Each line says where it was read from: [store] the lease table's history, [register] the
 register's log of write attempts, [node-N] that node's own log, [demo] what the demo did.
