@@ -27,7 +27,8 @@ func newDemoCmd(env *Env) Command {
 	c.fs = newFlagSet(env, "demo", "[flags]", `
 Shows leasehold at work on this machine, with no server: three `+"`leasehold run`"+` processes
 share one SQLite file in a temporary folder, and each runs a small worker that writes to a
-fenced register (a SQLite table that refuses a token lower than the last it accepted).
+fenced register (a SQLite table that refuses an older term: a token lower than the last
+it accepted, or the same token from another holder).
 One node leads; the demo freezes it with SIGSTOP past its lease; a standby takes over
 with the next token; the frozen worker wakes and writes with its old token, and the
 register refuses it. Every line printed is read from the store, the register or the
