@@ -13,7 +13,9 @@ import (
 // The checks Check runs, by name.
 const (
 	// CheckMonotonic: the resource never accepts a token lower than one it
-	// accepted (per resource, in the register's own order of writes).
+	// accepted, nor the token it last accepted from another writer (another
+	// term with that token); per resource, in the register's own order of
+	// writes.
 	CheckMonotonic = "register-monotonic"
 	// CheckUniqueToken: no token is ever granted to two holders (or twice).
 	CheckUniqueToken = "token-unique"
@@ -57,7 +59,7 @@ const (
 var CheckNames = []string{CheckMonotonic, CheckUniqueToken, CheckTokenOrder, CheckWriteOwner, CheckExclusive, CheckSafeUntil, CheckFailover, CheckLinearizable}
 
 var checkTitles = map[string]string{
-	CheckMonotonic:    "the resource never accepts a token lower than one it accepted",
+	CheckMonotonic:    "the resource never accepts an older term (a lower token, or the same token from another writer)",
 	CheckUniqueToken:  "no token is ever granted to two holders",
 	CheckTokenOrder:   "a grant observed after another has a higher token",
 	CheckWriteOwner:   "every accepted write came from the term that owned its token",
@@ -338,6 +340,14 @@ func (c *checker) checkMonotonic() string {
 				c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: res,
 					Msg: fmt.Sprintf("resource %s accepted token %d from %s (write %s, seq %d) after it had accepted token %d from %s (seq %d): a stale write landed",
 						res, r.Token, r.Writer, r.Value, r.Seq, max.Token, max.Writer, max.Seq)})
+				continue
+			}
+			// One token from two writers is two terms (a store granted the
+			// token twice): the register must admit only the first.
+			if r.Token == max.Token && r.Writer != max.Writer {
+				c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: res,
+					Msg: fmt.Sprintf("resource %s accepted token %d from %s (write %s, seq %d) after it had accepted the same token from %s (seq %d): one token written by two terms",
+						res, r.Token, r.Writer, r.Value, r.Seq, max.Writer, max.Seq)})
 				continue
 			}
 			max = r
@@ -730,13 +740,17 @@ func (c *checker) checkFailover() string {
 }
 
 // Porcupine model of a fenced register: a write is accepted if and only if its
-// token is at least the highest accepted so far; a read returns the last
+// term is the last accepted one or newer: its token is higher than the last
+// accepted token, or equal to it and from the same writer (the holder of that
+// term writing again). An equal token from another writer is another term
+// that was granted the same token, and is refused. A read returns the last
 // accepted write.
 
 type regInput struct {
 	Resource string
 	Read     bool
 	Token    int64
+	Writer   string // the writing process: the holder of the term
 	Value    string
 }
 
@@ -747,8 +761,9 @@ type regOutput struct {
 }
 
 type regState struct {
-	Value string
-	Token int64
+	Value  string
+	Token  int64
+	Writer string `json:",omitempty"` // the holder of the last accepted term
 }
 
 // RegisterModel is the porcupine model of one fenced register, partitioned
@@ -777,12 +792,12 @@ func RegisterModel() porcupine.Model {
 			if in.Read {
 				return out.Value == s.Value && out.Token == s.Token, s
 			}
-			accept := in.Token >= s.Token
+			accept := in.Token > s.Token || (in.Token == s.Token && in.Writer == s.Writer)
 			if out.Accepted != accept {
 				return false, s
 			}
 			if accept {
-				return true, regState{Value: in.Value, Token: in.Token}
+				return true, regState{Value: in.Value, Token: in.Token, Writer: in.Writer}
 			}
 			return true, s
 		},
@@ -815,7 +830,7 @@ func (c *checker) operations() []porcupine.Operation {
 	var ops []porcupine.Operation
 	const never = math.MaxInt64 / 2
 	for _, w := range c.writes {
-		in := regInput{Resource: w.call.Resource, Token: w.call.Token, Value: w.call.Value}
+		in := regInput{Resource: w.call.Resource, Token: w.call.Token, Writer: w.call.Proc(), Value: w.call.Value}
 		switch w.result {
 		case Accepted, Refused:
 			ops = append(ops, porcupine.Operation{Input: in, Call: w.call.Wall, Output: regOutput{Accepted: w.result == Accepted}, Return: w.ret.Wall})

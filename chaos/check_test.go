@@ -189,6 +189,22 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			want: []string{CheckUniqueToken, CheckTokenOrder},
 		},
 		{
+			name: "one token written by two terms (register admits token == highest from another writer)",
+			break_: func(h *History) {
+				// The store grants token 2 again, to n3 (a store that lost
+				// data), and the register admits n3's write with it after
+				// n2's: two terms wrote with one token.
+				b := &histBuilder{h: h, reqN: 100}
+				b.granted("n3.1", 6.2, EvAcquired, "n3-cccc", 2, 0.005)
+				v := b.write("n3.1", 6.3, 1, "r0", 2, 7.595, Accepted)
+				b.logged("r0", 2, v, "n3.1", 6.301)
+				h.Reads[1].Value = v // what such a register holds at 7 s
+				SortEvents(h.Events)
+			},
+			want:  []string{CheckUniqueToken, CheckMonotonic, CheckLinearizable},
+			other: true, // write-owner: token 2 was granted to n2 first
+		},
+		{
 			name: "a later grant with a lower token",
 			break_: func(h *History) {
 				b := &histBuilder{h: h, reqN: 100}
@@ -366,6 +382,59 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				t.Errorf("summary does not fail: %s", Summary(h, r))
 			}
 		})
+	}
+}
+
+// A store that grants one token twice, with a register that tells the terms
+// apart: the second term's write with that token is refused, and the
+// register's checks (its order, linearizability against the fenced-register
+// model) find a correct register. Only the store is blamed. On the old,
+// number-only model (accept token >= highest) the refusal itself was
+// "illegal" and blamed the register.
+func TestCheckEqualTokenFromAnotherWriterRefusedIsCorrect(t *testing.T) {
+	h := cleanHistory()
+	b := &histBuilder{h: h, reqN: 100}
+	b.granted("n3.1", 6.2, EvAcquired, "n3-cccc", 2, 0.005)
+	b.write("n3.1", 6.3, 1, "r0", 2, 7.595, Refused)
+	SortEvents(h.Events)
+	r := Check(h, CheckOptions{})
+	got := violationsOf(r)
+	if got[CheckUniqueToken] == 0 {
+		t.Errorf("token-unique did not catch token 2 granted twice: %v", r.Violations)
+	}
+	if got[CheckMonotonic] != 0 || got[CheckLinearizable] != 0 {
+		t.Errorf("a register that refused the equal token from another writer was blamed: %v", r.Violations)
+	}
+	if r.Stats.Linearizable != string(porcupine.Ok) {
+		t.Errorf("linearizable = %q, want Ok", r.Stats.Linearizable)
+	}
+}
+
+// The fenced-register model, step by step: the term (token, writer) decides.
+func TestRegisterModelIdentifiesTheTerm(t *testing.T) {
+	step := RegisterModel().Step
+	s := any(regState{})
+	for i, w := range []struct {
+		token  int64
+		writer string
+		accept bool
+	}{
+		{3, "n1.1", true},
+		{3, "n2.1", false}, // the same token from another term
+		{3, "n1.1", true},  // the same term writing again
+		{4, "n2.1", true},
+		{4, "n1.1", false},
+		{2, "n2.1", false},
+	} {
+		in := regInput{Resource: "r", Token: w.token, Writer: w.writer, Value: fmt.Sprintf("v%d", i)}
+		ok, next := step(s, in, regOutput{Accepted: w.accept})
+		if !ok {
+			t.Fatalf("step %d: write token %d from %s: the model does not allow accepted=%v", i, w.token, w.writer, w.accept)
+		}
+		if bad, _ := step(s, in, regOutput{Accepted: !w.accept}); bad {
+			t.Fatalf("step %d: write token %d from %s: the model allows accepted=%v too", i, w.token, w.writer, !w.accept)
+		}
+		s = next
 	}
 }
 

@@ -6,7 +6,7 @@
 //
 // A run ([Run]) starts node processes ([NodeMain]) that contend for one lease
 // with leasehold.NewElector; the leader writes to a fenced register with its
-// token. Between each node and the store sits a TCP fault [Proxy] (except
+// term (token, and its process as the holder). Between each node and the store sits a TCP fault [Proxy] (except
 // on SQLite, a file, and Kubernetes, whose server the kubeconfig names: there
 // only pauses, kills, clocks and twins are injected); each node's
 // elector runs on a [DriftClock]. The harness pauses (SIGSTOP), kills and
@@ -15,7 +15,7 @@
 // and drifts their clocks, and starts twins with a node's identity, following
 // a schedule drawn from the seed ([Plan]). [Check] then verifies, from the
 // recorded [History] alone: that the register never accepted a token lower
-// than one it had accepted; that no token was granted twice, and that a grant
+// than one it had accepted, nor one token from two writers; that no token was granted twice, and that a grant
 // observed after another has a higher token; that every accepted write came
 // from its token's term; that no two live (not frozen) processes ran guarded
 // work at once; that no work ran past its safeUntil on its own clock, and no

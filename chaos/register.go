@@ -22,20 +22,27 @@ import (
 )
 
 // The fenced register is the protected resource of a chaos run: a value per
-// resource name and the highest token it accepted. It checks the token in the
-// same step as the write:
+// resource name and the term, (token, holder), of the last write it accepted.
+// It checks the term in the same step as the write, as fence/README.md's
+// direct form does: a higher token is admitted from anyone, the same token
+// only from the holder it was admitted for (one term writing again). Not
+// `last_token <= $token`: that admits one token from two terms, which is what
+// a lease store that lost data hands out. The holder is the writing process
+// (ProcName: node and incarnation), unique per process as the elector's holder
+// identity is, and the same name the HTTP register gives its fence.Guard.
 //
 //   - PostgreSQL: one statement, UPDATE … WHERE resource = $3 AND
-//     last_token <= $2, whose CTE also appends the accepted write to a log
-//     table; on its own connection straight to the server, not through the
-//     fault proxy, in tables named for the run.
-//   - SQLite: one UPDATE … WHERE last_token <= ?, with a trigger that appends
-//     the accepted write to a log table, in its own file.
+//     (last_token < $2 OR (last_token = $2 AND last_holder = $4)), whose CTE
+//     also appends the accepted write to a log table; on its own connection
+//     straight to the server, not through the fault proxy, in tables named
+//     for the run.
+//   - SQLite: the same UPDATE (the holder column is writer), with a trigger
+//     that appends the accepted write to a log table, in its own file.
 //   - HTTP: a small server in the harness process, on 127.0.0.1, that admits
 //     each write through a fence.Guard (the check and the write hold the
 //     resource together) and logs every attempt.
 //
-// With fencing off (the negative control) the token condition is dropped:
+// With fencing off (the negative control) the term condition is dropped:
 // every write is accepted, and the checker must notice.
 
 // Register kinds.
@@ -51,8 +58,9 @@ var tableRE = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,4
 
 // registerClient is a node's connection to the register.
 type registerClient interface {
-	// Write writes value to resource with token. accepted false with a nil
-	// error is a definite refusal; an error means the outcome is unknown.
+	// Write writes value to resource for the term (token, writer): writer is
+	// the holder, the writing process. accepted false with a nil error is a
+	// definite refusal; an error means the outcome is unknown.
 	Write(ctx context.Context, resource string, token int64, value, writer string) (accepted bool, err error)
 	Close() error
 }
@@ -77,8 +85,8 @@ func openRegisterClient(ctx context.Context, s registerSpec) (registerClient, er
 		if err != nil {
 			return nil, fmt.Errorf("leasehold/chaos: connect to the register: %w", err)
 		}
-		q := fmt.Sprintf(`WITH u AS (UPDATE %[1]s SET value = $1, last_token = $2 WHERE resource = $3%[2]s RETURNING resource, last_token, value)
-INSERT INTO %[1]s_log (resource, token, value, writer) SELECT resource, last_token, value, $4 FROM u`, s.Table, cond(s.Fenced, " AND last_token <= $2"))
+		q := fmt.Sprintf(`WITH u AS (UPDATE %[1]s SET value = $1, last_token = $2, last_holder = $4 WHERE resource = $3%[2]s RETURNING resource, last_token, value)
+INSERT INTO %[1]s_log (resource, token, value, writer) SELECT resource, last_token, value, $4 FROM u`, s.Table, cond(s.Fenced, " AND (last_token < $2 OR (last_token = $2 AND last_holder = $4))"))
 		return &pgRegisterClient{conn: conn, q: q}, nil
 	case RegisterSQLite:
 		if !tableRE.MatchString(s.Table) {
@@ -88,11 +96,15 @@ INSERT INTO %[1]s_log (resource, token, value, writer) SELECT resource, last_tok
 		if err != nil {
 			return nil, err
 		}
-		q := fmt.Sprintf(`UPDATE %s SET value = ?, last_token = ?, writer = ? WHERE resource = ?%s`, s.Table, cond(s.Fenced, " AND last_token <= ?2"))
+		q := fmt.Sprintf(`UPDATE %s SET value = ?1, last_token = ?2, writer = ?3 WHERE resource = ?4%s`, s.Table, cond(s.Fenced, " AND (last_token < ?2 OR (last_token = ?2 AND writer = ?3))"))
 		return &sqliteRegisterClient{db: db, q: q}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown register kind %q (want %s, %s or %s)", ErrInvalid, s.Kind, RegisterHTTP, RegisterPostgres, RegisterSQLite)
 }
+
+// errNoWriter refuses a write that does not say whose term it is: the
+// register could not tell it from another term with the same token.
+var errNoWriter = fmt.Errorf("%w: a register write needs its writer (the holder of its term)", ErrInvalid)
 
 func cond(on bool, s string) string {
 	if on {
@@ -136,6 +148,9 @@ type pgRegisterClient struct {
 }
 
 func (c *pgRegisterClient) Write(ctx context.Context, resource string, token int64, value, writer string) (bool, error) {
+	if writer == "" {
+		return false, errNoWriter
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn.IsClosed() { // a cancelled query closes the connection: open another
@@ -173,6 +188,9 @@ func openSQLiteRegister(path string) (*sql.DB, error) {
 }
 
 func (c *sqliteRegisterClient) Write(ctx context.Context, resource string, token int64, value, writer string) (bool, error) {
+	if writer == "" {
+		return false, errNoWriter
+	}
 	res, err := c.db.ExecContext(ctx, c.q, value, token, writer, resource)
 	if err != nil {
 		return false, err
@@ -250,7 +268,7 @@ func (r *httpRegister) handleWrite(w http.ResponseWriter, req *http.Request) {
 	apply := func(context.Context) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		r.state[res] = regState{Value: value, Token: token}
+		r.state[res] = regState{Value: value, Token: token, Writer: writer}
 		r.log = append(r.log, RegisterEntry{Seq: int64(len(r.log) + 1), Wall: time.Now().UnixNano(), Resource: res, Token: token, Value: value, Writer: writer, Result: Accepted})
 		return nil
 	}
@@ -325,7 +343,8 @@ func newPGRegister(ctx context.Context, dsn, table string, resources []string, f
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/chaos: connect to the register's database: %w", err)
 	}
-	ddl := fmt.Sprintf(`CREATE TABLE %[1]s (resource text PRIMARY KEY, value text NOT NULL DEFAULT '', last_token bigint NOT NULL DEFAULT 0);
+	ddl := fmt.Sprintf(`CREATE TABLE %[1]s (resource text PRIMARY KEY, value text NOT NULL DEFAULT '', last_token bigint NOT NULL DEFAULT 0,
+  last_holder text NOT NULL DEFAULT '');
 CREATE TABLE %[1]s_log (seq bigserial PRIMARY KEY, resource text NOT NULL, token bigint NOT NULL, value text NOT NULL, writer text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`, table)
 	if _, err := conn.Exec(ctx, ddl); err != nil {
 		conn.Close(ctx)
@@ -396,6 +415,7 @@ func newSQLiteRegister(ctx context.Context, path, table string, resources []stri
 		return nil, err
 	}
 	stmts := []string{
+		// writer is the holder of the last accepted term.
 		fmt.Sprintf(`CREATE TABLE %s (resource TEXT PRIMARY KEY, value TEXT NOT NULL DEFAULT '', last_token INTEGER NOT NULL DEFAULT 0, writer TEXT NOT NULL DEFAULT '') STRICT`, table),
 		fmt.Sprintf(`CREATE TABLE %s_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, resource TEXT NOT NULL, token INTEGER NOT NULL, value TEXT NOT NULL, writer TEXT NOT NULL, at INTEGER NOT NULL) STRICT`, table),
 		// The log row is written by the same statement as the update.

@@ -27,7 +27,8 @@ func newDemoCmd(env *Env) Command {
 	c.fs = newFlagSet(env, "demo", "[flags]", `
 Shows leasehold at work on this machine, with no server: three `+"`leasehold run`"+` processes
 share one SQLite file in a temporary folder, and each runs a small worker that writes to a
-fenced register (a SQLite table that refuses a token lower than the last it accepted).
+fenced register (a SQLite table that refuses an older term: a token lower than the last
+it accepted, or the same token from another holder).
 One node leads; the demo freezes it with SIGSTOP past its lease; a standby takes over
 with the next token; the frozen worker wakes and writes with its old token, and the
 register refuses it. Every line printed is read from the store, the register or the
@@ -85,7 +86,11 @@ func (c *demoWorkerCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return usagef("no fencing token in $%s: run it under leasehold run", EnvToken)
 	}
-	err = demo.Worker(ctx, demo.WorkerConfig{Register: c.register, Node: c.node, Token: token, Every: c.every, Stderr: c.env.Stderr})
+	holder := c.env.Getenv(EnvHolder)
+	if holder == "" {
+		return usagef("no holder identity in $%s: run it under leasehold run", EnvHolder)
+	}
+	err = demo.Worker(ctx, demo.WorkerConfig{Register: c.register, Node: c.node, Holder: holder, Token: token, Every: c.every, Stderr: c.env.Stderr})
 	if err == demo.ErrFencedOut {
 		return &ExitError{Code: 3}
 	}

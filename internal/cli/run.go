@@ -56,8 +56,9 @@ Waits until this node holds the lease NAME, then runs CMD with these variables:
 
   LEASEHOLD_LEASE            the lease name
   LEASEHOLD_HOLDER           this node's holder identity (--identity plus a random suffix)
-  LEASEHOLD_TOKEN            the fencing token of this term: send it with every write,
-                             and have the resource refuse a token lower than the last it saw
+  LEASEHOLD_TOKEN            the fencing token of this term: send it and the holder with
+                             every write, and have the resource refuse an older term (a lower
+                             token, or the same token from another holder)
   LEASEHOLD_SAFE_UNTIL       the wall-clock time (RFC 3339) until which the term is trusted
   LEASEHOLD_SAFE_UNTIL_FILE  a file holding that time, rewritten (atomically) at each renewal
 

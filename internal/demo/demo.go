@@ -115,9 +115,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer d.register.Close()
 
 	fmt.Fprintf(d.out, `leasehold demo: three nodes elect a leader through one SQLite file; the leader's worker
-writes to a register that refuses any token lower than the last it accepted.
+writes to a register that refuses an older term: a token lower than the last it accepted, or
+the same token from another holder.
   lease store  %s  (lease %v, renew deadline %v, renewed every %v)
-  register     %s  (UPDATE register ... WHERE last_token <= token)
+  register     %s
+               (UPDATE register ... WHERE last_token < token OR (last_token = token AND last_holder = holder))
   node logs    %s
 Each line says where it was read from: [store] the lease table's history, [register] the
 register's log of write attempts, [node-N] that node's own log, [demo] what the demo did.
@@ -579,15 +581,21 @@ func (d *demo) finish(ctx context.Context) error {
 		from, to time.Time
 	}
 	var runs []run
+	// The term (token, holder) of the newest accepted write: a write of that
+	// term or a newer one must be accepted, any other refused.
 	var maxAccepted int64
+	var maxHolder string
 	for _, w := range ws {
-		if w.accepted {
-			if w.token < maxAccepted {
-				d.problems = append(d.problems, fmt.Sprintf("write #%d with token %d was accepted after token %d", w.seq, w.token, maxAccepted))
-			}
-			maxAccepted = max(maxAccepted, w.token)
-		} else if w.token >= maxAccepted {
-			d.problems = append(d.problems, fmt.Sprintf("write #%d with token %d was refused although no higher token had written", w.seq, w.token))
+		newer := w.token > maxAccepted || (w.token == maxAccepted && w.holder == maxHolder)
+		switch {
+		case w.accepted && w.token < maxAccepted:
+			d.problems = append(d.problems, fmt.Sprintf("write #%d with token %d was accepted after token %d", w.seq, w.token, maxAccepted))
+		case w.accepted && !newer:
+			d.problems = append(d.problems, fmt.Sprintf("write #%d with token %d from %s was accepted after the same token from %s", w.seq, w.token, w.holder, maxHolder))
+		case w.accepted:
+			maxAccepted, maxHolder = w.token, w.holder
+		case newer:
+			d.problems = append(d.problems, fmt.Sprintf("write #%d with token %d was refused although no newer term had written", w.seq, w.token))
 		}
 		if k := len(runs) - 1; k >= 0 && runs[k].node == w.node && runs[k].token == w.token && runs[k].accepted == w.accepted {
 			runs[k].n++
@@ -628,7 +636,7 @@ func (d *demo) finish(ctx context.Context) error {
 		return fmt.Errorf("demo: not what the fence promises:\n  %s", strings.Join(d.problems, "\n  "))
 	}
 	fmt.Fprintf(d.out, "Result: one leader at a time; each takeover got a higher token; the register accepted\n"+
-		"tokens in rising order only, and refused %d stale write(s) from the frozen leader.\n", refused)
+		"terms in rising order only, and refused %d stale write(s) from the frozen leader.\n", refused)
 	if d.cfg.Keep || d.cfg.Dir != "" {
 		fmt.Fprintf(d.out, "Files kept in %s\n", d.dir)
 	}

@@ -23,26 +23,35 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite"
+
+	"github.com/leasehold/leasehold/fence"
 )
 
 // The register is the resource the leader writes to, fenced in the direct
-// form: the write and the token check are one statement,
+// form of fence/README.md: the write and the term check are one statement,
 //
-//	UPDATE register SET value = ?, last_token = ? WHERE id = 1 AND last_token <= ?
+//	UPDATE register SET value = ?1, last_token = ?2, last_holder = ?3
+//	WHERE id = 1 AND (last_token < ?2 OR (last_token = ?2 AND last_holder = ?3))
 //
-// so a writer whose token is lower than the last one the register accepted
-// changes nothing, whatever it believes. Each attempt, accepted or refused,
-// is logged in the same transaction, in commit order, with SQLite's time.
+// so a writer of an older term changes nothing, whatever it believes: one
+// whose token is lower than the last one the register accepted, or equal to
+// it but from another holder. Not `last_token <= ?2`: after a lease store
+// loses data one token can be granted to two terms, and that form would admit
+// both. The holder is the term's holder identity ($LEASEHOLD_HOLDER), unique
+// per process. Each attempt, accepted or refused, is logged in the same
+// transaction, in commit order, with SQLite's time.
 const registerSchema = `
 CREATE TABLE IF NOT EXISTS register (
 	id         INTEGER PRIMARY KEY,
-	value      TEXT NOT NULL,
-	last_token INTEGER NOT NULL
+	value       TEXT NOT NULL,
+	last_token  INTEGER NOT NULL,
+	last_holder TEXT NOT NULL DEFAULT ''
 );
 INSERT OR IGNORE INTO register (id, value, last_token) VALUES (1, '', 0);
 CREATE TABLE IF NOT EXISTS writes (
 	seq      INTEGER PRIMARY KEY AUTOINCREMENT,
 	node     TEXT NOT NULL,
+	holder   TEXT NOT NULL,
 	pid      INTEGER NOT NULL,
 	token    INTEGER NOT NULL,
 	accepted INTEGER NOT NULL,
@@ -50,9 +59,10 @@ CREATE TABLE IF NOT EXISTS writes (
 	note     TEXT NOT NULL DEFAULT ''
 );`
 
-// ErrFencedOut is the worker's answer to a refused write: a newer token has
-// written to the register, so this worker's term is over.
-var ErrFencedOut = errors.New("demo worker: write refused by the fence: a newer token has written")
+// ErrFencedOut is the worker's answer to a refused write: another term (a
+// higher token, or the same token from another holder) has written to the
+// register, so this worker's term is over.
+var ErrFencedOut = errors.New("demo worker: write refused by the fence: another term has written")
 
 func openRegister(path string, busy time.Duration) (*sql.DB, error) {
 	q := url.Values{}
@@ -86,6 +96,7 @@ func InitRegister(path string) error {
 type WorkerConfig struct {
 	Register string        // the register's SQLite file
 	Node     string        // the node's name, for the log
+	Holder   string        // the holder identity of the term ($LEASEHOLD_HOLDER)
 	Token    int64         // the fencing token of the term it was started for
 	Every    time.Duration // how often it writes
 	Stderr   io.Writer
@@ -100,6 +111,11 @@ type WorkerConfig struct {
 func Worker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Token < 1 {
 		return fmt.Errorf("demo worker: no fencing token (run it under leasehold run)")
+	}
+	// Without the holder the register could not tell this term from another
+	// that was granted the same token.
+	if err := fence.ValidateHolder(cfg.Holder); err != nil {
+		return fmt.Errorf("demo worker: no valid holder identity (run it under leasehold run): %w", err)
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = 200 * time.Millisecond
@@ -122,7 +138,7 @@ func Worker(ctx context.Context, cfg WorkerConfig) error {
 			note = fmt.Sprintf("woke after a gap of %v", gap.Round(10*time.Millisecond))
 		}
 		last = now
-		accepted, err := write(ctx, db, cfg.Node, pid, cfg.Token, n, note)
+		accepted, err := write(ctx, db, cfg.Node, cfg.Holder, pid, cfg.Token, n, note)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -141,15 +157,17 @@ func Worker(ctx context.Context, cfg WorkerConfig) error {
 	}
 }
 
-// write makes one fenced write and logs the attempt, in one transaction.
-func write(ctx context.Context, db *sql.DB, node string, pid int, token int64, n int, note string) (bool, error) {
+// write makes one fenced write for the term (token, holder) and logs the
+// attempt, in one transaction.
+func write(ctx context.Context, db *sql.DB, node, holder string, pid int, token int64, n int, note string) (bool, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE register SET value = ?, last_token = ? WHERE id = 1 AND last_token <= ?`,
-		fmt.Sprintf("%s write #%d", node, n), token, token)
+	res, err := tx.ExecContext(ctx, `UPDATE register SET value = ?1, last_token = ?2, last_holder = ?3
+		WHERE id = 1 AND (last_token < ?2 OR (last_token = ?2 AND last_holder = ?3))`,
+		fmt.Sprintf("%s write #%d", node, n), token, holder)
 	if err != nil {
 		return false, err
 	}
@@ -157,8 +175,8 @@ func write(ctx context.Context, db *sql.DB, node string, pid int, token int64, n
 	if err != nil {
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO writes (node, pid, token, accepted, at_ms, note)
-		VALUES (?, ?, ?, ?, CAST(unixepoch('subsec')*1000 AS INTEGER), ?)`, node, pid, token, rows == 1, note); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO writes (node, holder, pid, token, accepted, at_ms, note)
+		VALUES (?, ?, ?, ?, ?, CAST(unixepoch('subsec')*1000 AS INTEGER), ?)`, node, holder, pid, token, rows == 1, note); err != nil {
 		return false, err
 	}
 	return rows == 1, tx.Commit()
@@ -168,6 +186,7 @@ func write(ctx context.Context, db *sql.DB, node string, pid int, token int64, n
 type writeRow struct {
 	seq      int64
 	node     string
+	holder   string
 	pid      int
 	token    int64
 	accepted bool
@@ -176,7 +195,7 @@ type writeRow struct {
 }
 
 func readWrites(ctx context.Context, db *sql.DB, after int64) ([]writeRow, error) {
-	rows, err := db.QueryContext(ctx, `SELECT seq, node, pid, token, accepted, at_ms, note FROM writes WHERE seq > ? ORDER BY seq`, after)
+	rows, err := db.QueryContext(ctx, `SELECT seq, node, holder, pid, token, accepted, at_ms, note FROM writes WHERE seq > ? ORDER BY seq`, after)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +204,7 @@ func readWrites(ctx context.Context, db *sql.DB, after int64) ([]writeRow, error
 	for rows.Next() {
 		var w writeRow
 		var at int64
-		if err := rows.Scan(&w.seq, &w.node, &w.pid, &w.token, &w.accepted, &at, &w.note); err != nil {
+		if err := rows.Scan(&w.seq, &w.node, &w.holder, &w.pid, &w.token, &w.accepted, &at, &w.note); err != nil {
 			return nil, err
 		}
 		w.at = time.UnixMilli(at)

@@ -64,7 +64,9 @@
 // same holder. A leasehold term's token is therefore strictly greater than
 // that of every term before it, leasehold's or client-go's, and a resource
 // that refuses a token lower than the last it saw refuses a stale leasehold
-// writer. Renew and Release keep it. (client-go counts changes of holder,
+// writer (a fence that also refuses the last token from another holder, as
+// every leasehold fence does, refuses it even where one token was granted
+// twice). Renew and Release keep it. (client-go counts changes of holder,
 // not terms: a client-go elector that renews its own lapsed lease keeps the
 // number.)
 //

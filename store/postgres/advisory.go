@@ -47,8 +47,10 @@ type AdvisoryOptions struct {
 //
 // It is still fenced: taking the lock adds one to the lease row's epoch (the
 // counter the lease variant uses), and Token returns the new value. A
-// resource that checks the token with each write (WHERE last_token <= $token)
-// refuses a holder whose lock was lost and taken by another. While the
+// resource that checks the term (Term: token and holder) with each write
+// (fence/sqlfence, or WHERE last_epoch < $token OR (last_epoch = $token AND
+// last_holder = $holder)) refuses a holder whose lock was lost and taken by
+// another. While the
 // advisory lock is held the row shows its holder with an expiry of
 // -infinity: it is not a live lease. Do not mix the lease and the advisory
 // variant on one name; they share only the token counter.

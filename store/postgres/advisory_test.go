@@ -58,12 +58,15 @@ func TestAdvisoryLockLostWithItsConnection(t *testing.T) {
 	st := openStore(t, schema, postgres.Options{})
 	admin := adminConn(t)
 	ctx := ctxFor(t)
-	if _, err := admin.Exec(ctx, `CREATE TABLE `+schema+`.resource (id int PRIMARY KEY, last_token bigint NOT NULL, value text);
-		INSERT INTO `+schema+`.resource VALUES (1, 0, '')`); err != nil {
+	if _, err := admin.Exec(ctx, `CREATE TABLE `+schema+`.resource (id int PRIMARY KEY, last_token bigint NOT NULL, last_holder text NOT NULL, value text);
+		INSERT INTO `+schema+`.resource VALUES (1, 0, '', '')`); err != nil {
 		t.Fatal(err)
 	}
-	fencedWrite := func(token int64, value string) int64 {
-		tag, err := admin.Exec(ctx, `UPDATE `+schema+`.resource SET last_token = $1, value = $2 WHERE id = 1 AND last_token <= $1`, token, value)
+	// The direct form of fence/README.md: the term (token, holder) is checked
+	// in the statement that writes.
+	fencedWrite := func(term store.Term, value string) int64 {
+		tag, err := admin.Exec(ctx, `UPDATE `+schema+`.resource SET last_token = $1, last_holder = $2, value = $3
+			WHERE id = 1 AND (last_token < $1 OR (last_token = $1 AND last_holder = $2))`, term.Token, term.Holder, value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +78,7 @@ func TestAdvisoryLockLostWithItsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Release(ctx)
-	if fencedWrite(a.Token(), "a") != 1 {
+	if fencedWrite(a.Term(), "a") != 1 {
 		t.Fatal("node-a's first fenced write was refused")
 	}
 	// node-b blocks in pg_advisory_lock.
@@ -101,7 +104,7 @@ func TestAdvisoryLockLostWithItsConnection(t *testing.T) {
 	if r.l.Token() != a.Token()+1 {
 		t.Fatalf("node-b's token %d, want %d", r.l.Token(), a.Token()+1)
 	}
-	if fencedWrite(r.l.Token(), "b") != 1 {
+	if fencedWrite(r.l.Term(), "b") != 1 {
 		t.Fatal("node-b's fenced write was refused")
 	}
 	select {
@@ -113,7 +116,7 @@ func TestAdvisoryLockLostWithItsConnection(t *testing.T) {
 		t.Fatalf("node-a's cause %v, want ErrAdvisoryLost", cause)
 	}
 	// node-a, still believing, writes with its token: refused.
-	if fencedWrite(a.Token(), "stale a") != 0 {
+	if fencedWrite(a.Term(), "stale a") != 0 {
 		t.Fatal("the resource accepted node-a's stale token after node-b's write")
 	}
 	if err := a.Release(ctx); !errors.Is(err, store.ErrNotHeld) {

@@ -46,8 +46,11 @@
 // What is not guaranteed: a lease alone is not mutual exclusion. A holder can
 // pause (GC, a stopped VM) past its lease and wake believing it still leads;
 // leasehold cancels its work at a local deadline well before the lease ends,
-// but only a resource that checks the token in the same statement as the
-// write (... WHERE last_token <= $token) refuses a stale holder for certain.
+// but only a resource that checks the term in the same statement as the write
+// (fence/sqlfence, or ... WHERE last_epoch < $token OR (last_epoch = $token
+// AND last_holder = $holder)) refuses a stale holder for certain. Not
+// last_epoch <= $token: that admits one token from two terms, which a lease
+// row lost and granted again would hand out.
 //
 // # Plain SQL clients
 //

@@ -47,8 +47,9 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	// Do the work under held.Context(), and send held.Token() with every
-	// write to the resource, which refuses a token lower than one it has seen.
+	// Do the work under held.Context(), and send held.Term() (token and
+	// holder) with every write to the resource, whose fence refuses an older
+	// term: a lower token, or the same token from another holder.
 	fmt.Println("worker-1 holds it with token", held.Token())
 
 	other, _ := leasehold.NewLock(st, "nightly-report", leasehold.LockConfig{Identity: "worker-2"})
@@ -121,7 +122,7 @@ func Example_keeper() {
 			fmt.Println(err)
 			return
 		}
-		// Run the partition's work under kp.Context(), writing with kp.Token().
+		// Run the partition's work under kp.Context(), writing with kp.Term().
 		shards = append(shards, kp)
 	}
 	fmt.Println("holding", len(k.Terms()), "partitions")

@@ -33,8 +33,9 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	// Do the work under held.Context(), and send held.Token() with every
-	// write to the resource, which refuses a token lower than one it has seen.
+	// Do the work under held.Context(), and send held.Term() (token and
+	// holder) with every write to the resource, whose fence refuses an older
+	// term: a lower token, or the same token from another holder.
 	fmt.Println("holding; token above 0:", held.Token() > 0)
 
 	// Meanwhile another worker is refused.
