@@ -63,7 +63,7 @@ func TestSuspendAwareTimerExactAndReset(t *testing.T) {
 
 // A leader whose host is suspended past its safeUntil stops trusting its
 // term within suspendCheck of resuming, not RenewDeadline of monotonic time
-// later (SAFETY.md rule 5: the trust window counts a suspend).
+// later (SAFETY.md rule 7: the trust window counts a suspend).
 func TestSuspendedLeaderStopsOnResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		host := &fakeSuspend{}

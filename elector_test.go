@@ -16,7 +16,7 @@ import (
 
 // Default timings: lease 15s, renew deadline 10s, renew every 5s, retry 2s.
 
-// SAFETY rule 5: safeUntil = send time of the last successful request +
+// SAFETY rule 6: safeUntil = send time of the last successful request +
 // renewDeadline, not its answer time; at safeUntil the work's context is
 // cancelled whatever a renewal in flight may say.
 func TestSafeUntilCountsFromSendTime(t *testing.T) {
@@ -153,7 +153,7 @@ func TestTakenOverDuringPauseStops(t *testing.T) {
 	})
 }
 
-// SAFETY rule 10: the lease is released only after the work has returned.
+// SAFETY rule 12: the lease is released only after the work has returned.
 func TestReleaseOnlyAfterWorkReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
@@ -190,7 +190,7 @@ func TestReleaseOnlyAfterWorkReturns(t *testing.T) {
 	})
 }
 
-// SAFETY rule 11: after a loss the node contends again, and leads again
+// SAFETY rule 13: after a loss the node contends again, and leads again
 // when the lease is free, with a higher token.
 func TestLoserContendsAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -318,7 +318,7 @@ func TestReleaseWakesCandidateAtOnce(t *testing.T) {
 	})
 }
 
-// SAFETY rule 9: an acquire whose answer was lost may have been granted; the
+// SAFETY rule 11: an acquire whose answer was lost may have been granted; the
 // node never acts on it, and its next grant is a new, higher term.
 func TestLostAcquireReplyNeverLeads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -438,7 +438,7 @@ func TestStopOnLoss(t *testing.T) {
 	})
 }
 
-// SAFETY rule 8: two processes configured with one identity are distinct
+// SAFETY rule 10: two processes configured with one identity are distinct
 // holders, and never lead at once.
 func TestSameConfiguredIdentityNeverBothLead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

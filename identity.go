@@ -11,7 +11,7 @@ import (
 // NewIdentity returns the holder identity of one process instance: the
 // configured name, a dash, and 8 random hex digits. Two processes configured
 // with the same name therefore never share an identity, and never both believe
-// they hold one term (SAFETY.md rule 8).
+// they hold one term (SAFETY.md rule 10).
 func NewIdentity(name string) (string, error) {
 	if name == "" {
 		return "", fmt.Errorf("%w: identity is empty", ErrInvalidConfig)

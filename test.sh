@@ -21,6 +21,9 @@ mapfile -t rest < <(go list ./... | grep -v -x -F \
   -e github.com/leasehold/leasehold/fence)
 go test -count=1 -timeout 15m "${rest[@]}"
 
+echo "== a cancelled PostgreSQL advisory wait never leaves the lock held (once failed 1 run in 30)"
+go test -count=30 -run 'TestAdvisoryLockCancelled$' ./store/postgres/
+
 if [ -f interop/go.mod ]; then
   echo "== interop module"
   (cd interop && go vet ./... && go test -count=1 ./...)

@@ -7,7 +7,7 @@ import "time"
 // change them only through its methods; TestTrustTable pins every rule.
 //
 //   - safeUntil is the send time of the latest successful acquire or renew
-//     plus RenewDeadline, on the holder's own clock (SAFETY.md rule 5). It only
+//     plus RenewDeadline, on the holder's own clock (SAFETY.md rule 6). It only
 //     moves forward: a late answer to an earlier request cannot shorten it,
 //     and nothing extends it but a successful request.
 //   - The term's context is cancelled at cancelAt = safeUntil - WindDown.

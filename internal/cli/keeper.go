@@ -29,7 +29,7 @@ import (
 // moved forward at each renewal. The keeper sends SIGTERM to the command's
 // group a term grace before that, and SIGKILL at it. So the command is dead
 // by safeUntil even when run itself is frozen (SIGSTOP, a debugger, a swap
-// storm) and cannot act: that is what SAFETY.md rule 12 needs, and a
+// storm) and cannot act: that is what SAFETY.md rule 14 needs, and a
 // supervisor in one process cannot give it. If run dies (its end of the pipe
 // closes), the keeper kills the command's group at once. If the keeper dies,
 // the kernel kills the command (Linux's parent-death signal) and run kills
