@@ -147,13 +147,8 @@ func ValidateHolder(holder string) error {
 	if holder == "" {
 		return fmt.Errorf("%w: holder identity is empty: a fence tells terms apart by token and holder", ErrInvalid)
 	}
-	if len(holder) > MaxHolderLen {
-		return fmt.Errorf("%w: holder identity is %d bytes, the limit is %d", ErrInvalid, len(holder), MaxHolderLen)
-	}
-	for i := 0; i < len(holder); i++ {
-		if c := holder[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("%w: holder identity %q has byte %#x at %d; allowed is printable ASCII without spaces", ErrInvalid, holder, c, i)
-		}
+	if err := store.ValidateHolder(holder); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }
