@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"errors"
+	"github.com/leasehold/leasehold"
 	"net/url"
 	"strings"
 	"testing"
@@ -71,6 +72,10 @@ func TestChaosKubernetes(t *testing.T) {
 	c := baseConfig(t, storeURL, 30*time.Second)
 	c.AllowRemote = true // the kubeconfig points at this test's own server on 127.0.0.1
 	c.Faults = []string{chaos.FaultPause, chaos.FaultKill, chaos.FaultClock, chaos.FaultTwin}
+	// The store refuses a margin (lease - renew deadline) of a second or
+	// less: client-go, which may share a Lease, tells renewals apart only at
+	// whole seconds.
+	c.Timings = leasehold.Timings{LeaseDuration: 3 * time.Second, RenewDeadline: 1800 * time.Millisecond, RenewInterval: 600 * time.Millisecond, RetryPeriod: 400 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }

@@ -172,15 +172,14 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
-	if c.broken != "" {
-		if st, err = breakStore(st, c.broken); err != nil {
-			return err
-		}
-	}
 	// The recorder sits between the elector and the (possibly broken) store:
 	// it records what the elector sent and got, on clocks the elector does
 	// not report.
-	st = withCapabilities(&recStore{inner: st, hw: hw}, st)
+	rs, err := newRecStore(st, hw, c.broken)
+	if err != nil {
+		return err
+	}
+	st = rs
 	reg, err := retryOpen(ctx, func(ctx context.Context) (registerClient, error) { return openRegisterClient(ctx, c.reg) })
 	if err != nil {
 		return fmt.Errorf("open register: %w", err)

@@ -19,11 +19,36 @@ import (
 // node's clock. The safe-until check bounds each safeUntil by the recorded
 // request, and the token-order check orders grants by these lines.
 
-// recStore records the calls of the elector that change the lease.
+// recStore records the calls of the elector that change the lease. In a
+// negative control it also breaks the store in one way (see Broken*), below
+// the recorder, so the history shows what the elector saw. It forwards every
+// optional capability on purpose (a wrapper that embedded store.Store would
+// hide the store's watch, and nodes would poll): Watch, RenewMany and Limits
+// reach the store inside when it has them.
 type recStore struct {
-	inner store.Store
-	hw    *historyWriter
-	seq   atomic.Int64
+	inner  store.Store
+	hw     *historyWriter
+	seq    atomic.Int64
+	broken string              // "" or a Broken* mode
+	fr     store.ForceReleaser // BrokenEarlyGrant's way to end a live term
+}
+
+// newRecStore records the calls to st, broken as mode says ("" for none).
+func newRecStore(st store.Store, hw *historyWriter, mode string) (*recStore, error) {
+	s := &recStore{inner: st, hw: hw, broken: mode}
+	switch mode {
+	case "":
+	case BrokenEarlyGrant:
+		fr, ok := st.(store.ForceReleaser)
+		if !ok {
+			return nil, fmt.Errorf("%w: broken store %s needs a store with ForceRelease", ErrInvalid, mode)
+		}
+		s.fr = fr
+	case BrokenTokenDown:
+	default:
+		return nil, validBroken(mode)
+	}
+	return s, nil
 }
 
 func (s *recStore) call(op string, token int64) int64 {
@@ -36,9 +61,36 @@ func (s *recStore) answer(n int64, op string, token int64, err error) {
 	s.hw.emit(Event{Kind: EvAnswer, Req: n, Call: op, Token: token, Err: errString(err)})
 }
 
+// in and out map a term's token between the elector and the store.
+func (s *recStore) in(t store.Term) store.Term {
+	if s.broken == BrokenTokenDown {
+		t.Token = swapTok(t.Token)
+	}
+	return t
+}
+
+func (s *recStore) out(rec store.Record) store.Record {
+	if s.broken == BrokenTokenDown {
+		rec.Token = swapTok(rec.Token)
+	}
+	return rec
+}
+
+func (s *recStore) acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	rec, err := s.inner.Acquire(ctx, name, holder, ttl, metadata)
+	if s.broken == BrokenEarlyGrant && errors.Is(err, store.ErrHeld) {
+		// Ignore the live holder: end its term, and grant.
+		if _, err := s.fr.ForceRelease(ctx, name); err != nil && !errors.Is(err, store.ErrNotHeld) {
+			return store.Record{}, err
+		}
+		rec, err = s.inner.Acquire(ctx, name, holder, ttl, metadata)
+	}
+	return s.out(rec), err
+}
+
 func (s *recStore) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	n := s.call(CallAcquire, 0)
-	rec, err := s.inner.Acquire(ctx, name, holder, ttl, metadata)
+	rec, err := s.acquire(ctx, name, holder, ttl, metadata)
 	tok := int64(0)
 	if err == nil {
 		tok = rec.Token
@@ -49,75 +101,52 @@ func (s *recStore) Acquire(ctx context.Context, name, holder string, ttl time.Du
 
 func (s *recStore) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
 	n := s.call(CallRenew, t.Token)
-	rec, err := s.inner.Renew(ctx, t, ttl)
+	rec, err := s.inner.Renew(ctx, s.in(t), ttl)
 	s.answer(n, CallRenew, t.Token, err)
-	return rec, err
+	return s.out(rec), err
 }
 
 func (s *recStore) Release(ctx context.Context, t store.Term) error {
 	n := s.call(CallRelease, t.Token)
-	err := s.inner.Release(ctx, t)
+	err := s.inner.Release(ctx, s.in(t))
 	s.answer(n, CallRelease, t.Token, err)
 	return err
 }
 
 func (s *recStore) Get(ctx context.Context, name string) (store.Record, error) {
-	return s.inner.Get(ctx, name)
+	rec, err := s.inner.Get(ctx, name)
+	return s.out(rec), err
 }
 
 func (s *recStore) Close() error { return s.inner.Close() }
 
-// withCapabilities returns base (a wrapper of inner) with inner's optional
-// capabilities that the lease loop looks for (Watcher, BatchRenewer, Limiter)
-// forwarded to inner. A wrapper that only embedded store.Store would hide
-// them, and the elector would silently poll instead of watching.
-func withCapabilities(base, inner store.Store) store.Store {
-	w, isW := inner.(store.Watcher)
-	b, isB := inner.(store.BatchRenewer)
-	l, isL := inner.(store.Limiter)
-	switch {
-	case isW && isB && isL:
-		return struct {
-			store.Store
-			store.Watcher
-			store.BatchRenewer
-			store.Limiter
-		}{base, w, b, l}
-	case isW && isB:
-		return struct {
-			store.Store
-			store.Watcher
-			store.BatchRenewer
-		}{base, w, b}
-	case isW && isL:
-		return struct {
-			store.Store
-			store.Watcher
-			store.Limiter
-		}{base, w, l}
-	case isB && isL:
-		return struct {
-			store.Store
-			store.BatchRenewer
-			store.Limiter
-		}{base, b, l}
-	case isW:
-		return struct {
-			store.Store
-			store.Watcher
-		}{base, w}
-	case isB:
-		return struct {
-			store.Store
-			store.BatchRenewer
-		}{base, b}
-	case isL:
-		return struct {
-			store.Store
-			store.Limiter
-		}{base, l}
+// Watch forwards to the store's watch; without one it fails, and the
+// elector polls.
+func (s *recStore) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	w, ok := s.inner.(store.Watcher)
+	if !ok {
+		return nil, errors.New("chaos: the store has no watch")
 	}
-	return base
+	return w.Watch(ctx, name)
+}
+
+// RenewMany records each term's renewal as Renew does; nodes hold one lease,
+// so a batch is never more than one term.
+func (s *recStore) RenewMany(ctx context.Context, terms []store.Term, ttl time.Duration) ([]store.Record, []error, error) {
+	recs := make([]store.Record, len(terms))
+	errs := make([]error, len(terms))
+	for i, t := range terms {
+		recs[i], errs[i] = s.Renew(ctx, t, ttl)
+	}
+	return recs, errs, nil
+}
+
+// Limits forwards the store's limits.
+func (s *recStore) Limits() store.Limits {
+	if l, ok := s.inner.(store.Limiter); ok {
+		return l.Limits()
+	}
+	return store.Limits{}
 }
 
 // Broken stores, for negative controls only. Each breaks a store's contract
@@ -149,44 +178,6 @@ func validBroken(mode string) error {
 	return fmt.Errorf("%w: broken store %q: want one of %s (negative controls)", ErrInvalid, mode, strings.Join(BrokenStores, ", "))
 }
 
-// breakStore wraps st in the broken store mode names.
-func breakStore(st store.Store, mode string) (store.Store, error) {
-	switch mode {
-	case BrokenEarlyGrant:
-		fr, ok := st.(store.ForceReleaser)
-		if !ok {
-			return nil, fmt.Errorf("%w: broken store %s needs a store with ForceRelease", ErrInvalid, mode)
-		}
-		return withCapabilities(&earlyGrantStore{Store: st, fr: fr}, st), nil
-	case BrokenTokenDown:
-		return withCapabilities(&tokenDownStore{Store: st}, st), nil
-	}
-	return nil, validBroken(mode)
-}
-
-// earlyGrantStore ignores a live holder: an Acquire refused because another
-// holder's term is live ends that term and grants a new one.
-type earlyGrantStore struct {
-	store.Store
-	fr store.ForceReleaser
-}
-
-func (s *earlyGrantStore) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	rec, err := s.Store.Acquire(ctx, name, holder, ttl, metadata)
-	if !errors.Is(err, store.ErrHeld) {
-		return rec, err
-	}
-	if _, err := s.fr.ForceRelease(ctx, name); err != nil && !errors.Is(err, store.ErrNotHeld) {
-		return store.Record{}, err
-	}
-	return s.Store.Acquire(ctx, name, holder, ttl, metadata)
-}
-
-// tokenDownStore shows each token t of the real store as swapTok(t), and
-// maps it back on the way in. Every process agrees on the mapping, so terms
-// stay consistent; only the order of tokens is broken.
-type tokenDownStore struct{ store.Store }
-
 // swapTok swaps 1↔2, 3↔4, …: its own inverse.
 func swapTok(t int64) int64 {
 	switch {
@@ -197,30 +188,4 @@ func swapTok(t int64) int64 {
 	default:
 		return t - 1
 	}
-}
-
-func swapRec(rec store.Record) store.Record {
-	rec.Token = swapTok(rec.Token)
-	return rec
-}
-
-func (s *tokenDownStore) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	rec, err := s.Store.Acquire(ctx, name, holder, ttl, metadata)
-	return swapRec(rec), err
-}
-
-func (s *tokenDownStore) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
-	t.Token = swapTok(t.Token)
-	rec, err := s.Store.Renew(ctx, t, ttl)
-	return swapRec(rec), err
-}
-
-func (s *tokenDownStore) Release(ctx context.Context, t store.Term) error {
-	t.Token = swapTok(t.Token)
-	return s.Store.Release(ctx, t)
-}
-
-func (s *tokenDownStore) Get(ctx context.Context, name string) (store.Record, error) {
-	rec, err := s.Store.Get(ctx, name)
-	return swapRec(rec), err
 }
