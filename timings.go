@@ -149,6 +149,15 @@ func (t Timings) jitter() float64 {
 	return t.Jitter
 }
 
+// ValidateFor validates t as Validate does, and against the limits st
+// declares (store.Limiter): what NewElector, NewLock and NewKeeper check,
+// for callers (a command, a test harness) that want the answer before they
+// build one.
+func (t Timings) ValidateFor(st store.Store) error {
+	_, err := validateFor(st, t)
+	return err
+}
+
 // validateFor validates t, fills in its defaults, and checks it against the
 // limits st declares (store.Limiter): the store's shortest lease, and a margin
 // leaseDuration - renewDeadline wider than the resolution at which readers

@@ -284,3 +284,27 @@ func TestRunRejectsAnUnknownBrokenStore(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// minLeaseStore declares a minimum lease no default timing meets, as the
+// Kubernetes store declares a one-second resolution.
+type minLeaseStore struct{ store.Store }
+
+func (minLeaseStore) Limits() store.Limits { return store.Limits{MinLeaseDuration: time.Hour} }
+
+// Timings the store cannot keep are refused before any node starts, naming
+// the store's rule, instead of every node exiting at start.
+func TestRunRejectsTimingsBelowTheStoresLimits(t *testing.T) {
+	c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), 20*time.Second)
+	open := c.Open
+	c.Open = func(ctx context.Context, u *url.URL) (store.Store, error) {
+		st, err := open(ctx, u)
+		return minLeaseStore{st}, err
+	}
+	_, err := chaos.Run(context.Background(), c)
+	if !errors.Is(err, chaos.ErrInvalid) || !strings.Contains(err.Error(), "below this store's minimum 1h0m0s") {
+		t.Fatalf("err = %v, want ErrInvalid naming the store's minimum", err)
+	}
+	if entries, _ := os.ReadDir(c.Dir); len(entries) != 0 {
+		t.Fatalf("a rejected run wrote %d files", len(entries))
+	}
+}

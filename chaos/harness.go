@@ -410,6 +410,9 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStore, redact(u), err)
 	}
 	defer h.st.Close()
+	if err := c.Timings.ValidateFor(h.st); err != nil {
+		return nil, fmt.Errorf("%w: timings for %s://: %w", ErrInvalid, u.Scheme, err)
+	}
 	if c.BrokenStore == BrokenEarlyGrant {
 		if _, ok := h.st.(store.ForceReleaser); !ok {
 			return nil, fmt.Errorf("%w: --broken-store %s needs a store with ForceRelease; %s:// has none", ErrInvalid, c.BrokenStore, u.Scheme)
