@@ -730,7 +730,7 @@ func TestHTTP(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if m := regexp.MustCompile(`leasehold_safe_until_seconds\{lease="web"\} ([0-9.e-]+)`).FindStringSubmatch(body); m == nil {
+	if m := regexp.MustCompile(`leasehold_safe_until_remaining_seconds\{lease="web"\} ([0-9.e-]+)`).FindStringSubmatch(body); m == nil {
 		t.Errorf("/metrics has no safe-until gauge")
 	} else if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 || v > 1.2 {
 		t.Errorf("safe-until gauge %v, want in (0, 1.2] seconds", v)
