@@ -36,6 +36,7 @@ Examples:
   leasehold doctor
   leasehold doctor --store postgres://app@db/app --lease-duration 6s --renew-deadline 4s`)
 	c.store.register(c.fs)
+	c.store.readOnly = true // a mistyped path must not become a new, empty store
 	c.timings.register(c.fs)
 	c.fs.StringVar(&c.lease, "lease", "leasehold-doctor", "the lease `NAME` to read while measuring the round trip (read only)")
 	c.fs.IntVar(&c.samples, "samples", 5, "how many reads measure the round trip")
