@@ -586,19 +586,31 @@ func TestUnreachableStore(t *testing.T) {
 
 func TestDefaultStore(t *testing.T) {
 	home := t.TempDir()
-	code, _, errOut := leasehold(t, []string{"HOME=" + home, "XDG_STATE_HOME="}, "status")
 	want := filepath.Join(home, ".local", "state", "leasehold", "leases.db")
+	// A read-only command creates no default store: it says there is none.
+	code, _, errOut := leasehold(t, []string{"HOME=" + home, "XDG_STATE_HOME="}, "status")
+	if code != 69 || !strings.Contains(errOut, "no default store yet") || !strings.Contains(errOut, want) {
+		t.Fatalf("status with no store yet: exit %d, stderr %q; want 69 naming %s", code, errOut, want)
+	}
+	if _, err := os.Stat(filepath.Join(home, ".local")); !os.IsNotExist(err) {
+		t.Fatalf("status created %s: %v", filepath.Join(home, ".local"), err)
+	}
+	// migrate sets it up, and says where.
+	code, _, errOut = leasehold(t, []string{"HOME=" + home, "XDG_STATE_HOME="}, "migrate")
 	if code != 0 || !strings.Contains(errOut, "using the default store sqlite://"+want) {
-		t.Fatalf("status with no store: exit %d, stderr %q; want it to name %s", code, errOut, want)
+		t.Fatalf("migrate with no store: exit %d, stderr %q; want it to name %s", code, errOut, want)
 	}
 	if fi, err := os.Stat(want); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("default store file: %v (mode %v), want it created with mode 0600", err, fi)
 	}
+	if code, _, errOut = leasehold(t, []string{"HOME=" + home, "XDG_STATE_HOME="}, "status"); code != 0 {
+		t.Fatalf("status on the default store: exit %d, stderr %q", code, errOut)
+	}
 	xdg := t.TempDir()
-	code, _, errOut = leasehold(t, []string{"HOME=" + home, "XDG_STATE_HOME=" + xdg}, "status")
+	code, _, errOut = leasehold(t, []string{"HOME=" + home, "XDG_STATE_HOME=" + xdg}, "migrate")
 	want = filepath.Join(xdg, "leasehold", "leases.db")
 	if code != 0 || !strings.Contains(errOut, want) {
-		t.Fatalf("status with XDG_STATE_HOME: exit %d, stderr %q; want %s", code, errOut, want)
+		t.Fatalf("migrate with XDG_STATE_HOME: exit %d, stderr %q; want %s", code, errOut, want)
 	}
 }
 
@@ -730,7 +742,7 @@ func TestHTTP(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if m := regexp.MustCompile(`leasehold_safe_until_seconds\{lease="web"\} ([0-9.e-]+)`).FindStringSubmatch(body); m == nil {
+	if m := regexp.MustCompile(`leasehold_safe_until_remaining_seconds\{lease="web"\} ([0-9.e-]+)`).FindStringSubmatch(body); m == nil {
 		t.Errorf("/metrics has no safe-until gauge")
 	} else if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 || v > 1.2 {
 		t.Errorf("safe-until gauge %v, want in (0, 1.2] seconds", v)

@@ -32,7 +32,6 @@ func TestBadInputs(t *testing.T) {
 	}{
 		{"jitter NaN", []string{"run", "--lease", "x", "--jitter", "NaN", "--", "true"}, ExitUsage, "--jitter NaN", ""},
 		{"jitter Inf", []string{"run", "--lease", "x", "--jitter", "Inf", "--", "true"}, ExitUsage, "--jitter +Inf", ""},
-		{"jitter 0", []string{"run", "--lease", "x", "--jitter", "0", "--", "true"}, ExitUsage, "--jitter 0 is not supported", ""},
 		{"jitter negative", []string{"run", "--lease", "x", "--jitter", "-0.1", "--", "true"}, ExitUsage, "--jitter -0.1", ""},
 		{"jitter above 1", []string{"run", "--lease", "x", "--jitter", "1.5", "--", "true"}, ExitUsage, "--jitter 1.5", ""},
 		{"jitter not a number", []string{"run", "--lease", "x", "--jitter", "lots", "--", "true"}, ExitUsage, "--jitter", ""},
@@ -81,6 +80,9 @@ func TestBadInputs(t *testing.T) {
 		{"unknown flag", []string{"run", "--lease", "x", "--bogus", "--", "true"}, ExitUsage, "--bogus", ""},
 		{"status missing sqlite file", []string{"status", "--store", "sqlite://" + D + "/typo.db", "x"}, ExitStoreUnavailable, "no SQLite store at", ""},
 		{"history missing sqlite file", []string{"history", "--store", "sqlite://" + D + "/typo.db", "x"}, ExitStoreUnavailable, "no SQLite store at", ""},
+		{"doctor missing sqlite file", []string{"doctor", "--store", "sqlite://" + D + "/typo.db"}, ExitStoreUnavailable, "no SQLite store at", ""},
+		{"release missing sqlite file", []string{"release", "--force", "--store", "sqlite://" + D + "/typo.db", "x"}, ExitStoreUnavailable, "no SQLite store at", ""},
+		{"doctor without any store", []string{"doctor"}, ExitStoreUnavailable, "no default store yet", ""},
 		{"status without any store", []string{"status"}, ExitStoreUnavailable, "no default store yet", ""},
 		{"status interval", []string{"status", "--interval", "0s", "x"}, ExitUsage, "--interval 0s", ""},
 		{"history limit", []string{"history", "--limit", "0", "x"}, ExitUsage, "--limit 0", ""},

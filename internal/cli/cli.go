@@ -141,6 +141,7 @@ var commands = []commandInfo{
 	{name: demoWorkerCommand, hidden: true, new: newDemoWorkerCmd},
 	{name: "verify", summary: "prove on a store that no stale write is accepted: real processes, real faults, a checked history", new: newVerifyCmd},
 	{name: chaosNodeCommand, hidden: true, new: newChaosNodeCmd},
+	{name: "version", summary: "print the version and commit of this build (also --version)", new: newVersionCmd},
 }
 
 func lookup(name string) (commandInfo, bool) {
@@ -166,6 +167,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "-h", "-help", "--help":
 		topUsage(stdout)
 		return ExitOK
+	case "-version", "--version":
+		name = "version"
+		args = append([]string{name}, args[1:]...)
 	case "help":
 		if len(args) > 1 {
 			if c, ok := lookup(args[1]); ok && !c.hidden {

@@ -3,9 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -148,7 +150,7 @@ func TestMetricsFormat(t *testing.T) {
 	want := map[string]float64{
 		"leasehold_is_leader{}":                              1,
 		"leasehold_token{}":                                  9,
-		"leasehold_safe_until_seconds{}":                     1.5,
+		"leasehold_safe_until_remaining_seconds{}":           1.5,
 		"leasehold_leader_transitions_total{}":               1,
 		`leasehold_acquire_attempts_total{result="granted"}`: 1,
 		`leasehold_acquire_attempts_total{result="held"}`:    1,
@@ -169,8 +171,39 @@ func TestMetricsFormat(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
 		}
 	}
+	// safeUntil on the wall clock, to the millisecond.
+	wantAt := float64(now.Add(1500*time.Millisecond).UnixNano()) / 1e9
+	if got := values["leasehold_safe_until_timestamp_seconds{}"]; math.Abs(got-wantAt) > 0.0005 {
+		t.Errorf("leasehold_safe_until_timestamp_seconds = %v, want %v to the millisecond", got, wantAt)
+	}
+	if regexp.MustCompile(`_seconds\{[^}]*\} [0-9]+\.[0-9]{4,}`).MatchString(buf.String()) {
+		t.Errorf("a gauge in seconds is not rounded to the millisecond")
+	}
+	// A node that does not lead: both zero.
+	buf.Reset()
+	m.write(&buf, leasehold.Status{}, now)
+	for _, z := range []string{"leasehold_safe_until_remaining_seconds{lease=\"odd\\\"name\"} 0\n", "leasehold_safe_until_timestamp_seconds{lease=\"odd\\\"name\"} 0\n"} {
+		if !strings.Contains(buf.String(), z) {
+			t.Errorf("standby: no %q", z)
+		}
+	}
 	if t.Failed() {
 		t.Log(buf.String())
+	}
+}
+
+// TestLeaderJSONMilliseconds: /leader and `status --json` give durations in
+// seconds to the millisecond, not float noise like 13.321307000000001.
+func TestLeaderJSONMilliseconds(t *testing.T) {
+	rec := store.Record{Term: store.Term{Token: 3, Holder: "h"}, TTL: 15*time.Second + 123456789, Remaining: 13*time.Second + 321307000}
+	b, err := json.Marshal(leaseJSON(rec, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"remaining_seconds":13.321,`, `"ttl_seconds":15.123}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
 	}
 }
 

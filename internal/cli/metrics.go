@@ -96,17 +96,22 @@ func (m *metrics) write(w io.Writer, st leasehold.Status, now time.Time) {
 	family := func(name, typ, help string) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
 	}
-	leader, token, left := 0, int64(0), 0.0
+	leader, token, left, at := 0, int64(0), 0.0, 0.0
 	if st.Leading {
 		leader, token = 1, st.Term.Token
-		left = st.SafeUntil.Sub(now).Seconds()
+		left = seconds(st.SafeUntil.Sub(now))
+		// The wall-clock time of safeUntil, for dashboards; the deadline
+		// itself is on the monotonic clock (now carries both readings).
+		at = seconds(time.Duration(now.Add(st.SafeUntil.Sub(now)).UnixNano()))
 	}
 	family("leasehold_is_leader", "gauge", "1 while this node holds the lease, else 0.")
 	fmt.Fprintf(w, "leasehold_is_leader{%s} %d\n", lease, leader)
 	family("leasehold_token", "gauge", "Fencing token of the term this node holds (0 when it does not lead).")
 	fmt.Fprintf(w, "leasehold_token{%s} %d\n", lease, token)
-	family("leasehold_safe_until_seconds", "gauge", "Seconds left until this node stops trusting its term (safeUntil); 0 when it does not lead.")
-	fmt.Fprintf(w, "leasehold_safe_until_seconds{%s} %s\n", lease, formatFloat(left))
+	family("leasehold_safe_until_remaining_seconds", "gauge", "Seconds left until this node stops trusting its term (safeUntil), to the millisecond; 0 when it does not lead.")
+	fmt.Fprintf(w, "leasehold_safe_until_remaining_seconds{%s} %s\n", lease, formatFloat(left))
+	family("leasehold_safe_until_timestamp_seconds", "gauge", "Wall-clock time of safeUntil as Unix seconds, to the millisecond (advisory: the holder keeps the deadline on its monotonic clock); 0 when it does not lead.")
+	fmt.Fprintf(w, "leasehold_safe_until_timestamp_seconds{%s} %s\n", lease, formatFloat(at))
 	family("leasehold_leader_transitions_total", "counter", "Terms this node has won.")
 	fmt.Fprintf(w, "leasehold_leader_transitions_total{%s} %d\n", lease, m.transitions)
 	family("leasehold_step_downs_total", "counter", "Terms this node has ended, by reason (expired: no renewal before safeUntil; lost: the store said so; released; shutdown; error).")
@@ -142,11 +147,19 @@ func sortedKeys(m map[string]int64) []string {
 	return ks
 }
 
+// seconds is d in seconds, rounded to the millisecond, so that it prints
+// as 13.321 and not 13.321307000000001: the integer count of milliseconds
+// divided by 1000 is the double nearest that decimal, which Go prints in
+// its shortest form.
+func seconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond)/time.Millisecond) / 1000
+}
+
 func formatFloat(f float64) string {
 	if math.IsInf(f, 1) {
 		return "+Inf"
 	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
+	return strconv.FormatFloat(f, 'f', -1, 64) // never an exponent: 1796234938.123, not 1.796234938123e+09
 }
 
 func escapeLabel(s string) string {
@@ -259,10 +272,10 @@ func leaseJSON(rec store.Record, name string) leaseView {
 	v.State = leaseState(rec)
 	v.Holder = rec.Holder
 	v.Token = rec.Token
-	v.TTLSeconds = rec.TTL.Seconds()
+	v.TTLSeconds = seconds(rec.TTL)
 	v.Metadata = rec.Metadata
 	if rec.Live() {
-		v.RemainingSeconds = rec.Remaining.Seconds()
+		v.RemainingSeconds = seconds(rec.Remaining)
 	}
 	return v
 }

@@ -28,6 +28,7 @@ must refuse stale ones. --force is required, as a reminder.
 Example:
   leasehold release --force nightly-report`)
 	c.store.register(c.fs)
+	c.store.readOnly = true // a mistyped path must not become a new, empty store
 	c.fs.BoolVar(&c.force, "force", false, "required: yes, evict whoever holds the lease")
 	return c
 }

@@ -197,11 +197,13 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	}
 	r.elector = e
 
-	tmp, err := os.MkdirTemp("", "leasehold-run-")
+	// The safe-until file's directory; one left by a run killed with SIGKILL
+	// is removed by the next run (makeRunDir).
+	tmp, removeTmp, err := makeRunDir()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer removeTmp()
 	// The command runs in a process group of its own, so a terminal would
 	// stop it (SIGTTIN) the moment it read from it: give it no terminal input.
 	stdin := r.env.Stdin

@@ -73,8 +73,9 @@ type storeFlag struct {
 	raw     string
 	timeout time.Duration
 	fs      *flag.FlagSet
-	// readOnly: the command only reads (status, history): it must create
-	// nothing, neither a SQLite file nor a table.
+	// readOnly: the command does not set a store up (status, history,
+	// doctor, release): it must create nothing, neither a SQLite file nor a
+	// table, so that a mistyped path is reported, not silently made.
 	readOnly bool
 }
 
@@ -146,7 +147,7 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 		}
 		if s.readOnly {
 			if _, err := os.Stat(path); err != nil {
-				return nil, &StoreError{URL: "sqlite://" + path, Err: fmt.Errorf("no default store yet (%v); this command reads and creates nothing: name a store with --store or $%s", err, StoreEnv)}
+				return nil, &StoreError{URL: "sqlite://" + path, Err: fmt.Errorf("no default store yet (%v); this command creates no store: name one with --store or $%s", err, StoreEnv)}
 			}
 		} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, &StoreError{URL: "sqlite://" + path, Err: err}
@@ -212,7 +213,7 @@ func readOnlyURL(u *url.URL) error {
 			return err
 		}
 		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("no SQLite store at %s (%w); this command reads and creates nothing: check the path", path, err)
+			return fmt.Errorf("no SQLite store at %s (%w); this command creates no store: check the path", path, err)
 		}
 		q.Set("create", "false")
 	case "postgres", "postgresql":

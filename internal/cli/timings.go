@@ -37,7 +37,7 @@ func (t *timingFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.renewDeadline, "renew-deadline", 0, "how long after sending its last successful renewal the holder still trusts its term\n(safeUntil); must be below --lease-duration (default 2/3 of --lease-duration)")
 	fs.DurationVar(&t.renewInterval, "renew-interval", 0, "how often the holder renews (default 1/3 of --lease-duration)")
 	fs.DurationVar(&t.retryPeriod, "retry-period", 0, "how often a standby tries to acquire, and a failed renewal is retried\n(default 2/15 of --lease-duration)")
-	fs.Float64Var(&t.jitter, "jitter", leasehold.DefaultJitter, "largest fraction of --retry-period added at random to each wait, in [0, 1]")
+	fs.Float64Var(&t.jitter, "jitter", leasehold.DefaultJitter, "largest fraction of --retry-period added at random to each wait, in [0, 1];\n0 turns jitter off")
 	fs.DurationVar(&t.termGrace, "term-grace", 0, "time the command gets between SIGTERM and SIGKILL when its term ends\n(default a quarter of renew-deadline minus renew-interval)")
 	fs.DurationVar(&t.killMargin, "kill-margin", 0, "SIGKILL lands this long before safeUntil, so the command is dead before it\n(default a twentieth of renew-deadline minus renew-interval)")
 }
@@ -68,22 +68,23 @@ func (t *timingFlags) resolve() (tm leasehold.Timings, termGrace, killMargin tim
 	switch {
 	case math.IsNaN(t.jitter) || math.IsInf(t.jitter, 0):
 		return tm, 0, 0, usagef("--jitter %v is not a number in [0, 1]", t.jitter)
-	case t.jitter == 0 && t.set("jitter"):
-		// The library's Timings reads a zero Jitter as "the default" (0.2):
-		// passing 0 on would silently mean 0.2. Refuse until it can say "no
-		// jitter" explicitly.
-		return tm, 0, 0, usagef("--jitter 0 is not supported yet (the lease core reads 0 as its default, %v); use a small fraction such as 0.001", leasehold.DefaultJitter)
+	case t.jitter < 0 || t.jitter > 1:
+		return tm, 0, 0, usagef("--jitter %v must be in [0, 1]", t.jitter)
+	}
+	jitter := t.jitter
+	if jitter == 0 {
+		// The core reads a zero Jitter as its default (0.2); on the command
+		// line 0 means 0, so say so with the core's explicit NoJitter.
+		jitter = leasehold.NoJitter
 	}
 	tm = leasehold.Timings{
 		LeaseDuration: t.leaseDuration,
 		RenewDeadline: t.renewDeadline,
 		RenewInterval: t.renewInterval,
 		RetryPeriod:   t.retryPeriod,
-		Jitter:        t.jitter,
+		Jitter:        jitter,
 	}.WithDefaults()
 	switch {
-	case t.jitter < 0 || t.jitter > 1:
-		return tm, 0, 0, usagef("--jitter %v must be in [0, 1]", t.jitter)
 	case tm.RenewDeadline >= tm.LeaseDuration:
 		return tm, 0, 0, usagef("--renew-deadline %v must be less than --lease-duration %v (rule: lease duration > renew deadline > renew interval > 0; the gap is the safety margin)", tm.RenewDeadline, tm.LeaseDuration)
 	case tm.RenewInterval >= tm.RenewDeadline:
@@ -133,4 +134,13 @@ func checkLimits(tm leasehold.Timings, st store.Store, storeName string) error {
 		return usagef("--renew-deadline %v leaves a safety margin of %v below --lease-duration %v, which does not exceed the %v resolution at which store %s's readers tell renewals apart", tm.RenewDeadline, margin, tm.LeaseDuration, lim.TimeResolution, storeName)
 	}
 	return nil
+}
+
+// jitterFraction is the largest fraction of the retry period added to a wait:
+// Timings.Jitter with NoJitter read as 0.
+func jitterFraction(tm leasehold.Timings) float64 {
+	if tm.Jitter == leasehold.NoJitter {
+		return 0
+	}
+	return tm.Jitter
 }

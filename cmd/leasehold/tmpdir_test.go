@@ -1,0 +1,63 @@
+package main_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestKilledRunLeavesNoTempDir: `run` keeps the command's safe-until file in
+// a directory under $TMPDIR. kill -9 of run cannot remove it; the next run
+// must, and must remove its own when it ends, so $TMPDIR ends empty.
+func TestKilledRunLeavesNoTempDir(t *testing.T) {
+	tmp := t.TempDir()
+	env := []string{"LEASEHOLD_STORE=", "TMPDIR=" + tmp}
+	storeURL := sqliteURL(t) // not under tmp
+	args := append([]string{"run", "--store", storeURL, "--lease", "killed"}, timingArgs...)
+	p := startProc(t, env, append(args, "--", "sh", "-c", `echo "keeper $PPID file $LEASEHOLD_SAFE_UNTIL_FILE"; exec sleep 60`)...)
+	p.wait(t, "keeper ", 30*time.Second, strings.HasPrefix)
+	var (
+		keeper int
+		file   string
+	)
+	for _, l := range strings.Split(p.output(), "\n") {
+		if strings.HasPrefix(l, "keeper ") {
+			fmt.Sscanf(l, "keeper %d file %s", &keeper, &file)
+		}
+	}
+	dir := filepath.Dir(file)
+	if keeper <= 1 || filepath.Dir(dir) != tmp {
+		t.Fatalf("keeper %d, safe-until file %q: not a file in a directory under %s", keeper, file, tmp)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("run's directory: %v", err)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	// Its keeper sees the pipe close, kills the command and exits.
+	waitUntil(t, 10*time.Second, "the keeper to exit", func() bool { return processGone(keeper) || procState(keeper) == "Z" })
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("after kill -9 the directory is already gone (%v): this test no longer tests the sweep", err)
+	}
+
+	// The next run, on another lease, removes the dead run's directory and
+	// its own.
+	code, stdout, stderr := leasehold(t, env, append(append([]string{"run", "--store", storeURL, "--lease", "next"}, timingArgs...), "--", "true")...)
+	if code != 0 {
+		t.Fatalf("next run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("left in $TMPDIR: %s", e.Name())
+	}
+}
