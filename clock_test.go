@@ -67,7 +67,8 @@ func TestSuspendAwareTimerExactAndReset(t *testing.T) {
 func TestSuspendedLeaderStopsOnResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		host := &fakeSuspend{}
-		st := memstore.New()
+		// The store runs elsewhere: its clock goes on while this host sleeps.
+		st := memstore.Open(memstore.NewBackend(func() time.Time { return time.Now().Add(host.read()) }))
 		e, err := NewElector(st, ElectorConfig{Name: "job", Identity: "a", Clock: newSuspendAwareClock(host.read)})
 		if err != nil {
 			t.Fatal(err)

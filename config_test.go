@@ -46,6 +46,7 @@ func TestTimingsValidateNamesTheRule(t *testing.T) {
 		{leasehold.Timings{LeaseDuration: 1 << 62}, "is above the maximum 24h0m0s"},
 		{leasehold.Timings{WindDown: 5 * s}, "windDown 5s must be less than renewDeadline - renewInterval = 5s"},
 		{leasehold.Timings{WindDown: -s}, "windDown -1s is negative"},
+		{leasehold.Timings{Jitter: leasehold.NoJitter, WindDown: 5 * s}, "windDown 5s must be less than"}, // NoJitter skips no later rule
 	}
 	for _, c := range cases {
 		err := c.t.Validate()

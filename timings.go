@@ -130,8 +130,7 @@ func (t Timings) Validate() error {
 		return bad("retryPeriod %v must be > 0", t.RetryPeriod)
 	case t.RetryPeriod >= t.RenewDeadline:
 		return bad("retryPeriod %v must be less than renewDeadline %v, or a failed renewal is never retried", t.RetryPeriod, t.RenewDeadline)
-	case t.Jitter == NoJitter:
-	case math.IsNaN(t.Jitter) || t.Jitter < 0 || t.Jitter > 1:
+	case t.Jitter != NoJitter && (math.IsNaN(t.Jitter) || t.Jitter < 0 || t.Jitter > 1):
 		return bad("jitter %v must be in [0, 1] (or NoJitter)", t.Jitter)
 	case t.WindDown < 0:
 		return bad("windDown %v is negative", t.WindDown)

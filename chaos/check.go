@@ -137,7 +137,8 @@ type CheckOptions struct {
 // longest a healthy cluster may go without a leader after a fault heals. The
 // retry period counts its jitter: a candidate may wait that long between tries.
 func FailoverBound(t TimingsJSON, slack time.Duration) time.Duration {
-	return t.LeaseDuration + time.Duration(float64(t.RetryPeriod)*(1+t.Jitter)) + slack
+	jitter := max(t.Jitter, 0) // leasehold.NoJitter is negative: no jitter
+	return t.LeaseDuration + time.Duration(float64(t.RetryPeriod)*(1+jitter)) + slack
 }
 
 // Check runs every check over h. It is a pure function of the history.
