@@ -119,19 +119,12 @@ func (t *timingFlags) resolve() (tm leasehold.Timings, termGrace, killMargin tim
 func (t *timingFlags) set(name string) bool { return flagSet(t.fs, name) }
 
 // checkLimits holds the timings to the opened store's own bounds
-// (store.Limiter): its shortest lease, and the resolution at which its
-// readers tell renewals apart, which the safety margin must exceed.
+// (store.Limiter: its shortest lease, and the resolution at which its
+// readers tell renewals apart, which the safety margin must exceed), by the
+// library's own rule, so the command and the library cannot drift apart.
 func checkLimits(tm leasehold.Timings, st store.Store, storeName string) error {
-	l, ok := st.(store.Limiter)
-	if !ok {
-		return nil
-	}
-	lim := l.Limits()
-	if lim.MinLeaseDuration > 0 && tm.LeaseDuration < lim.MinLeaseDuration {
-		return usagef("--lease-duration %v is below the shortest lease store %s keeps, %v", tm.LeaseDuration, storeName, lim.MinLeaseDuration)
-	}
-	if margin := tm.LeaseDuration - tm.RenewDeadline; lim.TimeResolution > 0 && margin <= lim.TimeResolution {
-		return usagef("--renew-deadline %v leaves a safety margin of %v below --lease-duration %v, which does not exceed the %v resolution at which store %s's readers tell renewals apart", tm.RenewDeadline, margin, tm.LeaseDuration, lim.TimeResolution, storeName)
+	if err := tm.ValidateFor(st); err != nil {
+		return usagef("--lease-duration %v with --renew-deadline %v do not fit store %s: %v", tm.LeaseDuration, tm.RenewDeadline, storeName, err)
 	}
 	return nil
 }
