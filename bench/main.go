@@ -59,7 +59,7 @@ type options struct {
 }
 
 var allStores = []string{"redis", "postgres", "etcd", "kubernetes"}
-var allScenarios = []string{"handoff", "early", "failover", "cycles", "contention", "renew", "fence"}
+var allScenarios = []string{"handoff", "early", "failover", "cycles", "contention", "renew", "fence", "cmd"}
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
@@ -131,6 +131,10 @@ func run(args []string) int {
 	if o.scenarios, err = parseSet(*scenFlag, allScenarios); err != nil {
 		logf("-scenarios: %v", err)
 		return 2
+	}
+	if *scenFlag == "all" || *scenFlag == "" {
+		// Not finished: a hand-off sample can hang (see cmdhandoff.go).
+		delete(o.scenarios, "cmd")
 	}
 	for _, s := range strings.Split(*renew, ",") {
 		if s = strings.TrimSpace(s); s == "" {
