@@ -356,6 +356,8 @@ func report(w io.Writer, r *Results, o options) {
 		}
 	}
 
+	reportCmdHandoff(w, r)
+
 	// Errors and violations.
 	if len(r.Errors) > 0 {
 		fmt.Fprintf(w, "\nfailed samples:")

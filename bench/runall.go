@@ -34,9 +34,13 @@ type envs struct {
 	kube  *kubeEnv
 	renew *renewEnv
 	fence *fenceEnv
+	cmd   *cmdTools // the command hand-off's binaries
 }
 
 func (e *envs) close() {
+	if e.cmd != nil {
+		e.cmd.close()
+	}
 	if e.fence != nil {
 		e.fence.close()
 	}
@@ -118,6 +122,13 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			libs = append(libs, ee.floorLib())
 			libs = append(libs, ee.libs(o.handoffTTL)...)
 			libs = append(libs, lhTryLib("etcd", ee.st, o.handoffTTL))
+			if o.scenarios["cmd"] {
+				logf("building leasehold and etcdctl %s for the command hand-off", etcdctlVersion)
+				if e.cmd, err = buildCmdTools(octx); err != nil {
+					logf("command hand-off skipped: %v", err)
+					r.fail(scCmdHandoff, "build")
+				}
+			}
 		}
 	}
 	if o.stores["kubernetes"] {
@@ -276,6 +287,9 @@ func runRound(ctx context.Context, r *Results, o options, e *envs, libs []*lib, 
 				addRenew(r, fmt.Sprintf("%d/%s", n, name), c)
 			}
 		}
+	}
+	if e.cmd != nil && e.etcd != nil {
+		runCmdHandoffs(ctx, r, e.cmd, e.etcd, o.handoffs, cmdStandbyWait, round)
 	}
 	if e.fence != nil && o.scenarios["fence"] {
 		for i := 0; i < o.fenceWrites && ctx.Err() == nil; i++ {
