@@ -173,7 +173,7 @@ func (c *contender) subscribe(ctx context.Context) (<-chan struct{}, context.Can
 // retryWait is RetryPeriod plus up to Jitter × RetryPeriod at random.
 func (c *contender) retryWait() time.Duration {
 	t := c.timings
-	return t.RetryPeriod + time.Duration(rand.Float64()*t.jitter()*float64(t.RetryPeriod))
+	return t.RetryPeriod + time.Duration(rand.Float64()*t.JitterFraction()*float64(t.RetryPeriod))
 }
 
 // release gives back term with a detached context bounded by RenewDeadline:

@@ -140,8 +140,9 @@ func (t Timings) Validate() error {
 	return nil
 }
 
-// jitter is the fraction of RetryPeriod added at most to a wait.
-func (t Timings) jitter() float64 {
+// JitterFraction is the largest fraction of RetryPeriod added to a wait:
+// Jitter, with NoJitter read as 0.
+func (t Timings) JitterFraction() float64 {
 	if t.Jitter == NoJitter {
 		return 0
 	}

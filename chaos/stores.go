@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/leasehold/leasehold/store"
 )
 
 // storeKind says how the harness reaches a store.
@@ -41,22 +43,8 @@ func (k storeKind) proxied() bool { return k == storeNetwork }
 // plain PostgreSQL connection (the register's) must not see.
 var postgresParams = []string{"table", "schema", "create_if_missing", "watch", "session_host", "session_port"}
 
-// redact hides a URL's password.
-func redact(u *url.URL) string {
-	c := *u
-	q := c.Query()
-	changed := false
-	for k := range q {
-		if l := strings.ToLower(k); l == "password" || l == "sslpassword" {
-			q.Set(k, "xxxxx")
-			changed = true
-		}
-	}
-	if changed {
-		c.RawQuery = q.Encode()
-	}
-	return c.Redacted()
-}
+// redact hides a URL's secrets, as every output of the command does.
+func redact(u *url.URL) string { return store.RedactURL(u) }
 
 // parseStoreURL checks a store URL for the harness and returns its kind and
 // its endpoints (host:port) for a network store.

@@ -137,7 +137,7 @@ func diagnose(tm leasehold.Timings, termGrace, killMargin time.Duration, rtts []
 	for at := tm.RenewInterval; at+d.maxRTT < d.cutoff; at += tm.RetryPeriod {
 		d.attempts++
 	}
-	d.retryWaitMax = tm.RetryPeriod + time.Duration(jitterFraction(tm)*float64(tm.RetryPeriod))
+	d.retryWaitMax = tm.RetryPeriod + time.Duration(tm.JitterFraction()*float64(tm.RetryPeriod))
 	// A waiter sleeps at most until the holder's term expires (the store says
 	// how long it has left), so after a crash the lease is taken over about
 	// one lease duration after the last renewal reached the store.
@@ -182,7 +182,7 @@ func (d *diagnosis) print(w io.Writer, storeName string) {
 	fmt.Fprintf(w, "store     %s\n", storeName)
 	fmt.Fprintf(w, "          read round trip over %d samples: min %v, median %v, max %v\n", len(d.rtts), round(d.rtts[0]), round(median), round(d.maxRTT))
 	fmt.Fprintf(w, "          watch %s, list %s, force-release %s, history %s, migrate %s\n", yes(d.caps.watch), yes(d.caps.list), yes(d.caps.force), yes(d.caps.history), yes(d.caps.migrate))
-	fmt.Fprintf(w, "timings   lease %v, renew deadline %v, renew every %v, retry every %v (+ up to %.0f%% jitter)\n", tm.LeaseDuration, tm.RenewDeadline, tm.RenewInterval, tm.RetryPeriod, jitterFraction(tm)*100)
+	fmt.Fprintf(w, "timings   lease %v, renew deadline %v, renew every %v, retry every %v (+ up to %.0f%% jitter)\n", tm.LeaseDuration, tm.RenewDeadline, tm.RenewInterval, tm.RetryPeriod, tm.JitterFraction()*100)
 	fmt.Fprintf(w, "          run: SIGTERM %v before safeUntil, SIGKILL %v before it (term grace %v, kill margin %v)\n\n", tm.WindDown, d.killMargin, d.termGrace, d.killMargin)
 
 	rows := [][2]string{

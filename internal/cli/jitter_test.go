@@ -30,8 +30,8 @@ func TestJitterZeroMeansNone(t *testing.T) {
 			t.Errorf("%v: refused: %v", c.args, err)
 			continue
 		}
-		if tm.Jitter != c.jitter || jitterFraction(tm) != c.fraction {
-			t.Errorf("%v: Jitter %v (adds at most %v), want %v (%v)", c.args, tm.Jitter, jitterFraction(tm), c.jitter, c.fraction)
+		if tm.Jitter != c.jitter || tm.JitterFraction() != c.fraction {
+			t.Errorf("%v: Jitter %v (adds at most %v), want %v (%v)", c.args, tm.Jitter, tm.JitterFraction(), c.jitter, c.fraction)
 		}
 		if err := tm.Validate(); err != nil {
 			t.Errorf("%v: the core refuses the timings: %v", c.args, err)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/leasehold/leasehold/store"
 	"io"
 	"net/http"
 	"net/url"
@@ -18,58 +19,17 @@ import (
 // passes through a scrubber that replaces the secrets of the URL it opened,
 // in case a driver's error repeats them.
 //
-// A query parameter is secret when its name, in lower case, contains one of
-// secretParamWords, unless it ends in "file" (password_file=, ca_file= name a
-// file, whose path is no secret and helps a user fix a mistake). "key" alone
-// is not on the list: every store here uses it for a file path (PostgreSQL's
-// sslkey, etcd's key); apikey, api_key, access_key and private_key are.
-var secretParamWords = []string{"pass", "pwd", "secret", "token", "credential", "apikey", "api_key", "access_key", "private_key"}
+// RedactURL and the rule of which parameters are secret live in package
+// store (store.RedactURL), so that the command, `leasehold verify` and the
+// chaos harness hide the same secrets.
+
+// RedactURL is store.RedactURL.
+func RedactURL(u *url.URL) string { return store.RedactURL(u) }
 
 // redacted replaces a secret in output.
-const redacted = "xxxxx"
+const redacted = store.Redacted
 
-// secretParam reports whether a query parameter's name marks its value as a
-// secret.
-func secretParam(name string) bool {
-	n := strings.ToLower(name)
-	if strings.HasSuffix(n, "file") {
-		return false
-	}
-	for _, w := range secretParamWords {
-		if strings.Contains(n, w) {
-			return true
-		}
-	}
-	return false
-}
-
-// RedactURL returns u as a string with the password of its user info and the
-// value of every secret query parameter replaced by xxxxx, and without its
-// fragment. Parameters keep their order and spelling.
-func RedactURL(u *url.URL) string {
-	c := *u
-	c.Fragment, c.RawFragment = "", ""
-	if c.User != nil {
-		if _, ok := c.User.Password(); ok {
-			c.User = url.UserPassword(c.User.Username(), redacted)
-		}
-	}
-	if c.RawQuery != "" {
-		parts := strings.Split(c.RawQuery, "&")
-		for i, p := range parts {
-			k, _, _ := strings.Cut(p, "=")
-			name, err := url.QueryUnescape(k)
-			if err != nil {
-				name = k
-			}
-			if secretParam(name) || strings.Contains(p, ";") {
-				parts[i] = k + "=" + redacted
-			}
-		}
-		c.RawQuery = strings.Join(parts, "&")
-	}
-	return c.String()
-}
+func secretParam(name string) bool { return store.SecretParam(name) }
 
 // urlSecrets returns the secret values u carries, each in the forms it may
 // appear in a message: as given, and escaped as in a URL.

@@ -128,12 +128,3 @@ func checkLimits(tm leasehold.Timings, st store.Store, storeName string) error {
 	}
 	return nil
 }
-
-// jitterFraction is the largest fraction of the retry period added to a wait:
-// Timings.Jitter with NoJitter read as 0.
-func jitterFraction(tm leasehold.Timings) float64 {
-	if tm.Jitter == leasehold.NoJitter {
-		return 0
-	}
-	return tm.Jitter
-}
