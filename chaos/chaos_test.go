@@ -172,7 +172,10 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 		t.Skip("chaos runs take tens of seconds")
 	}
 	dir := t.TempDir()
-	c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 18*time.Second)
+	// Each paused leader lands a stale write with some chance (the pause
+	// must catch a write on its way): in 18 s only two pauses fit, and one
+	// run in about five found none. 36 s fits about four.
+	c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 36*time.Second)
 	c.Unfenced = true
 	c.Faults = []string{chaos.FaultPause}
 	c.LeaderBias = 1
