@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/chaos"
+	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/store"
 )
 

@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/leasehold/leasehold/chaos"
+	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/store/etcd"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold/chaos"
+	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 

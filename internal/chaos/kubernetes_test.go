@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 
-	"github.com/leasehold/leasehold/chaos"
+	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testenv"
 	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
 	"github.com/leasehold/leasehold/store/kubernetes/kubetest"

@@ -11,7 +11,7 @@ import (
 
 // TestChaosSoak is the long run, off by default. Run it with
 //
-//	LEASEHOLD_CHAOS_SOAK=10m go test ./chaos -run TestChaosSoak -v -timeout 3h
+//	LEASEHOLD_CHAOS_SOAK=10m go test ./internal/chaos -run TestChaosSoak -v -timeout 3h
 //
 // for every fault kind on each store (10 minutes of faults per store), or
 // choose stores with LEASEHOLD_CHAOS_SOAK_STORES=sqlite,postgres,redis,etcd,kubernetes,

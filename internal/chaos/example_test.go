@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasehold/leasehold/chaos"
+	"github.com/leasehold/leasehold/internal/chaos"
 )
 
 // A fault schedule is a pure function of its configuration and seed.
