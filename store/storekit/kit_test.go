@@ -118,4 +118,13 @@ func TestSQLIdent(t *testing.T) {
 			t.Errorf("SQLIdent(%q, %d) = %v, want ErrInvalid saying %q", c.name, c.max, err, c.want)
 		}
 	}
+	// SQLite ignores case: upper case passes there, and only there.
+	if err := kit.SQLIdentFold("open", "table", "My_Leases", 0); err != nil {
+		t.Errorf("SQLIdentFold(My_Leases): %v", err)
+	}
+	for _, bad := range []string{"My-Leases", "1T", "", strings.Repeat("A", 64)} {
+		if err := kit.SQLIdentFold("open", "table", bad, 0); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SQLIdentFold(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
 }
