@@ -67,6 +67,8 @@ func TestChecks(t *testing.T) {
 		{"release", kit.CheckRelease(store.Term{Name: "/x", Holder: "h", Token: 1}), `leasehold/teststore: release: invalid argument: lease name "/x" starts with '/'`},
 		{"get", kit.CheckName("get", "a b"), `leasehold/teststore: get: invalid argument: lease name "a b" has ' ' at byte 1; allowed are letters, digits, '-', '_', '.', '/'`},
 		{"renew many", kit.CheckTTL("renew", -time.Second), "leasehold/teststore: renew: invalid argument: ttl -1s is not positive"},
+		{"holder", kit.CheckHolder("advisory lock", ""), "leasehold/teststore: advisory lock: invalid argument: holder identity is empty"},
+		{"metadata", kit.CheckMetadata("advisory lock", strings.Repeat("m", 2000)), "leasehold/teststore: advisory lock: invalid argument: metadata is 2000 bytes, the limit is 1024"},
 		{"term", kit.CheckTerm("force-release", store.Term{Holder: "h", Token: 1}), "leasehold/teststore: force-release: invalid argument: lease name is empty"},
 	}
 	for _, c := range cases {
@@ -85,6 +87,8 @@ func TestChecks(t *testing.T) {
 		kit.CheckRelease(good),
 		kit.CheckName("get", "a/b.c-d_e"),
 		kit.CheckTTL("renew", time.Hour),
+		kit.CheckHolder("x", "node-a"),
+		kit.CheckMetadata("x", ""),
 	} {
 		if err != nil {
 			t.Errorf("a good argument was refused: %v", err)
