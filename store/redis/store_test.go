@@ -490,6 +490,15 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("Watch over TLS: %v", err)
 	}
 
+	// cacert, etcd's spelling of ca_file, is the same parameter.
+	alias := openStore(t, "rediss://"+tlsAddr+"/0?prefix=lhtest:tls:&cacert="+url.QueryEscape(caFile))
+	if _, err := alias.Get(ctx, "job"); err != nil {
+		t.Errorf("Get over TLS with cacert=: %v", err)
+	}
+	// server_name is applied: a name the certificate does not hold fails.
+	if _, err := lhredis.Open(ctx, "rediss://"+tlsAddr+"/0?ca_file="+url.QueryEscape(caFile)+"&server_name=other.example"); err == nil || !strings.Contains(err.Error(), "other.example") {
+		t.Errorf("rediss:// with server_name=other.example: err = %v, want a certificate error naming it", err)
+	}
 	// Without the CA the server's certificate is not trusted.
 	if _, err := lhredis.Open(ctx, "rediss://"+tlsAddr+"/0"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("rediss:// without the test CA: err = %v, want a certificate error", err)
