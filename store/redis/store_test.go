@@ -509,3 +509,36 @@ func TestTLS(t *testing.T) {
 	}
 	_ = srv
 }
+
+// TestTLSClientCertificate connects to a server that requires a client
+// certificate (tls-auth-clients yes) with cert_file and key_file, the TLS
+// parameters every store spells the same way.
+func TestTLSClientCertificate(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeTestPKI(t, dir)
+	port := freePort(t)
+	newRedisServer(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "yes")
+	base := fmt.Sprintf("rediss://127.0.0.1:%d/0?prefix=lhtest:mtls:&ca_file=%s", port, url.QueryEscape(caFile))
+	ctx := testCtx(t)
+
+	st := openStore(t, base+"&cert_file="+url.QueryEscape(certFile)+"&key_file="+url.QueryEscape(keyFile))
+	if _, err := st.Acquire(ctx, "job", "node-a", time.Minute, ""); err != nil {
+		t.Fatalf("Acquire with a client certificate: %v", err)
+	}
+	// Negative control: the server refuses a client without one.
+	if st, err := lhredis.Open(ctx, base+"&dial_timeout=2s&read_timeout=2s"); err == nil {
+		st.Close()
+		t.Fatal("a client without a certificate was let in: the test proves nothing")
+	}
+	// A certificate without its key is bad input.
+	u, _ := url.Parse(base + "&cert_file=" + url.QueryEscape(certFile))
+	if _, err := lhredis.OpenURL(ctx, u); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "key_file") {
+		t.Errorf("cert_file without key_file: err = %v, want ErrInvalid naming key_file", err)
+	}
+	// TLS parameters need the rediss scheme.
+	u, _ = url.Parse(fmt.Sprintf("redis://127.0.0.1:%d/0?cert_file=%s&key_file=%s", port, url.QueryEscape(certFile), url.QueryEscape(keyFile)))
+	if _, err := lhredis.OpenURL(ctx, u); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "cert_file, key_file need the rediss scheme") {
+		t.Errorf("cert_file on redis://: err = %v, want ErrInvalid saying it needs rediss", err)
+	}
+}

@@ -137,7 +137,11 @@ func parseURL(u *url.URL) (*goredis.Options, Options, error) {
 		return nil, Options{}, err
 	}
 	if tlsFiles.Given() && u.Scheme != "rediss" {
-		return nil, Options{}, p.Invalid("%s needs the rediss scheme", strings.Join(tlsFiles.Names(), ", "))
+		names, verb := tlsFiles.Names(), "needs"
+		if len(names) > 1 {
+			verb = "need"
+		}
+		return nil, Options{}, p.Invalid("%s %s the rediss scheme", strings.Join(names, ", "), verb)
 	}
 	_, hasRetries := p.Rest()["max_retries"]
 
