@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // observe raises the high-water mark of name to tok.
@@ -43,14 +44,6 @@ func (s *Store) floor(ctx context.Context, name string) (int64, error) {
 		f = max(f, g)
 	}
 	return f, nil
-}
-
-func millis(ttl time.Duration) int64 {
-	ms := ttl / time.Millisecond
-	if ttl%time.Millisecond != 0 {
-		ms++
-	}
-	return int64(ms)
 }
 
 // remaining converts a PTTL reply: -2 (no key) and 0 are "not live", -1 (a
@@ -92,7 +85,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err != nil {
 		return store.Record{}, err
 	}
-	ms := millis(ttl)
+	ms := storekit.CeilMillis(ttl)
 	msArg := strconv.FormatInt(ms, 10)
 	clock := "1"
 	if s.opts.Tokens == TokensCounter {
@@ -156,7 +149,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	if err := kit.CheckRenew(t, ttl); err != nil {
 		return store.Record{}, err
 	}
-	ms := millis(ttl)
+	ms := storekit.CeilMillis(ttl)
 	res, err := renewScript.Run(ctx, s.c, s.termKeys(t.Name), t.Holder, tokenArg(t.Token), ms).Result()
 	return s.renewed(t, ms, res, err)
 }
@@ -190,7 +183,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 	if err := kit.CheckTTL("renew", ttl); err != nil {
 		return nil, nil, err
 	}
-	ms := millis(ttl)
+	ms := storekit.CeilMillis(ttl)
 	recs := make([]store.Record, len(terms))
 	errs := make([]error, len(terms))
 	cmds := make([]*goredis.Cmd, len(terms))

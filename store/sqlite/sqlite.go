@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // fail wraps an error of the database with the operation, and turns a missing
@@ -19,10 +20,6 @@ func (s *Store) fail(op string, err error) error {
 		err = ErrNoSchema
 	}
 	return kit.Wrap(op, err)
-}
-
-func ttlMillis(ttl time.Duration) int64 {
-	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
 // row is the columns every read returns, in this order.
@@ -61,7 +58,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	}
 	defer tx.Rollback()
 	t := quote(s.table)
-	ms := ttlMillis(ttl)
+	ms := storekit.CeilMillis(ttl)
 	rec, err := scanRecord(tx.QueryRowContext(ctx, `INSERT INTO `+t+` AS l (name, holder, epoch, expires_at, ttl_ms, metadata)
 		VALUES (?1, ?2, (SELECT COALESCE(MAX(epoch), 0) + 1 FROM `+quote(s.high)+` WHERE name = ?1), `+nowMS+` + ?3, ?3, ?4)
 		ON CONFLICT (name) DO UPDATE SET
@@ -104,7 +101,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	rec, err := scanRecord(tx.QueryRowContext(ctx, `UPDATE `+quote(s.table)+`
 		SET expires_at = `+nowMS+` + ?4, ttl_ms = ?4
 		WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at > `+nowMS+`
-		RETURNING `+rowCols, t.Name, t.Holder, t.Token, ttlMillis(ttl)), t.Name)
+		RETURNING `+rowCols, t.Name, t.Holder, t.Token, storekit.CeilMillis(ttl)), t.Name)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.Record{}, kit.Wrap("renew "+t.String(), store.ErrNotHeld)

@@ -87,6 +87,12 @@
 // secret values a URL carries, in every escaped form, and Scrub(text,
 // secrets) removes them from a driver's error that may repeat them.
 //
+// # Units
+//
+// CeilMillis(ttl) is a ttl in whole milliseconds, rounded up, for a store
+// that keeps expiry in milliseconds: the lease is never kept shorter than
+// asked.
+//
 // # SQL identifiers
 //
 // kit.SQLIdent(op, "table", name, maxLen) is the one rule for a configured

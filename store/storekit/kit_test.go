@@ -132,3 +132,21 @@ func TestSQLIdent(t *testing.T) {
 		}
 	}
 }
+
+func TestCeilMillis(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{time.Millisecond, 1},
+		{time.Millisecond + 1, 2},
+		{999 * time.Microsecond, 1},
+		{1500 * time.Millisecond, 1500},
+		{0, 0},
+		{time.Duration(1<<63 - 1), (1<<63-1)/int64(time.Millisecond) + 1},
+	} {
+		if got := storekit.CeilMillis(c.d); got != c.want {
+			t.Errorf("CeilMillis(%v) = %d, want %d", c.d, got, c.want)
+		}
+	}
+}
