@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/postgres"
 )
 
 // StoreControl stops and starts the store, for real store restarts. The
@@ -146,18 +147,18 @@ func DefaultTimings() leasehold.Timings {
 	}
 }
 
-// normalize fills defaults and validates c. It returns the store's kind and
+// normalize fills defaults and validates c. It returns the store and its
 // endpoints.
-func (c *Config) normalize() (*url.URL, storeKind, []string, error) {
-	bad := func(format string, args ...any) (*url.URL, storeKind, []string, error) {
-		return nil, 0, nil, fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
+	bad := func(format string, args ...any) (*url.URL, *store.Descriptor, []string, error) {
+		return nil, nil, nil, fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 	}
 	if c.StoreURL == "" {
 		return bad("no store URL")
 	}
-	u, kind, eps, err := parseStoreURL(c.StoreURL, c.AllowRemote)
+	u, desc, eps, err := parseStoreURL(c.StoreURL, c.AllowRemote)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, nil, nil, err
 	}
 	if c.Open == nil {
 		return bad("no store opener")
@@ -245,7 +246,7 @@ func (c *Config) normalize() (*url.URL, storeKind, []string, error) {
 	}
 	if len(c.Faults) == 0 {
 		for _, f := range AllFaults {
-			if !kind.proxied() && isNetworkFault(f) {
+			if !proxied(desc.Reach) && isNetworkFault(f) {
 				continue
 			}
 			c.Faults = append(c.Faults, f)
@@ -253,41 +254,34 @@ func (c *Config) normalize() (*url.URL, storeKind, []string, error) {
 	}
 	for _, f := range c.Faults {
 		if _, err := ParseFaults(f); err != nil {
-			return nil, 0, nil, err
+			return nil, nil, nil, err
 		}
-		if kind == storeLocal && isNetworkFault(f) {
+		if desc.Reach == store.ReachLocal && isNetworkFault(f) {
 			return bad("fault %q needs a store reached over the network; %s:// is a local file with no connection to cut (use %s, %s, %s, %s)",
 				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
 		}
-		if kind == storeAPI && isNetworkFault(f) {
+		if desc.Reach == store.ReachAPI && isNetworkFault(f) {
 			return bad("fault %q needs a store reached over the network through the harness's proxy; the harness does not proxy %s:// stores (their server's address is in the kubeconfig, not the URL) (use %s, %s, %s, %s)",
 				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
 		}
 	}
 	if c.BrokenStore != "" {
 		if err := validBroken(c.BrokenStore); err != nil {
-			return nil, 0, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	switch c.Register {
 	case "":
-		switch u.Scheme {
-		case "postgres", "postgresql":
-			c.Register = RegisterPostgres
-		case "sqlite":
-			c.Register = RegisterSQLite
-		default:
-			c.Register = RegisterHTTP
-		}
+		c.Register = defaultRegister(desc)
 	case RegisterHTTP, RegisterSQLite:
 	case RegisterPostgres:
-		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		if desc != &postgres.Descriptor {
 			return bad("--register postgres needs a PostgreSQL store (it puts the register on the same server)")
 		}
 	default:
 		return bad("--register %q: want %s, %s or %s", c.Register, RegisterHTTP, RegisterPostgres, RegisterSQLite)
 	}
-	return u, kind, eps, nil
+	return u, desc, eps, nil
 }
 
 func (c *Config) timingsJSON() TimingsJSON {
@@ -330,7 +324,7 @@ type proc struct {
 type harness struct {
 	cfg     Config
 	u       *url.URL
-	kind    storeKind
+	desc    *store.Descriptor
 	eps     []string
 	dir     string
 	lease   string
@@ -358,7 +352,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
-	u, kind, eps, err := c.normalize()
+	u, desc, eps, err := c.normalize()
 	if err != nil {
 		return nil, err
 	}
@@ -383,19 +377,18 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	var idb [4]byte
 	crand.Read(idb[:])
 	runID := hex.EncodeToString(idb[:])
-	h := &harness{cfg: c, u: u, kind: kind, eps: eps, dir: dir, lease: "chaos-" + runID,
+	h := &harness{cfg: c, u: u, desc: desc, eps: eps, dir: dir, lease: "chaos-" + runID,
 		procs: map[string]*proc{}, proxies: map[string][]*Proxy{}}
 	defer h.closeProxies()
 
 	// The harness's own store handle: for who leads, and (PostgreSQL) to
 	// create the lease table before the nodes start.
-	storeURL := u
-	switch u.Scheme {
-	case "postgres", "postgresql":
-		storeURL = withDefaultParam(u, "create_if_missing", "true")
+	storeURL, err := creatingURL(u, desc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: store %s: %w", ErrInvalid, redact(u), err)
 	}
 	h.nodeURL = func(proxies []*Proxy) string {
-		if !kind.proxied() {
+		if !proxied(desc.Reach) {
 			return storeURL.String()
 		}
 		return proxiedURL(storeURL, proxies)
