@@ -1,4 +1,4 @@
-package chaos_test
+package chaos
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-
-	"github.com/leasehold/leasehold/internal/chaos"
 )
 
 // etcdMember is a one-member etcd cluster run inside the test process
@@ -96,7 +94,7 @@ func TestChaosEtcd(t *testing.T) {
 	m := startEtcd(t)
 	c := baseConfig(t, m.URL(), 24*time.Second)
 	c.StoreControl = m // store-restart faults restart the member for real
-	c.Faults = []string{chaos.FaultStoreRestart, chaos.FaultKill, chaos.FaultLatency}
+	c.Faults = []string{FaultStoreRestart, FaultKill, FaultLatency}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }
