@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Proxy is a TCP fault proxy: it listens on 127.0.0.1 and forwards every
+// proxy is a TCP fault proxy: it listens on 127.0.0.1 and forwards every
 // connection to one target address. The harness puts one in front of each
 // store endpoint for each node, so that every byte a node exchanges with the
 // store passes through it, and injects faults there:
@@ -23,7 +23,7 @@ import (
 //   - Refuse: reset new connections as soon as they arrive (with Reset, this
 //     emulates a store that is down).
 //   - Latency: hold each chunk for half the latency in each direction.
-type Proxy struct {
+type proxy struct {
 	ln     net.Listener
 	target string
 
@@ -39,9 +39,9 @@ type Proxy struct {
 	resetConn int
 }
 
-// NewProxy listens on a free port of 127.0.0.1 and forwards to target
+// newProxy listens on a free port of 127.0.0.1 and forwards to target
 // (host:port).
-func NewProxy(target string) (*Proxy, error) {
+func newProxy(target string) (*proxy, error) {
 	if _, _, err := net.SplitHostPort(target); err != nil {
 		return nil, fmt.Errorf("%w: proxy target %q is not host:port", ErrInvalid, target)
 	}
@@ -51,20 +51,20 @@ func NewProxy(target string) (*Proxy, error) {
 	}
 	gate := make(chan struct{})
 	close(gate)
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, gate: gate, done: make(chan struct{})}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, gate: gate, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p, nil
 }
 
 // Addr is the proxy's listening address (127.0.0.1:port).
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *proxy) Addr() string { return p.ln.Addr().String() }
 
 // Target is the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
+func (p *proxy) Target() string { return p.target }
 
 // Blackhole stops all forwarding until Heal.
-func (p *Proxy) Blackhole() {
+func (p *proxy) Blackhole() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -75,7 +75,7 @@ func (p *Proxy) Blackhole() {
 }
 
 // Heal ends a blackhole and a refusal, and removes added latency.
-func (p *Proxy) Heal() {
+func (p *proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -88,21 +88,21 @@ func (p *Proxy) Heal() {
 }
 
 // SetLatency adds d to every round trip (d/2 each way) from now on.
-func (p *Proxy) SetLatency(d time.Duration) {
+func (p *proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.latency = d
 }
 
 // Refuse makes the proxy reset new connections (on) or forward them (off).
-func (p *Proxy) Refuse(on bool) {
+func (p *proxy) Refuse(on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refuse = on
 }
 
 // Reset closes every open connection with RST.
-func (p *Proxy) Reset() {
+func (p *proxy) Reset() {
 	p.mu.Lock()
 	conns := make([]net.Conn, 0, len(p.conns))
 	for c := range p.conns {
@@ -116,7 +116,7 @@ func (p *Proxy) Reset() {
 }
 
 // Stats reports how many connections were accepted and reset so far.
-func (p *Proxy) Stats() (accepted, reset int) {
+func (p *proxy) Stats() (accepted, reset int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.accepted, p.resetConn
@@ -124,7 +124,7 @@ func (p *Proxy) Stats() (accepted, reset int) {
 
 // Close stops the proxy and closes every connection. It waits for the
 // proxy's goroutines.
-func (p *Proxy) Close() error {
+func (p *proxy) Close() error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -147,7 +147,7 @@ func abort(c net.Conn) {
 	c.Close()
 }
 
-func (p *Proxy) track(c net.Conn) bool {
+func (p *proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -157,13 +157,13 @@ func (p *Proxy) track(c net.Conn) bool {
 	return true
 }
 
-func (p *Proxy) untrack(c net.Conn) {
+func (p *proxy) untrack(c net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.conns, c)
 }
 
-func (p *Proxy) acceptLoop() {
+func (p *proxy) acceptLoop() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -197,7 +197,7 @@ func (p *Proxy) acceptLoop() {
 
 // waitGate blocks while the proxy is blackholed. It reports false when the
 // proxy is closing or stop is closed.
-func (p *Proxy) waitGate(stop <-chan struct{}) bool {
+func (p *proxy) waitGate(stop <-chan struct{}) bool {
 	p.mu.Lock()
 	gate := p.gate
 	p.mu.Unlock()
@@ -211,7 +211,7 @@ func (p *Proxy) waitGate(stop <-chan struct{}) bool {
 	}
 }
 
-func (p *Proxy) serve(client net.Conn) {
+func (p *proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(client)
 	defer abort(client)
@@ -241,7 +241,7 @@ func (p *Proxy) serve(client net.Conn) {
 }
 
 // pump copies src to dst chunk by chunk, honouring blackholes and latency.
-func (p *Proxy) pump(dst io.Writer, src io.Reader, stop <-chan struct{}) {
+func (p *proxy) pump(dst io.Writer, src io.Reader, stop <-chan struct{}) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
