@@ -37,7 +37,7 @@ var fenceKinds = []string{fwTx, fwClaim, fwClaimLease, fwPipelined, fwAuto, fwDi
 type fenceEnv struct {
 	e     *pgEnv
 	f     *sqlfence.Fence
-	held  *leasehold.Held
+	held  *leasehold.Lease
 	items string
 }
 
@@ -54,7 +54,7 @@ func (e *pgEnv) openFence(ctx context.Context) (*fenceEnv, error) {
 INSERT INTO `+fe.items+` SELECT i, 0, 0 FROM generate_series(1, 100) i`); err != nil {
 		return nil, err
 	}
-	lk, err := leasehold.NewLock(e.st, "fence-writer", leasehold.LockConfig{Identity: "writer", KeepAlive: true})
+	lk, err := leasehold.NewLock(e.st, "fence-writer", leasehold.Config{Identity: "writer", KeepAlive: true})
 	if err != nil {
 		return nil, err
 	}

@@ -165,8 +165,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	// A store that refuses this client's writes for good ends the run.
 	ctx, stopRefused := context.WithCancelCause(ctx)
 	defer stopRefused(nil)
-	e, err := leasehold.NewElector(st.Store, leasehold.ElectorConfig{
-		Name:       r.lease,
+	e, err := leasehold.NewElector(st.Store, r.lease, leasehold.Config{
 		Identity:   r.identity,
 		Metadata:   r.metadata,
 		Timings:    tm,
@@ -265,7 +264,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 
 // work is the elector's guarded work: the command, run (and rerun with
 // --restart) until it exits on its own or the term ends.
-func (r *runCmd) work(ctx context.Context, l *leasehold.Leader) error {
+func (r *runCmd) work(ctx context.Context, l *leasehold.Lease) error {
 	for {
 		// Never start the command with less time left than it takes to stop
 		// it: the elector is about to end this term anyway.
@@ -393,7 +392,7 @@ func (r *runCmd) logEvent(ev leasehold.Event) {
 		} else {
 			log.Info("released lease", "token", ev.Term.Token)
 		}
-	case leasehold.EventLeaderObserved:
+	case leasehold.EventHolderObserved:
 		log.Info("standing by", "leader", ev.Record.Holder, "token", ev.Record.Token, "remaining", ev.Record.Remaining.Round(time.Millisecond).String())
 	}
 }

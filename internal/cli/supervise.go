@@ -99,7 +99,7 @@ type childResult struct {
 	deadline bool
 }
 
-func childEnv(l *leasehold.Leader, su time.Time, safeFile string) []string {
+func childEnv(l *leasehold.Lease, su time.Time, safeFile string) []string {
 	drop := map[string]bool{EnvLease: true, EnvHolder: true, EnvToken: true, EnvSafeUntil: true, EnvSafeUntilFile: true}
 	var env []string
 	for _, kv := range os.Environ() {
@@ -128,7 +128,7 @@ func childEnv(l *leasehold.Leader, su time.Time, safeFile string) []string {
 // runOnce runs the command once for the term l, and returns when it is dead:
 // on its own exit, or after ctx ends (the term is over or run is stopping)
 // and the keeper has stopped it.
-func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childResult, error) {
+func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Lease) (childResult, error) {
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
 		return childResult{}, err
