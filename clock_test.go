@@ -69,7 +69,7 @@ func TestSuspendedLeaderStopsOnResume(t *testing.T) {
 		host := &fakeSuspend{}
 		// The store runs elsewhere: its clock goes on while this host sleeps.
 		st := memstore.Open(memstore.NewBackend(func() time.Time { return time.Now().Add(host.read()) }))
-		e, err := NewElector(st, ElectorConfig{Name: "job", Identity: "a", Clock: newSuspendAwareClock(host.read)})
+		e, err := NewElector(st, "job", Config{Identity: "a", Clock: newSuspendAwareClock(host.read)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestSuspendedLeaderStopsOnResume(t *testing.T) {
 		var terms atomic.Int32
 		done := make(chan error, 1)
 		go func() {
-			done <- e.Run(ctx, func(ctx context.Context, l *Leader) error {
+			done <- e.Run(ctx, func(ctx context.Context, l *Lease) error {
 				if terms.Add(1) > 1 {
 					<-ctx.Done() // a later term: wait for the test's end
 					return nil

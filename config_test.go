@@ -59,26 +59,27 @@ func TestTimingsValidateNamesTheRule(t *testing.T) {
 func TestNewElectorRefusesBadConfig(t *testing.T) {
 	st := memstore.New()
 	cases := []struct {
-		cfg  leasehold.ElectorConfig
+		name string
+		cfg  leasehold.Config
 		want string
 	}{
-		{leasehold.ElectorConfig{Identity: "a"}, "lease name is empty"},
-		{leasehold.ElectorConfig{Name: "bad name", Identity: "a"}, "allowed are letters"},
-		{leasehold.ElectorConfig{Name: "x"}, "identity is empty"},
-		{leasehold.ElectorConfig{Name: "x", Identity: "has space"}, "printable ASCII without spaces"},
-		{leasehold.ElectorConfig{Name: "x", Identity: "a", Metadata: strings.Repeat("m", 2000)}, "metadata is 2000 bytes"},
-		{leasehold.ElectorConfig{Name: "x", Identity: "a", Timings: leasehold.Timings{Jitter: 2}}, "jitter 2"},
+		{"", leasehold.Config{Identity: "a"}, "lease name is empty"},
+		{"bad name", leasehold.Config{Identity: "a"}, "allowed are letters"},
+		{"x", leasehold.Config{}, "identity is empty"},
+		{"x", leasehold.Config{Identity: "has space"}, "printable ASCII without spaces"},
+		{"x", leasehold.Config{Identity: "a", Metadata: strings.Repeat("m", 2000)}, "metadata is 2000 bytes"},
+		{"x", leasehold.Config{Identity: "a", Timings: leasehold.Timings{Jitter: 2}}, "jitter 2"},
 	}
 	for _, c := range cases {
-		_, err := leasehold.NewElector(st, c.cfg)
+		_, err := leasehold.NewElector(st, c.name, c.cfg)
 		if !errors.Is(err, leasehold.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("NewElector(%+v) = %v, want ErrInvalidConfig with %q", c.cfg, err, c.want)
+			t.Errorf("NewElector(%q, %+v) = %v, want ErrInvalidConfig with %q", c.name, c.cfg, err, c.want)
 		}
 	}
-	if _, err := leasehold.NewElector(nil, leasehold.ElectorConfig{Name: "x", Identity: "a"}); !errors.Is(err, leasehold.ErrInvalidConfig) {
+	if _, err := leasehold.NewElector(nil, "x", leasehold.Config{Identity: "a"}); !errors.Is(err, leasehold.ErrInvalidConfig) {
 		t.Errorf("nil store: %v", err)
 	}
-	if _, err := leasehold.NewLock(st, "", leasehold.LockConfig{Identity: "a"}); !errors.Is(err, leasehold.ErrInvalidConfig) {
+	if _, err := leasehold.NewLock(st, "", leasehold.Config{Identity: "a"}); !errors.Is(err, leasehold.ErrInvalidConfig) {
 		t.Errorf("lock with empty name: %v", err)
 	}
 }
@@ -118,15 +119,15 @@ func TestConstructorsRefuseTimingsBelowStoreLimits(t *testing.T) {
 	lim := limitedStore{memstore.New(), store.Limits{MinLeaseDuration: time.Second, TimeResolution: time.Second}}
 	build := map[string]func(store.Store, leasehold.Timings) error{
 		"elector": func(st store.Store, tm leasehold.Timings) error {
-			_, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "x", Identity: "a", Timings: tm})
+			_, err := leasehold.NewElector(st, "x", leasehold.Config{Identity: "a", Timings: tm})
 			return err
 		},
 		"lock": func(st store.Store, tm leasehold.Timings) error {
-			_, err := leasehold.NewLock(st, "x", leasehold.LockConfig{Identity: "a", Timings: tm})
+			_, err := leasehold.NewLock(st, "x", leasehold.Config{Identity: "a", Timings: tm})
 			return err
 		},
 		"keeper": func(st store.Store, tm leasehold.Timings) error {
-			k, err := leasehold.NewKeeper(st, leasehold.KeeperConfig{Identity: "a", Timings: tm})
+			k, err := leasehold.NewKeeper(st, leasehold.Config{Identity: "a", Timings: tm})
 			if err == nil {
 				k.Close()
 			}

@@ -22,7 +22,7 @@ type contender struct {
 	// unknown is set while an acquire whose outcome is unknown may have granted
 	// this holder a term that it does not know the token of.
 	unknown bool
-	// lastHolder is the last other holder this contender saw, for EventLeaderObserved.
+	// lastHolder is the last other holder this contender saw, for EventHolderObserved.
 	lastHolder string
 }
 
@@ -55,7 +55,7 @@ func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
 		c.unknown = false
 		if rec.Holder != c.lastHolder {
 			c.lastHolder = rec.Holder
-			c.emit(Event{Kind: EventLeaderObserved, Name: c.name, Record: rec})
+			c.emit(Event{Kind: EventHolderObserved, Name: c.name, Record: rec})
 		}
 		return rec, sent, err
 	case errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrClosed):

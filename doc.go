@@ -2,15 +2,20 @@
 // and gives the resource that work writes to a number with which to refuse a
 // node that has lost that role.
 //
-// It offers two things built on one lease mechanism:
+// It offers three things built on one lease mechanism:
 //
 //   - an [Elector] for leader election: a long-lived role kept by renewal,
 //     whose guarded work runs under a context cancelled before any rival could
 //     legally take over;
-//   - a [Lock] for a short critical section, with optional keep-alive.
+//   - a [Lock] for a short critical section, with optional keep-alive;
+//   - a [Keeper] for many leases of one process (one per shard), renewed
+//     together in one batch.
 //
-// Both hand out a fencing token with every term: a number that rises on every
-// grant of the lease, on every store. The stores (PostgreSQL, SQLite, Redis,
+// All three take one [Config], and hand out each term this process holds as
+// a [Lease]: its name, its fencing token, its safe-until deadline, a context
+// cancelled when the term must no longer be trusted, and Release. The
+// fencing token is a number that rises on every grant of the lease, on every
+// store. The stores (PostgreSQL, SQLite, Redis,
 // etcd, Kubernetes Lease objects, and the in-memory store) live in packages
 // under store/, behind the small contract in package store.
 //

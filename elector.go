@@ -11,48 +11,21 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// ElectorConfig configures an Elector.
-type ElectorConfig struct {
-	// Name is the lease name the candidates share. Required; see store.ValidateName.
-	Name string
-	// Identity names this node (a host or pod name). Required. The holder
-	// identity is Identity plus a random per-process suffix (see NewIdentity).
-	Identity string
-	// Metadata is optional data stored with the lease while this node leads,
-	// such as its address; at most store.MaxMetadataLen bytes.
-	Metadata string
-	// Timings of the lease; zero fields take defaults (see Timings).
-	Timings Timings
-	// Clock is the holder's clock; nil means SystemClock().
-	Clock Clock
-	// OnEvent, if set, is called for each step of the election. It must not block.
-	OnEvent func(Event)
-	// StopOnLoss makes Run return (with the loss's cause) after this node
-	// loses a term, instead of contending again.
-	StopOnLoss bool
-}
+// WorkFunc is the guarded work of a leader. ctx is lease.Context(): it is
+// cancelled at safeUntil (minus Timings.WindDown), when the store says the term
+// is lost, or when Run's context ends; context.Cause(ctx) says which. The work
+// must return promptly after ctx is cancelled: the Elector releases the lease
+// only after the work has returned (lease.Release is refused with
+// ErrElectorOwned). Every write it makes to a fenced resource carries
+// lease.Token().
+type WorkFunc func(ctx context.Context, lease *Lease) error
 
-// WorkFunc is the guarded work of a leader. ctx is cancelled at safeUntil
-// (minus Timings.WindDown), when the store says the term is lost, or when
-// Run's context ends; context.Cause(ctx) says which. The work must return
-// promptly after ctx is cancelled: the lease is released only after it has
-// returned. Every write it makes to a fenced resource carries leader.Token().
-type WorkFunc func(ctx context.Context, leader *Leader) error
+// electorKeeping keeps the lease an Elector hands to its work.
+type electorKeeping struct{ h *holding }
 
-// Leader describes the term a node holds while its work runs.
-type Leader struct {
-	h *holding
-}
+func (k electorKeeping) safeUntil() time.Time { return k.h.SafeUntil() }
 
-// Term is the held term: lease name, holder identity and fencing token.
-func (l *Leader) Term() store.Term { return l.h.term }
-
-// Token is the fencing token of this term. Send it with every write.
-func (l *Leader) Token() int64 { return l.h.term.Token }
-
-// SafeUntil is the local deadline (on the elector's Clock) until which this
-// term is trusted; it moves forward with every successful renewal.
-func (l *Leader) SafeUntil() time.Time { return l.h.SafeUntil() }
+func (electorKeeping) release(context.Context) error { return ErrElectorOwned }
 
 // Status is an Elector's local view of itself, for health checks.
 type Status struct {
@@ -72,7 +45,8 @@ type Status struct {
 // Elector runs guarded work on exactly one node at a time among those sharing
 // a lease name, and hands that work the term's fencing token.
 type Elector struct {
-	cfg     ElectorConfig
+	name    string
+	cfg     Config
 	hold    holdConfig
 	holder  string
 	watcher store.Watcher
@@ -80,34 +54,24 @@ type Elector struct {
 
 	mu     sync.Mutex
 	status Status
-	leader *Leader
+	lease  *Lease
 }
 
-// NewElector validates cfg and returns an Elector for it on st.
-func NewElector(st store.Store, cfg ElectorConfig) (*Elector, error) {
+// NewElector validates cfg and returns an Elector for the lease name on st.
+func NewElector(st store.Store, name string, cfg Config) (*Elector, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
 	}
-	if err := store.ValidateName(cfg.Name); err != nil {
+	if err := store.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	if err := store.ValidateMetadata(cfg.Metadata); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
-	timings, err := validateFor(st, cfg.Timings)
+	holder, err := cfg.prepare(st)
 	if err != nil {
 		return nil, err
 	}
-	holder, err := NewIdentity(cfg.Identity)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Timings = timings
-	if cfg.Clock == nil {
-		cfg.Clock = SystemClock()
-	}
-	e := &Elector{cfg: cfg, holder: holder}
-	e.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: true, onEvent: e.observe}
+	e := &Elector{name: name, cfg: cfg, holder: holder}
+	e.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: true,
+		observe: e.observe, events: newEventQueue(cfg.OnEvent)}
 	e.watcher, _ = st.(store.Watcher)
 	return e, nil
 }
@@ -121,16 +85,17 @@ func (e *Elector) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.status
-	if e.leader != nil {
-		s.SafeUntil = e.leader.SafeUntil()
+	if e.lease != nil {
+		s.SafeUntil = e.lease.SafeUntil()
 	}
 	return s
 }
 
-// Leader asks the store who leads now: the live term's holder, token, time
-// left and metadata. The record's Live method is false when nobody leads.
-func (e *Elector) Leader(ctx context.Context) (store.Record, error) {
-	return e.hold.store.Get(ctx, e.cfg.Name)
+// Holder asks the store who holds the lease now, this node or another: the
+// live term's holder, token, time left and metadata. The record's Live
+// method is false when nobody holds it.
+func (e *Elector) Holder(ctx context.Context) (store.Record, error) {
+	return e.hold.store.Get(ctx, e.name)
 }
 
 // Run contends for the lease until ctx ends and, each time this node wins a
@@ -141,13 +106,15 @@ func (e *Elector) Leader(ctx context.Context) (store.Record, error) {
 // Run returns ctx.Err() when ctx ends; work's error (nil included), after
 // releasing, when work returns while this node still leads; the loss's cause
 // with StopOnLoss; and a store error that retrying cannot mend
-// (store.ErrInvalid, store.ErrClosed).
+// (store.ErrInvalid, store.ErrClosed). It returns once OnEvent has been given
+// every event of the run.
 func (e *Elector) Run(ctx context.Context, work WorkFunc) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
 	defer e.running.Store(false)
-	c := &contender{holdConfig: &e.hold, watcher: e.watcher, name: e.cfg.Name, holder: e.holder, metadata: e.cfg.Metadata}
+	defer e.hold.events.flush()
+	c := &contender{holdConfig: &e.hold, watcher: e.watcher, name: e.name, holder: e.holder, metadata: e.cfg.Metadata}
 	for {
 		e.setContending(true)
 		rec, sent, err := c.acquire(ctx)
@@ -155,7 +122,7 @@ func (e *Elector) Run(ctx context.Context, work WorkFunc) error {
 		if err != nil {
 			return err
 		}
-		returned, werr, cause := e.lead(ctx, c, rec.Term, sent, work)
+		returned, werr, cause := e.lead(ctx, c, rec, sent, work)
 		switch {
 		case returned:
 			return werr
@@ -167,13 +134,13 @@ func (e *Elector) Run(ctx context.Context, work WorkFunc) error {
 	}
 }
 
-// lead holds term while work runs. It reports whether work returned while
-// the term was still live (and then its error), and why the term ended.
-func (e *Elector) lead(ctx context.Context, c *contender, term store.Term, sent time.Time, work WorkFunc) (returned bool, werr error, cause error) {
-	h := startHolding(ctx, &e.hold, term, sent)
-	l := &Leader{h: h}
-	e.setLeader(l)
-	e.observe(Event{Kind: EventAcquired, Name: term.Name, Term: term, SafeUntil: h.SafeUntil()})
+// lead holds the term of rec while work runs. It reports whether work
+// returned while the term was still live (and then its error), and why the
+// term ended.
+func (e *Elector) lead(ctx context.Context, c *contender, rec store.Record, sent time.Time, work WorkFunc) (returned bool, werr error, cause error) {
+	h := startHolding(ctx, &e.hold, rec, sent)
+	l := &Lease{term: rec.Term, ctx: h.ctx, keep: electorKeeping{h}}
+	e.setLease(l)
 
 	workDone := make(chan error, 1)
 	go func() { workDone <- work(h.ctx, l) }()
@@ -184,17 +151,17 @@ func (e *Elector) lead(ctx context.Context, c *contender, term store.Term, sent 
 		werr = <-workDone // drain: the work returns before anything is released
 	}
 	cause = h.stop()
-	e.setLeader(nil)
+	e.setLease(nil)
 	if !errors.Is(cause, ErrLeaseLost) {
-		c.release(ctx, term)
+		c.release(ctx, rec.Term)
 	}
 	return returned, werr, cause
 }
 
-func (e *Elector) setLeader(l *Leader) {
+func (e *Elector) setLease(l *Lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.leader = l
+	e.lease = l
 	e.status.Leading = l != nil
 	if l != nil {
 		e.status.Term = l.Term()
@@ -210,9 +177,11 @@ func (e *Elector) setContending(on bool) {
 	e.status.Contending = on
 }
 
-// observe records what the status needs from an event, then passes it on.
+// observe records what the status needs from an event, on the goroutine
+// that reports it.
 func (e *Elector) observe(ev Event) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	switch ev.Kind {
 	case EventAcquireAttempt, EventRenewFailed, EventRenewed, EventReleased:
 		definite := ev.Err == nil || errors.Is(ev.Err, store.ErrHeld) || errors.Is(ev.Err, store.ErrNotHeld)
@@ -222,9 +191,5 @@ func (e *Elector) observe(ev Event) {
 		} else {
 			e.status.LastError = ev.Err
 		}
-	}
-	e.mu.Unlock()
-	if e.cfg.OnEvent != nil {
-		e.cfg.OnEvent(ev)
 	}
 }

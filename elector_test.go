@@ -65,16 +65,11 @@ func TestSafeUntilWhenEveryRenewalHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
 		st := f.faulty()
-		rec := &recorder{}
-		e := newElector(t, st, "node-a", rec, nil)
+		// StopOnLoss keeps it from re-acquiring, to read one term.
+		e := newElector(t, st, "node-a", nil, func(c *leasehold.Config) { c.StopOnLoss = true })
 		// Acquire takes 1.5s to answer; renewals hang.
 		st.Inject(faultstore.Fault{Latency: 1500 * time.Millisecond, Times: 1}, faultstore.OpAcquire)
 		st.Inject(faultstore.Fault{Mode: faultstore.Hang}, faultstore.OpRenew)
-		rec.hook(func(ev leasehold.Event) {
-			if ev.Kind == leasehold.EventLost {
-				st.Partition() // keep it from re-acquiring, to read one term
-			}
-		})
 		work, terms := worker(0)
 		start := time.Now()
 		stop, _ := running(e, work)
@@ -104,7 +99,7 @@ func TestWindDownCancelsEarly(t *testing.T) {
 		f := newFixture()
 		st := f.faulty()
 		st.Inject(faultstore.Fault{Mode: faultstore.Hang}, faultstore.OpRenew)
-		e := newElector(t, st, "node-a", nil, func(c *leasehold.ElectorConfig) {
+		e := newElector(t, st, "node-a", nil, func(c *leasehold.Config) {
 			c.Timings.WindDown = 3 * time.Second
 			c.StopOnLoss = true
 		})
@@ -378,7 +373,7 @@ func TestSlowGrantGivenBack(t *testing.T) {
 		// The request reaches the store, which answers 11s after it was sent.
 		st.Inject(faultstore.Fault{Mode: faultstore.HangAfterWrite, Times: 1}, faultstore.OpAcquire)
 		rec := &recorder{}
-		e := newElector(t, st, "node-a", rec, func(c *leasehold.ElectorConfig) { c.Timings.Jitter = 0.01 })
+		e := newElector(t, st, "node-a", rec, func(c *leasehold.Config) { c.Timings.Jitter = 0.01 })
 		work, terms := worker(0)
 		start := time.Now()
 		stop, _ := running(e, work)
@@ -407,7 +402,7 @@ func TestWorkReturnEndsRun(t *testing.T) {
 		rec := &recorder{}
 		e := newElector(t, f.faulty(), "node-a", rec, nil)
 		done := errors.New("swept")
-		err := e.Run(context.Background(), func(ctx context.Context, l *leasehold.Leader) error {
+		err := e.Run(context.Background(), func(ctx context.Context, l *leasehold.Lease) error {
 			time.Sleep(7 * time.Second)
 			return done
 		})
@@ -427,7 +422,7 @@ func TestWorkReturnEndsRun(t *testing.T) {
 func TestStopOnLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
-		e := newElector(t, f.faulty(), "node-a", nil, func(c *leasehold.ElectorConfig) { c.StopOnLoss = true })
+		e := newElector(t, f.faulty(), "node-a", nil, func(c *leasehold.Config) { c.StopOnLoss = true })
 		work, _ := worker(0)
 		_, done := running(e, work)
 		time.Sleep(time.Second)
@@ -480,20 +475,20 @@ func TestRunTwiceRefused(t *testing.T) {
 	})
 }
 
-func TestLeaderReportsHolderAndMetadata(t *testing.T) {
+func TestHolderReportsHolderAndMetadata(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
-		a := newElector(t, f.faulty(), "node-a", nil, func(c *leasehold.ElectorConfig) { c.Metadata = "http://10.0.0.7:8080" })
+		a := newElector(t, f.faulty(), "node-a", nil, func(c *leasehold.Config) { c.Metadata = "http://10.0.0.7:8080" })
 		b := newElector(t, f.faulty(), "node-b", nil, nil)
 		work, _ := worker(0)
 		stop, _ := running(a, work)
 		synctest.Wait()
-		rec, err := b.Leader(context.Background())
+		rec, err := b.Holder(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if rec.Holder != a.Identity() || rec.Metadata != "http://10.0.0.7:8080" || !rec.Live() {
-			t.Fatalf("Leader() = %+v, want %s with its metadata", rec, a.Identity())
+			t.Fatalf("Holder() = %+v, want %s with its metadata", rec, a.Identity())
 		}
 		stop()
 	})
@@ -593,7 +588,7 @@ func TestNoJitterWaitsExactlyRetryPeriod(t *testing.T) {
 		f := newFixture()
 		a := newElector(t, f.faulty(), "node-a", nil, nil)
 		recB := &recorder{}
-		b := newElector(t, f.faulty(), "node-b", recB, func(c *leasehold.ElectorConfig) { c.Timings.Jitter = leasehold.NoJitter })
+		b := newElector(t, f.faulty(), "node-b", recB, func(c *leasehold.Config) { c.Timings.Jitter = leasehold.NoJitter })
 		workA, _ := worker(0)
 		workB, _ := worker(0)
 		stopA, _ := running(a, workA)
@@ -610,6 +605,46 @@ func TestNoJitterWaitsExactlyRetryPeriod(t *testing.T) {
 			if d := attempts[i].at.Sub(attempts[i-1].at); d != 2*time.Second {
 				t.Fatalf("wait %d was %v, want exactly 2s", i, d)
 			}
+		}
+	})
+}
+
+// The lease an Elector hands its work is released by the Elector once the
+// work returns (drain before release): Release from inside the work is
+// refused, and changes nothing.
+func TestElectorLeaseReleaseRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		e := newElector(t, f.faulty(), "node-a", nil, nil)
+		var (
+			relErr, again, ctxErr error
+			sameCtx               bool
+			term                  store.Term
+			during                store.Record
+		)
+		err := e.Run(context.Background(), func(ctx context.Context, l *leasehold.Lease) error {
+			term = l.Term()
+			sameCtx = l.Context() == ctx
+			relErr = l.Release(ctx)
+			again = l.Release(ctx)
+			ctxErr = ctx.Err()
+			during, _ = memstore.Open(f.backend).Get(ctx, "sweeper")
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Run = %v, want nil (the work returned while leading)", err)
+		}
+		if !errors.Is(relErr, leasehold.ErrElectorOwned) || !errors.Is(again, leasehold.ErrElectorOwned) {
+			t.Fatalf("Release inside the work = %v, then %v; want ErrElectorOwned both times", relErr, again)
+		}
+		if !sameCtx || ctxErr != nil {
+			t.Fatalf("lease context is the work's: %v; after the refused Release its error is %v, want nil", sameCtx, ctxErr)
+		}
+		if !during.Live() || during.Term != term {
+			t.Fatalf("store record after the refused Release = %+v, want term %v still live", during, term)
+		}
+		if after := f.get(t, "sweeper"); after.Live() {
+			t.Fatalf("store record after Run = %+v, want released by the Elector", after)
 		}
 	})
 }

@@ -23,14 +23,17 @@ var (
 	// ErrAlreadyRunning: Run was called on an Elector that is already running.
 	ErrAlreadyRunning = errors.New("leasehold: elector already running")
 
-	// ErrHeld and ErrNotHeld are the store contract's sentinels, here so that
+	// ErrHeld: someone else holds the lease (another holder's term is
+	// live). ErrNotHeld: the term named is not the live one (it expired or
+	// was replaced). They are the store contract's sentinels, here so that
 	// callers need not import package store to check them.
 	ErrHeld    = store.ErrHeld
 	ErrNotHeld = store.ErrNotHeld
 )
 
-// HeldError is returned by Lock.TryAcquire when another holder's term is
-// live. It matches store.ErrHeld and carries that holder's record.
+// HeldError says that someone else holds the lease: Lock.TryAcquire and
+// Keeper.TryAcquire return it when another holder's term is live. It matches
+// ErrHeld and carries that holder's record.
 type HeldError struct {
 	Record store.Record
 }

@@ -3,6 +3,7 @@ package leasehold
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/store"
@@ -28,8 +29,9 @@ const (
 	EventLost
 	// EventReleased: the release request of Term returned (Err nil or not).
 	EventReleased
-	// EventLeaderObserved: a candidate saw a different live holder (Record).
-	EventLeaderObserved
+	// EventHolderObserved: a candidate saw another live holder (Record),
+	// different from the last one it saw.
+	EventHolderObserved
 )
 
 var eventKindNames = map[EventKind]string{
@@ -39,7 +41,7 @@ var eventKindNames = map[EventKind]string{
 	EventRenewFailed:    "renew-failed",
 	EventLost:           "lost",
 	EventReleased:       "released",
-	EventLeaderObserved: "leader-observed",
+	EventHolderObserved: "holder-observed",
 }
 
 func (k EventKind) String() string {
@@ -49,9 +51,12 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Event reports one step of an Elector or a Lock. Events are delivered
-// synchronously from the goroutine that owns the term; an OnEvent function must
-// not block.
+// Event reports one step of an Elector, a Lock or a Keeper, to
+// Config.OnEvent. The events of one term come in order: EventAcquired
+// first, then its EventRenewed and EventRenewFailed, then EventLost, then
+// EventReleased (if a release was sent); nothing of the term follows them.
+// OnEvent is called for one event at a time, never concurrently, so the
+// events of all terms together come in the order they were reported.
 type Event struct {
 	Kind EventKind
 	Name string
@@ -82,5 +87,77 @@ func LossReason(err error) string {
 		return "shutdown"
 	default:
 		return "error"
+	}
+}
+
+// eventQueue hands events to fn one at a time, in the order they were added.
+// Adding never waits for fn: a goroutine started when the queue fills, and
+// ended when it is empty, calls fn; while fn runs, events wait in the queue.
+// flush waits until fn has been given every event added before it.
+type eventQueue struct {
+	fn func(Event)
+
+	mu        sync.Mutex
+	cond      sync.Cond // signalled with mu when delivered moves
+	pending   []Event
+	added     uint64
+	delivered uint64
+	draining  bool // a goroutine is delivering
+}
+
+func newEventQueue(fn func(Event)) *eventQueue {
+	q := &eventQueue{fn: fn}
+	q.cond.L = &q.mu
+	return q
+}
+
+// add queues e for fn. It never blocks on fn.
+func (q *eventQueue) add(e Event) {
+	if q.fn == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = append(q.pending, e)
+	q.added++
+	if !q.draining {
+		q.draining = true
+		go q.drain()
+	}
+}
+
+func (q *eventQueue) drain() {
+	for {
+		q.mu.Lock()
+		if len(q.pending) == 0 {
+			q.draining = false
+			q.pending = nil
+			q.mu.Unlock()
+			return
+		}
+		e := q.pending[0]
+		q.pending[0] = Event{}
+		q.pending = q.pending[1:]
+		q.mu.Unlock()
+
+		q.fn(e)
+
+		q.mu.Lock()
+		q.delivered++
+		q.cond.Broadcast()
+		q.mu.Unlock()
+	}
+}
+
+// flush waits until fn has returned for every event added before the call.
+// Called from fn, it would wait for itself.
+func (q *eventQueue) flush() {
+	if q.fn == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for n := q.added; q.delivered < n; {
+		q.cond.Wait()
 	}
 }

@@ -15,14 +15,13 @@ import (
 // makes carries its fencing token.
 func ExampleElector() {
 	st := memstore.New() // in production: postgres, sqlite, redis, etcd, kubernetes
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
-		Name:     "invoice-sweeper",
+	e, err := leasehold.NewElector(st, "invoice-sweeper", leasehold.Config{
 		Identity: "replica-1",
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = e.Run(context.Background(), func(ctx context.Context, l *leasehold.Leader) error {
+	err = e.Run(context.Background(), func(ctx context.Context, l *leasehold.Lease) error {
 		// ctx is cancelled before any rival could take over.
 		fmt.Println("leading with token", l.Token())
 		return nil // returning steps down and releases the lease
@@ -36,7 +35,7 @@ func ExampleElector() {
 // A lock around a short critical section.
 func ExampleLock() {
 	st := memstore.New()
-	lk, err := leasehold.NewLock(st, "invoice-42", leasehold.LockConfig{Identity: "replica-1"})
+	lk, err := leasehold.NewLock(st, "invoice-42", leasehold.Config{Identity: "replica-1"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,7 +46,7 @@ func ExampleLock() {
 	}
 	fmt.Println("token", held.Token())
 
-	other, _ := leasehold.NewLock(st, "invoice-42", leasehold.LockConfig{Identity: "replica-2"})
+	other, _ := leasehold.NewLock(st, "invoice-42", leasehold.Config{Identity: "replica-2"})
 	_, err = other.TryAcquire(ctx)
 	fmt.Println("second holder refused:", errors.Is(err, leasehold.ErrHeld))
 

@@ -34,7 +34,7 @@ func (r *recorder) on(e leasehold.Event) {
 	}
 }
 
-// hook runs f on every later event, from the goroutine that emits it.
+// hook runs f on every later event, from the goroutine that delivers it.
 func (r *recorder) hook(f func(leasehold.Event)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -66,7 +66,7 @@ type leadership struct {
 func worker(hold time.Duration) (leasehold.WorkFunc, func() []leadership) {
 	var mu sync.Mutex
 	var terms []leadership
-	work := func(ctx context.Context, l *leasehold.Leader) error {
+	work := func(ctx context.Context, l *leasehold.Lease) error {
 		rec := leadership{token: l.Token(), started: time.Now()}
 		<-ctx.Done()
 		rec.stopped = time.Now()
@@ -123,16 +123,16 @@ func (f *fixture) get(t *testing.T, name string) store.Record {
 	return rec
 }
 
-func newElector(t *testing.T, st store.Store, identity string, rec *recorder, mod func(*leasehold.ElectorConfig)) *leasehold.Elector {
+func newElector(t *testing.T, st store.Store, identity string, rec *recorder, mod func(*leasehold.Config)) *leasehold.Elector {
 	t.Helper()
-	cfg := leasehold.ElectorConfig{Name: "sweeper", Identity: identity}
+	cfg := leasehold.Config{Identity: identity}
 	if rec != nil {
 		cfg.OnEvent = rec.on
 	}
 	if mod != nil {
 		mod(&cfg)
 	}
-	e, err := leasehold.NewElector(st, cfg)
+	e, err := leasehold.NewElector(st, "sweeper", cfg)
 	if err != nil {
 		t.Fatalf("NewElector: %v", err)
 	}

@@ -9,19 +9,24 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// holdConfig is what holding a term needs; Elector and Lock both fill it.
+// holdConfig is what holding a term needs; Elector, Lock and Keeper fill it.
 type holdConfig struct {
 	store     store.Store
 	clock     Clock
 	timings   Timings // with defaults, validated
 	keepAlive bool
-	onEvent   func(Event)
+	// observe, if set, sees each event at once, on the goroutine that
+	// reports it (the Elector's Status); events then go to the user's
+	// OnEvent through the queue.
+	observe func(Event)
+	events  *eventQueue
 }
 
 func (c *holdConfig) emit(e Event) {
-	if c.onEvent != nil {
-		c.onEvent(e)
+	if c.observe != nil {
+		c.observe(e)
 	}
+	c.events.add(e)
 }
 
 // holding keeps one term: it renews it every RenewInterval (if keepAlive),
@@ -53,19 +58,21 @@ type renewResult struct {
 	rtt    time.Duration
 }
 
-// startHolding begins holding term, granted by a request sent at sentAt. The
+// startHolding begins holding the term of rec, granted by a request sent at
+// sentAt, and reports EventAcquired before anything else of the term. The
 // term's context derives from parent.
-func startHolding(parent context.Context, cfg *holdConfig, term store.Term, sentAt time.Time) *holding {
+func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sentAt time.Time) *holding {
 	ctx, cancel := context.WithCancelCause(parent)
 	h := &holding{
 		cfg:    cfg,
-		term:   term,
+		term:   rec.Term,
 		ctx:    ctx,
 		cancel: cancel,
 		tr:     granted(cfg.timings, sentAt),
 		stopc:  make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	cfg.emit(Event{Kind: EventAcquired, Name: rec.Name, Term: rec.Term, Record: rec, SafeUntil: h.tr.safeUntil})
 	go h.loop()
 	return h
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
-func newLock(t *testing.T, st store.Store, identity string, mod func(*leasehold.LockConfig)) *leasehold.Lock {
+func newLock(t *testing.T, st store.Store, identity string, mod func(*leasehold.Config)) *leasehold.Lock {
 	t.Helper()
-	cfg := leasehold.LockConfig{Identity: identity}
+	cfg := leasehold.Config{Identity: identity}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -64,7 +64,7 @@ func TestAcquireWakesOnRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *leasehold.Held, 1)
+		got := make(chan *leasehold.Lease, 1)
 		go func() {
 			h, err := b.Acquire(ctx)
 			if err != nil {
@@ -91,7 +91,7 @@ func TestLockWithoutKeepAliveEndsAtSafeUntil(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
 		st := f.faulty()
-		l := newLock(t, st, "node-a", func(c *leasehold.LockConfig) { c.Timings.LeaseDuration = 3 * time.Second })
+		l := newLock(t, st, "node-a", func(c *leasehold.Config) { c.Timings.LeaseDuration = 3 * time.Second })
 		start := time.Now()
 		held, err := l.Acquire(context.Background())
 		if err != nil {
@@ -116,7 +116,7 @@ func TestLockWithoutKeepAliveEndsAtSafeUntil(t *testing.T) {
 func TestLockKeepAliveOutlastsTheLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
-		l := newLock(t, f.faulty(), "node-a", func(c *leasehold.LockConfig) {
+		l := newLock(t, f.faulty(), "node-a", func(c *leasehold.Config) {
 			c.Timings.LeaseDuration = 3 * time.Second
 			c.KeepAlive = true
 		})
@@ -145,7 +145,7 @@ func TestLockKeepAliveOutlastsTheLease(t *testing.T) {
 func TestLockLostUnderKeepAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
-		l := newLock(t, f.faulty(), "node-a", func(c *leasehold.LockConfig) { c.KeepAlive = true })
+		l := newLock(t, f.faulty(), "node-a", func(c *leasehold.Config) { c.KeepAlive = true })
 		held, err := l.Acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)

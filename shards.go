@@ -29,23 +29,6 @@ var ErrDraining = errors.New("leasehold: previous term still draining; call Rele
 // without the store.BatchRenewer capability.
 const keeperParallelism = 16
 
-// KeeperConfig configures a Keeper.
-type KeeperConfig struct {
-	// Identity names this node. Required. Every lease of the Keeper is held
-	// under Identity plus a random per-process suffix (see NewIdentity).
-	Identity string
-	// Metadata is optional data stored with each lease while it is held.
-	Metadata string
-	// Timings of every lease; zero fields take defaults (see Timings).
-	Timings Timings
-	// Clock is the holder's clock; nil means SystemClock().
-	Clock Clock
-	// OnEvent, if set, is called for each step of each lease: one
-	// EventRenewed (or EventRenewFailed) per lease per batch. It must not
-	// block, and must not call the Keeper.
-	OnEvent func(Event)
-}
-
 // Keeper holds many leases for one process, one per shard or partition, and
 // renews all of them together: one batched call per renew interval
 // (store.BatchRenewer, a single statement on PostgreSQL), or, on a store
@@ -62,15 +45,15 @@ type KeeperConfig struct {
 //
 // A Keeper is safe for concurrent use. Close stops it.
 type Keeper struct {
-	cfg     KeeperConfig
+	cfg     Config
 	hold    holdConfig
 	holder  string
 	batch   store.BatchRenewer // nil: one Renew per lease
 	watcher store.Watcher
 
 	mu        sync.Mutex
-	kept      map[string]*Kept
-	draining  map[string]*Kept // ended, not yet released: work may still run
+	kept      map[string]*kept
+	draining  map[string]*kept // ended, not yet released: work may still run
 	acquiring map[string]bool
 	closed    bool
 
@@ -79,54 +62,37 @@ type Keeper struct {
 	done  chan struct{} // closed by loop
 }
 
-// Kept is one lease a Keeper holds.
-type Kept struct {
+// kept is one lease a Keeper holds.
+type kept struct {
 	k      *Keeper
 	c      *contender
 	term   store.Term
-	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	// Guarded by k.mu.
 	tr    trust
 	ended bool
 	cause error
-
-	once   sync.Once
-	relErr error
 }
 
 // NewKeeper validates cfg and starts a Keeper on st. Close stops it.
-func NewKeeper(st store.Store, cfg KeeperConfig) (*Keeper, error) {
-	if st == nil {
-		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
-	}
-	if err := store.ValidateMetadata(cfg.Metadata); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
-	timings, err := validateFor(st, cfg.Timings)
+func NewKeeper(st store.Store, cfg Config) (*Keeper, error) {
+	holder, err := cfg.prepare(st)
 	if err != nil {
 		return nil, err
-	}
-	holder, err := NewIdentity(cfg.Identity)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Timings = timings
-	if cfg.Clock == nil {
-		cfg.Clock = SystemClock()
 	}
 	k := &Keeper{
 		cfg:       cfg,
 		holder:    holder,
-		kept:      map[string]*Kept{},
-		draining:  map[string]*Kept{},
+		kept:      map[string]*kept{},
+		draining:  map[string]*kept{},
 		acquiring: map[string]bool{},
 		kick:      make(chan struct{}, 1),
 		stopc:     make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	k.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: true, onEvent: cfg.OnEvent}
+	k.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: true,
+		events: newEventQueue(cfg.OnEvent)}
 	k.batch, _ = st.(store.BatchRenewer)
 	k.watcher, _ = st.(store.Watcher)
 	go k.loop()
@@ -178,13 +144,14 @@ func (k *Keeper) contender(name string) *contender {
 }
 
 // TryAcquire makes one attempt at name. If another holder's term is live it
-// returns a *HeldError (matching store.ErrHeld). If the outcome is unknown it
-// gives back whatever the attempt may have been granted before returning
-// the error.
-func (k *Keeper) TryAcquire(ctx context.Context, name string) (*Kept, error) {
+// returns a *HeldError (matching ErrHeld). If the outcome is unknown it gives
+// back whatever the attempt may have been granted before returning the
+// error.
+func (k *Keeper) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	if err := k.reserve(name); err != nil {
 		return nil, err
 	}
+	defer k.hold.events.flush()
 	c := k.contender(name)
 	rec, sent, err := c.try(ctx)
 	if err != nil {
@@ -200,10 +167,11 @@ func (k *Keeper) TryAcquire(ctx context.Context, name string) (*Kept, error) {
 
 // Acquire waits until the Keeper holds name or ctx ends, as Lock.Acquire
 // does. ctx bounds only the wait.
-func (k *Keeper) Acquire(ctx context.Context, name string) (*Kept, error) {
+func (k *Keeper) Acquire(ctx context.Context, name string) (*Lease, error) {
 	if err := k.reserve(name); err != nil {
 		return nil, err
 	}
+	defer k.hold.events.flush()
 	c := k.contender(name)
 	rec, sent, err := c.acquire(ctx)
 	if err != nil {
@@ -214,10 +182,10 @@ func (k *Keeper) Acquire(ctx context.Context, name string) (*Kept, error) {
 }
 
 // add starts keeping a term granted by a request sent at sent.
-func (k *Keeper) add(ctx context.Context, c *contender, rec store.Record, sent time.Time) (*Kept, error) {
+func (k *Keeper) add(ctx context.Context, c *contender, rec store.Record, sent time.Time) (*Lease, error) {
 	t := k.cfg.Timings
 	kctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	kp := &Kept{k: k, c: c, term: rec.Term, ctx: kctx, cancel: cancel, tr: granted(t, sent)}
+	kp := &kept{k: k, c: c, term: rec.Term, cancel: cancel, tr: granted(t, sent)}
 	k.mu.Lock()
 	delete(k.acquiring, c.name)
 	if k.closed {
@@ -227,11 +195,11 @@ func (k *Keeper) add(ctx context.Context, c *contender, rec store.Record, sent t
 		return nil, fmt.Errorf("leasehold: acquire %q: %w", c.name, ErrKeeperClosed)
 	}
 	k.kept[c.name] = kp
-	su := kp.tr.safeUntil
+	// Queued under k.mu, so before anything the loop reports of the term.
+	k.hold.emit(Event{Kind: EventAcquired, Name: c.name, Term: rec.Term, Record: rec, SafeUntil: kp.tr.safeUntil})
 	k.mu.Unlock()
 	k.poke()
-	k.hold.emit(Event{Kind: EventAcquired, Name: c.name, Term: rec.Term, Record: rec, SafeUntil: su})
-	return kp, nil
+	return &Lease{term: rec.Term, ctx: kctx, keep: kp}, nil
 }
 
 func (k *Keeper) poke() {
@@ -256,24 +224,26 @@ func (k *Keeper) Close() error {
 	k.mu.Unlock()
 	close(k.stopc)
 	<-k.done
+	k.hold.events.flush()
 	return nil
 }
 
-// end stops keeping kp with cause; the caller emits the returned event. The
-// name stays draining until kp is released. Called with k.mu held.
-func (k *Keeper) end(kp *Kept, cause error) Event {
+// end stops keeping kp with cause, and reports EventLost. The name stays
+// draining until kp is released. Called with k.mu held, so that the events
+// of a term are queued in order whichever goroutine reports them.
+func (k *Keeper) end(kp *kept, cause error) {
 	if k.kept[kp.term.Name] == kp {
 		delete(k.kept, kp.term.Name)
 		k.draining[kp.term.Name] = kp
 	}
 	kp.ended, kp.cause = true, cause
 	kp.cancel(cause)
-	return Event{Kind: EventLost, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Err: cause}
+	k.hold.emit(Event{Kind: EventLost, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Err: cause})
 }
 
 type batchResult struct {
 	sent time.Time
-	kept []*Kept
+	kept []*kept
 	recs []store.Record
 	errs []error
 	err  error
@@ -333,12 +303,11 @@ func (k *Keeper) loop() {
 		// End every lease whose safeUntil has come, then find the next
 		// deadline and the next renewal due.
 		now := clock.Now()
-		var events []Event
 		var nextDeadline, nextRenew time.Time
 		k.mu.Lock()
 		for _, kp := range k.kept {
 			if !kp.tr.trusted(t, now) {
-				events = append(events, k.end(kp, ErrSafeUntilPassed))
+				k.end(kp, ErrSafeUntilPassed)
 				continue
 			}
 			if cancelAt := kp.tr.cancelAt(t); nextDeadline.IsZero() || cancelAt.Before(nextDeadline) {
@@ -349,9 +318,6 @@ func (k *Keeper) loop() {
 			}
 		}
 		k.mu.Unlock()
-		for _, e := range events {
-			k.hold.emit(e)
-		}
 		var deadlineC, renewC <-chan time.Time
 		if !nextDeadline.IsZero() {
 			deadlineC = arm(&deadlineTimer, nextDeadline.Sub(now))
@@ -368,18 +334,15 @@ func (k *Keeper) loop() {
 			}
 			k.mu.Lock()
 			for _, kp := range k.kept {
-				events = append(events, k.end(kp, ErrReleased))
+				k.end(kp, ErrReleased)
 			}
 			k.mu.Unlock()
-			for _, e := range events {
-				k.hold.emit(e)
-			}
 			return
 		case <-k.kick:
 		case <-deadlineC:
 		case <-renewC:
 			k.mu.Lock()
-			kept := make([]*Kept, 0, len(k.kept))
+			kept := make([]*kept, 0, len(k.kept))
 			for _, kp := range k.kept {
 				kept = append(kept, kp)
 			}
@@ -410,8 +373,8 @@ func (k *Keeper) loop() {
 // apply records a batch's answers, lease by lease.
 func (k *Keeper) apply(r batchResult) {
 	t := k.cfg.Timings
-	var events []Event
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	for i, kp := range r.kept {
 		if kp.ended {
 			continue // released or past its safeUntil while the batch flew
@@ -425,76 +388,52 @@ func (k *Keeper) apply(r batchResult) {
 		switch {
 		case err == nil:
 			kp.tr.renewed(t, r.sent)
-			events = append(events, Event{Kind: EventRenewed, Name: kp.term.Name, Term: kp.term, Record: r.recs[i], SafeUntil: kp.tr.safeUntil, Latency: r.rtt})
+			k.hold.emit(Event{Kind: EventRenewed, Name: kp.term.Name, Term: kp.term, Record: r.recs[i], SafeUntil: kp.tr.safeUntil, Latency: r.rtt})
 		case r.err == nil && (errors.Is(err, store.ErrNotHeld) || errors.Is(err, store.ErrInvalid)):
-			events = append(events, Event{Kind: EventRenewFailed, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Latency: r.rtt, Err: err})
-			events = append(events, k.end(kp, ErrLeaseLost))
+			k.hold.emit(Event{Kind: EventRenewFailed, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Latency: r.rtt, Err: err})
+			k.end(kp, ErrLeaseLost)
 		default:
 			// Outcome unknown: send again a retry period after this was sent.
 			kp.tr.renewFailed(t, r.sent)
-			events = append(events, Event{Kind: EventRenewFailed, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Latency: r.rtt, Err: err})
+			k.hold.emit(Event{Kind: EventRenewFailed, Name: kp.term.Name, Term: kp.term, SafeUntil: kp.tr.safeUntil, Latency: r.rtt, Err: err})
 		}
-	}
-	k.mu.Unlock()
-	for _, e := range events {
-		k.hold.emit(e)
 	}
 }
 
-// Name is the lease's name.
-func (kp *Kept) Name() string { return kp.term.Name }
-
-// Term is the held term.
-func (kp *Kept) Term() store.Term { return kp.term }
-
-// Token is the fencing token of the held term. Send it with every write.
-func (kp *Kept) Token() int64 { return kp.term.Token }
-
-// Context is cancelled at this lease's safeUntil (minus WindDown), when a
-// batch says this term is lost (ErrLeaseLost), on Release, or on the
-// Keeper's Close (ErrReleased); context.Cause says which. Do the shard's
-// work under it.
-func (kp *Kept) Context() context.Context { return kp.ctx }
-
-// SafeUntil is the local deadline until which this lease is trusted.
-func (kp *Kept) SafeUntil() time.Time {
+// safeUntil is the local deadline until which this lease is trusted.
+func (kp *kept) safeUntil() time.Time {
 	kp.k.mu.Lock()
 	defer kp.k.mu.Unlock()
 	return kp.tr.safeUntil
 }
 
-// Release stops keeping the lease, cancels its context, and ends exactly this
-// term in the store. Call it after the lease's work has returned: until then
-// the Keeper will not start a new term on the name (ErrDraining). It is
-// idempotent. It returns an error matching store.ErrNotHeld if a batch had
-// already found the term lost (nothing is changed in the store then).
-func (kp *Kept) Release(ctx context.Context) error {
-	kp.once.Do(func() {
-		k := kp.k
-		k.mu.Lock()
-		var ev *Event
-		if !kp.ended {
-			e := k.end(kp, ErrReleased)
-			ev = &e
-		}
-		lost := errors.Is(kp.cause, ErrLeaseLost)
-		k.mu.Unlock()
-		if ev != nil {
-			k.hold.emit(*ev)
-			k.poke()
-		}
-		if lost {
-			kp.relErr = fmt.Errorf("leasehold: release %s: %w", kp.term, store.ErrNotHeld)
-		} else if err := kp.c.release(ctx, kp.term); err != nil {
-			kp.relErr = fmt.Errorf("leasehold: release %s: %w", kp.term, err)
-		}
-		// The work has returned and the term is given back: the name may
-		// start a new term.
-		k.mu.Lock()
-		if k.draining[kp.term.Name] == kp {
-			delete(k.draining, kp.term.Name)
-		}
-		k.mu.Unlock()
-	})
-	return kp.relErr
+// release stops keeping the lease and ends exactly its term in the store;
+// the name may then start a new term.
+func (kp *kept) release(ctx context.Context) error {
+	k := kp.k
+	defer k.hold.events.flush()
+	k.mu.Lock()
+	ended := kp.ended
+	if !ended {
+		k.end(kp, ErrReleased)
+	}
+	lost := errors.Is(kp.cause, ErrLeaseLost)
+	k.mu.Unlock()
+	if !ended {
+		k.poke()
+	}
+	var err error
+	if lost {
+		err = store.ErrNotHeld
+	} else {
+		err = kp.c.release(ctx, kp.term)
+	}
+	// The work has returned and the term is given back: the name may start
+	// a new term.
+	k.mu.Lock()
+	if k.draining[kp.term.Name] == kp {
+		delete(k.draining, kp.term.Name)
+	}
+	k.mu.Unlock()
+	return err
 }

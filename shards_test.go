@@ -25,7 +25,7 @@ type keeperEnd struct {
 }
 
 // watchKept records when each lease's context ends.
-func watchKept(kps []*leasehold.Kept) func() map[string]keeperEnd {
+func watchKept(kps []*leasehold.Lease) func() map[string]keeperEnd {
 	var mu sync.Mutex
 	ends := map[string]keeperEnd{}
 	for _, kp := range kps {
@@ -49,7 +49,7 @@ func watchKept(kps []*leasehold.Kept) func() map[string]keeperEnd {
 
 func newKeeper(t *testing.T, st store.Store, identity string, onEvent func(leasehold.Event)) *leasehold.Keeper {
 	t.Helper()
-	k, err := leasehold.NewKeeper(st, leasehold.KeeperConfig{Identity: identity, OnEvent: onEvent})
+	k, err := leasehold.NewKeeper(st, leasehold.Config{Identity: identity, OnEvent: onEvent})
 	if err != nil {
 		t.Fatalf("NewKeeper: %v", err)
 	}
@@ -57,9 +57,9 @@ func newKeeper(t *testing.T, st store.Store, identity string, onEvent func(lease
 	return k
 }
 
-func keepMany(t *testing.T, k *leasehold.Keeper, n int) []*leasehold.Kept {
+func keepMany(t *testing.T, k *leasehold.Keeper, n int) []*leasehold.Lease {
 	t.Helper()
-	var out []*leasehold.Kept
+	var out []*leasehold.Lease
 	for i := range n {
 		kp, err := k.TryAcquire(context.Background(), fmt.Sprintf("shard/%d", i))
 		if err != nil {
@@ -254,7 +254,7 @@ func TestKeeperSafeUntilFromSendTime(t *testing.T) {
 func TestKeeperWindDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := faultstore.New(memstore.New())
-		k, err := leasehold.NewKeeper(fs, leasehold.KeeperConfig{Identity: "node-a", Timings: leasehold.Timings{WindDown: 2 * time.Second}})
+		k, err := leasehold.NewKeeper(fs, leasehold.Config{Identity: "node-a", Timings: leasehold.Timings{WindDown: 2 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +357,7 @@ func TestKeeperAcquireReleaseClose(t *testing.T) {
 		}
 
 		// k1 waits for job; k2 releases it at +3s; k1 takes it at that instant.
-		got := make(chan *leasehold.Kept, 1)
+		got := make(chan *leasehold.Lease, 1)
 		go func() {
 			kp, err := k1.Acquire(ctx, "job")
 			if err != nil {
@@ -380,7 +380,7 @@ func TestKeeperAcquireReleaseClose(t *testing.T) {
 		// Close cancels every kept lease; Release afterwards still ends the
 		// term in the store.
 		k1.Close()
-		for _, l := range []*leasehold.Kept{x, kp} {
+		for _, l := range []*leasehold.Lease{x, kp} {
 			if cause := context.Cause(l.Context()); !errors.Is(cause, leasehold.ErrReleased) {
 				t.Errorf("%s after Close: cause %v, want ErrReleased", l.Name(), cause)
 			}
@@ -405,7 +405,7 @@ func TestKeeperAcquireReleaseClose(t *testing.T) {
 
 func TestNewKeeperRefusesBadConfig(t *testing.T) {
 	st := memstore.New()
-	for _, cfg := range []leasehold.KeeperConfig{
+	for _, cfg := range []leasehold.Config{
 		{},
 		{Identity: "a", Timings: leasehold.Timings{LeaseDuration: time.Second, RenewDeadline: 2 * time.Second}},
 		{Identity: "a", Metadata: string(make([]byte, store.MaxMetadataLen+1))},
@@ -417,7 +417,7 @@ func TestNewKeeperRefusesBadConfig(t *testing.T) {
 			t.Errorf("NewKeeper(%+v): %v, want ErrInvalidConfig", cfg.Timings, err)
 		}
 	}
-	if _, err := leasehold.NewKeeper(nil, leasehold.KeeperConfig{Identity: "a"}); !errors.Is(err, leasehold.ErrInvalidConfig) {
+	if _, err := leasehold.NewKeeper(nil, leasehold.Config{Identity: "a"}); !errors.Is(err, leasehold.ErrInvalidConfig) {
 		t.Errorf("NewKeeper(nil store): %v, want ErrInvalidConfig", err)
 	}
 }
@@ -444,9 +444,9 @@ func TestKeeperNoNewTermWhileDraining(t *testing.T) {
 		}
 		fs.Heal()
 		// The old term's work has not returned (Release not called).
-		for _, try := range []func() (*leasehold.Kept, error){
-			func() (*leasehold.Kept, error) { return k.TryAcquire(ctx, "shard/0") },
-			func() (*leasehold.Kept, error) { return k.Acquire(ctx, "shard/0") },
+		for _, try := range []func() (*leasehold.Lease, error){
+			func() (*leasehold.Lease, error) { return k.TryAcquire(ctx, "shard/0") },
+			func() (*leasehold.Lease, error) { return k.Acquire(ctx, "shard/0") },
 		} {
 			kp, err := try()
 			if !errors.Is(err, leasehold.ErrDraining) {

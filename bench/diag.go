@@ -94,7 +94,7 @@ func diagCycles(ctx context.Context, st store.Store, c *counter, name string, n 
 			rows = append(rows, diagRow{what: what, n: done, perCycle: el / time.Duration(done), requests: perCycle(m, done)})
 		}
 	}
-	lk, err := leasehold.NewLock(st, name, leasehold.LockConfig{Identity: "diag"})
+	lk, err := leasehold.NewLock(st, name, leasehold.Config{Identity: "diag"})
 	if err != nil {
 		logf("diag: %v", err)
 		return nil
@@ -131,7 +131,7 @@ func diagCycles(ctx context.Context, st store.Store, c *counter, name string, n 
 	end := time.Now().Add(time.Second)
 	cctx, cancel := context.WithDeadline(ctx, end.Add(5*time.Second))
 	for i := range 8 {
-		l, err := leasehold.NewLock(st, name+"-k", leasehold.LockConfig{Identity: fmt.Sprintf("k%d", i)})
+		l, err := leasehold.NewLock(st, name+"-k", leasehold.Config{Identity: fmt.Sprintf("k%d", i)})
 		if err != nil {
 			break
 		}

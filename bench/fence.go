@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence/sqlfence"
+	"github.com/leasehold/leasehold/fence/sqlfence/pgxfence"
 )
 
 // A fenced write against the same write unfenced, on PostgreSQL: the write
@@ -37,7 +38,7 @@ var fenceKinds = []string{fwTx, fwClaim, fwClaimLease, fwPipelined, fwAuto, fwDi
 type fenceEnv struct {
 	e     *pgEnv
 	f     *sqlfence.Fence
-	held  *leasehold.Held
+	held  *leasehold.Lease
 	items string
 }
 
@@ -46,7 +47,7 @@ func (e *pgEnv) openFence(ctx context.Context) (*fenceEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := f.MigratePgx(ctx, e.pool); err != nil {
+	if err := f.Migrate(ctx, pgxfence.Execer(e.pool)); err != nil {
 		return nil, err
 	}
 	fe := &fenceEnv{e: e, f: f, items: e.schema + ".items"}
@@ -54,7 +55,7 @@ func (e *pgEnv) openFence(ctx context.Context) (*fenceEnv, error) {
 INSERT INTO `+fe.items+` SELECT i, 0, 0 FROM generate_series(1, 100) i`); err != nil {
 		return nil, err
 	}
-	lk, err := leasehold.NewLock(e.st, "fence-writer", leasehold.LockConfig{Identity: "writer", KeepAlive: true})
+	lk, err := leasehold.NewLock(e.st, "fence-writer", leasehold.Config{Identity: "writer", KeepAlive: true})
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +93,7 @@ WHERE id = $1 AND (last_epoch < $2 OR (last_epoch = $2 AND last_holder = $3))`, 
 	case fwPipelined:
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
-			if err := fe.f.QueueClaim(b, "items-pipelined", term.Holder, tok); err != nil {
+			if err := fe.f.QueueClaim(pgxfence.Batch(b), "items-pipelined", term.Holder, tok); err != nil {
 				return err
 			}
 			b.Queue(upd, id)
@@ -102,11 +103,11 @@ WHERE id = $1 AND (last_epoch < $2 OR (last_epoch = $2 AND last_holder = $3))`, 
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			switch kind {
 			case fwClaim:
-				if err := fe.f.ClaimPgx(ctx, tx, "items", term.Holder, tok); err != nil {
+				if err := fe.f.Claim(ctx, pgxfence.Tx(tx), "items", term.Holder, tok); err != nil {
 					return err
 				}
 			case fwClaimLease:
-				if err := fe.f.ClaimLeasePgx(ctx, tx, fe.held.Term(), "items-lease"); err != nil {
+				if err := fe.f.ClaimLease(ctx, pgxfence.Tx(tx), fe.held.Term(), "items-lease"); err != nil {
 					return err
 				}
 			}

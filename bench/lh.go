@@ -48,7 +48,7 @@ type lhLock struct {
 func (c *lhLock) acquire(ctx context.Context) (held, error) {
 	fs := faultstore.New(c.st)
 	h := &lhHeld{fs: fs}
-	lk, err := leasehold.NewLock(fs, c.name, leasehold.LockConfig{
+	lk, err := leasehold.NewLock(fs, c.name, leasehold.Config{
 		Identity:  c.s.identity,
 		Timings:   lhTimings(c.s.ttl),
 		KeepAlive: c.s.keepAlive,
@@ -61,7 +61,7 @@ func (c *lhLock) acquire(ctx context.Context) (held, error) {
 	if err != nil {
 		return nil, err
 	}
-	var hd *leasehold.Held
+	var hd *leasehold.Lease
 	if c.try {
 		hd, err = lk.TryAcquire(ctx)
 	} else {
@@ -93,7 +93,7 @@ func lhTryLib(storeName string, st store.Store, defTTL time.Duration) *lib {
 
 type lhHeld struct {
 	fs    *faultstore.Store
-	h     *leasehold.Held
+	h     *leasehold.Lease
 	clock renewClock
 }
 
@@ -123,8 +123,7 @@ type lhElector struct {
 func (c *lhElector) acquire(ctx context.Context) (held, error) {
 	fs := faultstore.New(c.st)
 	h := &lhLeader{fs: fs, stop: make(chan struct{}), done: make(chan error, 1)}
-	e, err := leasehold.NewElector(fs, leasehold.ElectorConfig{
-		Name:       c.name,
+	e, err := leasehold.NewElector(fs, c.name, leasehold.Config{
 		Identity:   c.s.identity,
 		Timings:    lhTimings(c.s.ttl),
 		StopOnLoss: true,
@@ -141,7 +140,7 @@ func (c *lhElector) acquire(ctx context.Context) (held, error) {
 	h.cancel = cancel
 	leading := make(chan struct{})
 	go func() {
-		h.done <- e.Run(runCtx, func(ctx context.Context, l *leasehold.Leader) error {
+		h.done <- e.Run(runCtx, func(ctx context.Context, l *leasehold.Lease) error {
 			close(leading)
 			select {
 			case <-h.stop:

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -17,18 +16,10 @@ const (
 	EnvHolder = "LEASEHOLD_HOLDER"
 )
 
-// Term is the term a child of `leasehold run` runs under, read by FromEnv.
-type Term struct {
-	Lease  string
-	Holder string
-	Token  int64
-}
-
-// Source returns the term as a TermSource (holder and token; the lease as
-// the term's Name).
-func (t Term) Source() TermSource {
-	return StaticTerm(store.Term{Name: t.Lease, Holder: t.Holder, Token: t.Token})
-}
+// Term is a term of a lease: its Name, its Holder and its fencing Token. It
+// is store.Term under the name this package's users see: FromEnv returns the
+// term a child of `leasehold run` runs under, and StaticTerm(t) sends it.
+type Term = store.Term
 
 // FromEnv reads the term from LEASEHOLD_LEASE, LEASEHOLD_TOKEN and
 // LEASEHOLD_HOLDER. It fails, naming the variable, if one is missing, the
@@ -46,7 +37,7 @@ func FromEnv() (Term, error) {
 func fromLookup(lookup func(string) (string, bool)) (Term, error) {
 	var t Term
 	var ok bool
-	if t.Lease, ok = lookup(EnvLease); !ok || t.Lease == "" {
+	if t.Name, ok = lookup(EnvLease); !ok || t.Name == "" {
 		return Term{}, fmt.Errorf("%w: %s is not set: not running under `leasehold run`?", ErrInvalid, EnvLease)
 	}
 	v, ok := lookup(EnvToken)
@@ -75,10 +66,5 @@ func EnvTransport(base http.RoundTripper) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Transport{Base: base, Lease: t.Lease, Source: t.Source()}, nil
-}
-
-// String formats the term for logs.
-func (t Term) String() string {
-	return t.Lease + "/" + t.Holder + "#" + strconv.FormatInt(t.Token, 10)
+	return &Transport{Base: base, Lease: t.Name, Source: StaticTerm(t)}, nil
 }

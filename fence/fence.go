@@ -19,7 +19,7 @@
 //     ([HeaderToken], [HeaderHolder], [HeaderLease]) and answers 409 Conflict
 //     to a stale term.
 //   - [Transport]: an http.RoundTripper that stamps those headers from a
-//     [TermSource] (a *leasehold.Leader or *leasehold.Held, a func, or the
+//     [TermSource] (a *leasehold.Lease, a func, or the
 //     environment of a child of `leasehold run`, see [FromEnv]).
 //
 // Package fence/sqlfence does the same inside a SQL transaction (PostgreSQL,
@@ -165,7 +165,7 @@ func ValidateTerm(resource, holder string, token int64) error {
 }
 
 // TermSource gives the term (holder and fencing token) to send with a write.
-// *leasehold.Leader and *leasehold.Held implement it. The Name of the term is
+// *leasehold.Lease implements it. The Name of the term is
 // not sent by itself; the lease or resource name is configured separately.
 type TermSource interface {
 	Term() store.Term

@@ -211,7 +211,7 @@ func TestFromEnv(t *testing.T) {
 	t.Setenv(EnvToken, "17")
 	t.Setenv(EnvHolder, "node-a-x1")
 	term, err := FromEnv()
-	if err != nil || term != (Term{Lease: "sweeper", Holder: "node-a-x1", Token: 17}) {
+	if err != nil || term != (Term{Name: "sweeper", Holder: "node-a-x1", Token: 17}) {
 		t.Fatalf("FromEnv = %+v, %v", term, err)
 	}
 	tr, err := EnvTransport(nil)

@@ -71,7 +71,7 @@ func (e *env) store() *lhredis.Store {
 
 func (e *env) lock(st store.Store, name, identity string) *leasehold.Lock {
 	e.t.Helper()
-	lk, err := leasehold.NewLock(st, name, leasehold.LockConfig{Identity: identity,
+	lk, err := leasehold.NewLock(st, name, leasehold.Config{Identity: identity,
 		Timings: leasehold.Timings{LeaseDuration: 30 * time.Second, RetryPeriod: 20 * time.Millisecond}})
 	if err != nil {
 		e.t.Fatal(err)

@@ -335,7 +335,7 @@ func twoRuns(t *testing.T, storeURL string) {
 	waitUntil(t, 10*time.Second, "b to stand by", func() bool { return strings.Contains(b.log(), "standing by") })
 	aStart := a.record().starts[0]
 
-	// kill -9 the leader's run: its keeper sees its pipe close and kills the command.
+	// kill -9 the leader's run: its watchdog sees its pipe close and kills the command.
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func twoRuns(t *testing.T, storeURL string) {
 }
 
 // TestFrozenRunChildKilledBeforeSafeUntil freezes the leader's run (SIGSTOP to
-// that one process, not its keeper): run cannot act, yet its command, which
+// that one process, not its watchdog): run cannot act, yet its command, which
 // ignores SIGTERM, must be dead by safeUntil. The child's own records say
 // when it last ran and what deadline it had read.
 func TestFrozenRunChildKilledBeforeSafeUntil(t *testing.T) {
@@ -552,7 +552,7 @@ func TestHelpEveryLevel(t *testing.T) {
 			}
 		}
 	}
-	if _, out, _ := leasehold(t, nil, "--help"); strings.Contains(out, "__keeper") || strings.Contains(out, "__demo") {
+	if _, out, _ := leasehold(t, nil, "--help"); strings.Contains(out, "__watchdog") || strings.Contains(out, "__demo") {
 		t.Error("--help lists the hidden internal commands")
 	}
 }

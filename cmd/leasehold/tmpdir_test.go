@@ -18,20 +18,20 @@ func TestKilledRunLeavesNoTempDir(t *testing.T) {
 	env := []string{"LEASEHOLD_STORE=", "TMPDIR=" + tmp}
 	storeURL := sqliteURL(t) // not under tmp
 	args := append([]string{"run", "--store", storeURL, "--lease", "killed"}, timingArgs...)
-	p := startProc(t, env, append(args, "--", "sh", "-c", `echo "keeper $PPID file $LEASEHOLD_SAFE_UNTIL_FILE"; exec sleep 60`)...)
-	p.wait(t, "keeper ", 30*time.Second, strings.HasPrefix)
+	p := startProc(t, env, append(args, "--", "sh", "-c", `echo "watchdog $PPID file $LEASEHOLD_SAFE_UNTIL_FILE"; exec sleep 60`)...)
+	p.wait(t, "watchdog ", 30*time.Second, strings.HasPrefix)
 	var (
-		keeper int
+		watchdog int
 		file   string
 	)
 	for _, l := range strings.Split(p.output(), "\n") {
-		if strings.HasPrefix(l, "keeper ") {
-			fmt.Sscanf(l, "keeper %d file %s", &keeper, &file)
+		if strings.HasPrefix(l, "watchdog ") {
+			fmt.Sscanf(l, "watchdog %d file %s", &watchdog, &file)
 		}
 	}
 	dir := filepath.Dir(file)
-	if keeper <= 1 || filepath.Dir(dir) != tmp {
-		t.Fatalf("keeper %d, safe-until file %q: not a file in a directory under %s", keeper, file, tmp)
+	if watchdog <= 1 || filepath.Dir(dir) != tmp {
+		t.Fatalf("watchdog %d, safe-until file %q: not a file in a directory under %s", watchdog, file, tmp)
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("run's directory: %v", err)
@@ -41,8 +41,8 @@ func TestKilledRunLeavesNoTempDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-p.done
-	// Its keeper sees the pipe close, kills the command and exits.
-	waitUntil(t, 10*time.Second, "the keeper to exit", func() bool { return processGone(keeper) || procState(keeper) == "Z" })
+	// Its watchdog sees the pipe close, kills the command and exits.
+	waitUntil(t, 10*time.Second, "the watchdog to exit", func() bool { return processGone(watchdog) || procState(watchdog) == "Z" })
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("after kill -9 the directory is already gone (%v): this test no longer tests the sweep", err)
 	}

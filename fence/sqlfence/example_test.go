@@ -39,7 +39,7 @@ func Example_sweeper() {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sweeper_runs VALUES (?, ?, 3)`, node, token); err != nil {
 			return err
 		}
-		if err := sqlfence.SQLiteFence.Claim(ctx, tx, "sweeper", node, token); err != nil {
+		if err := sqlfence.SQLiteFence.Claim(ctx, sqlfence.SQLTx(tx), "sweeper", node, token); err != nil {
 			return err // the transaction is rolled back: the row above is gone
 		}
 		return tx.Commit()

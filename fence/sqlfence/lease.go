@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/store"
 )
@@ -89,42 +87,26 @@ func (f *Fence) leaseReadSQL() string {
 // (retry the transaction). The database role needs SELECT and UPDATE (on at
 // least one column) on the lease table: PostgreSQL requires UPDATE for
 // FOR SHARE.
-func (f *Fence) CheckLease(ctx context.Context, tx *sql.Tx, t store.Term) error {
-	if tx == nil {
-		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
+func (f *Fence) CheckLease(ctx context.Context, tx Tx, t store.Term) error {
+	if err := f.checkTx(ctx, tx); err != nil {
+		return err
 	}
-	return f.checkLease(ctx, stdTx{tx}, t, "", false)
-}
-
-// CheckLeasePgx is CheckLease for a pgx transaction.
-func (f *Fence) CheckLeasePgx(ctx context.Context, tx pgx.Tx, t store.Term) error {
-	if tx == nil {
-		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
-	}
-	return f.checkLease(ctx, pgxTx{tx}, t, "", false)
+	return f.checkLease(ctx, tx, t, "", false)
 }
 
 // ClaimLease does CheckLease and Claim(resource, t.Holder, t.Token) in one
 // statement: the lease row is share-locked and the fence row claimed with the
-// term's epoch and holder, in one round trip. Use it where the same resource is also written by
-// transactions that only Claim (or by another database's view of the same
-// tokens). It returns what CheckLease or Claim would.
-func (f *Fence) ClaimLease(ctx context.Context, tx *sql.Tx, t store.Term, resource string) error {
-	if tx == nil {
-		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
+// term's epoch and holder, in one round trip. Use it where the same resource
+// is also written by transactions that only Claim (or by another database's
+// view of the same tokens). It returns what CheckLease or Claim would.
+func (f *Fence) ClaimLease(ctx context.Context, tx Tx, t store.Term, resource string) error {
+	if err := f.checkTx(ctx, tx); err != nil {
+		return err
 	}
-	return f.checkLease(ctx, stdTx{tx}, t, resource, true)
+	return f.checkLease(ctx, tx, t, resource, true)
 }
 
-// ClaimLeasePgx is ClaimLease for a pgx transaction.
-func (f *Fence) ClaimLeasePgx(ctx context.Context, tx pgx.Tx, t store.Term, resource string) error {
-	if tx == nil {
-		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
-	}
-	return f.checkLease(ctx, pgxTx{tx}, t, resource, true)
-}
-
-func (f *Fence) checkLease(ctx context.Context, tx txn, t store.Term, resource string, claim bool) error {
+func (f *Fence) checkLease(ctx context.Context, tx Tx, t store.Term, resource string, claim bool) error {
 	if f.d != Postgres {
 		rollback(ctx, tx)
 		return fmt.Errorf("leasehold/sqlfence: %w: lease checks need the Postgres dialect, this fence is %v", fence.ErrInvalid, f.d)
@@ -141,14 +123,14 @@ func (f *Fence) checkLease(ctx context.Context, tx txn, t store.Term, resource s
 			return fmt.Errorf("leasehold/sqlfence: lease check: %w", err)
 		}
 		var gotHolder string
-		err = tx.queryRow(ctx, f.leaseClaimSQL(), []any{t.Name, t.Holder, t.Token, resource}, &got, &gotHolder)
+		err = tx.QueryRow(ctx, f.leaseClaimSQL(), t.Name, t.Holder, t.Token, resource).Scan(&got, &gotHolder)
 		if err == nil {
 			// The lease row names this term; the fence row may still hold
 			// a higher token, or this token for another holder.
 			return f.verdict(ctx, tx, resource, t.Holder, t.Token, got, gotHolder)
 		}
 	} else {
-		err = tx.queryRow(ctx, f.leaseCheckSQL(), []any{t.Name, t.Holder, t.Token}, &got)
+		err = tx.QueryRow(ctx, f.leaseCheckSQL(), t.Name, t.Holder, t.Token).Scan(&got)
 		if err == nil {
 			if got == t.Token {
 				return nil
@@ -157,7 +139,7 @@ func (f *Fence) checkLease(ctx context.Context, tx txn, t store.Term, resource s
 			return fmt.Errorf("leasehold/sqlfence: lease check of %s: got epoch %d", t, got)
 		}
 	}
-	if !errors.Is(err, errNoRows) {
+	if !errors.Is(err, sql.ErrNoRows) {
 		rollback(ctx, tx)
 		if missingTable(err) {
 			return fmt.Errorf("leasehold/sqlfence: lease check of %s: table %s or %s is missing: %w", t, f.leaseTable, f.table, err)
@@ -167,10 +149,10 @@ func (f *Fence) checkLease(ctx context.Context, tx txn, t store.Term, resource s
 	// Refused by the lease row. Say why.
 	le := &LeaseError{Term: t}
 	var live bool
-	err = tx.queryRow(ctx, f.leaseReadSQL(), []any{t.Name}, &le.Current.Holder, &le.Current.Token, &live)
+	err = tx.QueryRow(ctx, f.leaseReadSQL(), t.Name).Scan(&le.Current.Holder, &le.Current.Token, &live)
 	rollback(ctx, tx)
 	switch {
-	case errors.Is(err, errNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return le
 	case err != nil:
 		return fmt.Errorf("leasehold/sqlfence: lease check of %s refused; reading the lease row: %w", t, err)

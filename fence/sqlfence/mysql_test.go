@@ -89,7 +89,7 @@ func TestMySQLClaimRefusesStaleToken_FailsWithoutTokenCheck(t *testing.T) {
 			// A fresh resource right after a refusal on the same session.
 			stdWrite(ctx, db, f, qmark, "a-2", 2)
 			tx, _ := db.BeginTx(ctx, nil)
-			if err := f.Claim(ctx, tx, "another", hof(1), 1); err != nil {
+			if err := f.Claim(ctx, sqlfence.SQLTx(tx), "another", hof(1), 1); err != nil {
 				t.Fatalf("fresh resource token 1: %v", err)
 			}
 			tx.Commit()
@@ -140,14 +140,14 @@ func TestMySQLStaleWriterArrivingLastWaitsAndLoses_FailsWithoutRowLock(t *testin
 	f := sqlfence.MySQLFence
 	txA, _ := db.BeginTx(ctx, nil)
 	defer txA.Rollback()
-	if err := f.Claim(ctx, txA, "sweeper", hof(2), 2); err != nil {
+	if err := f.Claim(ctx, sqlfence.SQLTx(txA), "sweeper", hof(2), 2); err != nil {
 		t.Fatal(err)
 	}
 	txB, _ := db.BeginTx(ctx, nil)
 	defer txB.Rollback()
 	id := mysqlConnID(t, ctx, txB)
 	res := make(chan error, 1)
-	go func() { res <- f.Claim(ctx, txB, "sweeper", hof(1), 1) }()
+	go func() { res <- f.Claim(ctx, sqlfence.SQLTx(txB), "sweeper", hof(1), 1) }()
 	waitMySQLLockWait(t, admin, id)
 	select {
 	case err := <-res:
@@ -216,12 +216,12 @@ func TestMySQLMissingTable(t *testing.T) {
 	ctx := context.Background()
 	f, _ := sqlfence.New(sqlfence.Config{Dialect: sqlfence.MySQL, Table: "nope"})
 	tx, _ := db.BeginTx(ctx, nil)
-	err := f.Claim(ctx, tx, "r", hof(1), 1)
+	err := f.Claim(ctx, sqlfence.SQLTx(tx), "r", hof(1), 1)
 	if err == nil || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("missing table: %v", err)
 	}
 	tx, _ = db.BeginTx(ctx, nil)
-	if err := sqlfence.MySQLFence.CheckLease(ctx, tx, storeTerm("l", "h", 1)); !errors.Is(err, fence.ErrInvalid) {
+	if err := sqlfence.MySQLFence.CheckLease(ctx, sqlfence.SQLTx(tx), storeTerm("l", "h", 1)); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("lease check on MySQL: %v, want ErrInvalid (PostgreSQL only)", err)
 	}
 }

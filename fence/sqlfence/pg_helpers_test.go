@@ -12,6 +12,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/leasehold/leasehold/fence/sqlfence"
+	"github.com/leasehold/leasehold/fence/sqlfence/pgxfence"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
@@ -72,10 +73,10 @@ func newPgEnv(t testing.TB) *pgEnv {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	if err := f.MigratePgx(ctx, admin); err != nil {
+	if err := f.Migrate(ctx, pgxfence.Execer(admin)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.MigratePgx(ctx, admin); err != nil {
+	if err := f.Migrate(ctx, pgxfence.Execer(admin)); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
 	t.Cleanup(func() {

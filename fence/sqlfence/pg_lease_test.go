@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/sqlfence"
+	"github.com/leasehold/leasehold/fence/sqlfence/pgxfence"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -76,7 +77,7 @@ func TestPostgresCheckLeaseRefusesOldTerm_FailsWithoutLeaseCheck(t *testing.T) {
 		if _, err := tx.Exec(ctx, `INSERT INTO `+e.t("attempts")+` VALUES ($1, $2)`, term.String()+"#"+itoa(int64(n)), term.Token); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.fence.CheckLeasePgx(ctx, tx, term); err != nil {
+		if err := e.fence.CheckLease(ctx, pgxfence.Tx(tx), term); err != nil {
 			return err, tx.Commit(ctx)
 		}
 		return nil, tx.Commit(ctx)
@@ -133,7 +134,7 @@ func TestPostgresTakeoverWaitsForLeaseCheckedWrite_FailsWithoutShareLock(t *test
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := e.fence.CheckLeasePgx(ctx, tx, a1); err != nil {
+	if err := e.fence.CheckLease(ctx, pgxfence.Tx(tx), a1); err != nil {
 		t.Fatalf("node-a's check on its live term: %v", err)
 	}
 	e.waitExpired(t, "sweeper")
@@ -163,7 +164,7 @@ func TestPostgresTakeoverWaitsForLeaseCheckedWrite_FailsWithoutShareLock(t *test
 		t.Fatalf("takeover after node-a's commit: %v", err)
 	}
 	tx2, _ := a.Begin(ctx)
-	if err := e.fence.CheckLeasePgx(ctx, tx2, a1); !errors.Is(err, fence.ErrStale) {
+	if err := e.fence.CheckLease(ctx, pgxfence.Tx(tx2), a1); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("node-a after the takeover: %v, want stale", err)
 	}
 }
@@ -185,7 +186,7 @@ func TestPostgresCheckLeaseUsesStatementTimeNotTxStart_FailsWithNow(t *testing.T
 		t.Fatalf("lease not live at transaction start (%v)", err)
 	}
 	e.waitExpired(t, "sweeper")
-	err = e.fence.CheckLeasePgx(ctx, tx, a1)
+	err = e.fence.CheckLease(ctx, pgxfence.Tx(tx), a1)
 	var le *sqlfence.LeaseError
 	if !errors.As(err, &le) || le.Live {
 		t.Fatalf("check after expiry inside an older transaction: %v, want refused as expired", err)
@@ -202,7 +203,7 @@ func TestPostgresClaimLease_FailsWithoutLeaseOrTokenCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		if err := e.fence.ClaimLease(ctx, tx, term, "sweeper"); err != nil {
+		if err := e.fence.ClaimLease(ctx, sqlfence.SQLTx(tx), term, "sweeper"); err != nil {
 			return err, tx.Commit()
 		}
 		return nil, tx.Commit()
@@ -218,7 +219,7 @@ func TestPostgresClaimLease_FailsWithoutLeaseOrTokenCheck(t *testing.T) {
 	// node-a's live term is refused by the fence.
 	c := pgConnect(t)
 	tx, _ := c.Begin(ctx)
-	if err := e.fence.ClaimPgx(ctx, tx, "sweeper", hof(5), 5); err != nil {
+	if err := e.fence.Claim(ctx, pgxfence.Tx(tx), "sweeper", hof(5), 5); err != nil {
 		t.Fatal(err)
 	}
 	tx.Commit(ctx)
@@ -237,12 +238,12 @@ func TestPostgresClaimLease_FailsWithoutLeaseOrTokenCheck(t *testing.T) {
 	// The pgx form.
 	b2 := store.Term{Name: "sweeper", Holder: "node-b", Token: 2}
 	tx, _ = c.Begin(ctx)
-	if err := e.fence.ClaimLeasePgx(ctx, tx, b2, "sweeper"); !errors.Is(err, fence.ErrStale) {
+	if err := e.fence.ClaimLease(ctx, pgxfence.Tx(tx), b2, "sweeper"); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("node-b epoch 2 under fence 5: %v", err)
 	}
 	// Bad input.
 	tx, _ = c.Begin(ctx)
-	if err := e.fence.CheckLeasePgx(ctx, tx, store.Term{Name: "sweeper", Holder: "", Token: 1}); !errors.Is(err, store.ErrInvalid) {
+	if err := e.fence.CheckLease(ctx, pgxfence.Tx(tx), store.Term{Name: "sweeper", Holder: "", Token: 1}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("empty holder: %v", err)
 	}
 	if err := tx.Commit(ctx); err == nil {

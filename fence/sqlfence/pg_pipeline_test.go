@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/sqlfence"
+	"github.com/leasehold/leasehold/fence/sqlfence/pgxfence"
 )
 
 // The pipelined claim: claim and write in one round trip; a stale claim makes
@@ -25,7 +26,7 @@ func TestPostgresQueueClaimRefusesStaleToken_FailsWithoutTokenCheck(t *testing.T
 		}
 		defer tx.Rollback(ctx)
 		b := &pgx.Batch{}
-		if err := e.fence.QueueClaim(b, "sweeper", hof(token), token); err != nil {
+		if err := e.fence.QueueClaim(pgxfence.Batch(b), "sweeper", hof(token), token); err != nil {
 			t.Fatal(err)
 		}
 		b.Queue(`INSERT INTO `+e.t("attempts")+` VALUES ($1, $2)`, attempt, token)
@@ -51,10 +52,10 @@ func TestPostgresQueueClaimRefusesStaleToken_FailsWithoutTokenCheck(t *testing.T
 	if got := e.attempts(t); len(got) != 2 || got["a-1"] != 0 {
 		t.Fatalf("committed attempts %v: the refused write left a trace", got)
 	}
-	if err := e.fence.QueueClaim(&pgx.Batch{}, "sweeper", hof(0), 0); !errors.Is(err, fence.ErrInvalid) {
+	if err := e.fence.QueueClaim(pgxfence.Batch(&pgx.Batch{}), "sweeper", hof(0), 0); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("token 0: %v", err)
 	}
-	if err := sqlfence.SQLiteFence.QueueClaim(&pgx.Batch{}, "sweeper", hof(1), 1); !errors.Is(err, fence.ErrInvalid) {
+	if err := sqlfence.SQLiteFence.QueueClaim(pgxfence.Batch(&pgx.Batch{}), "sweeper", hof(1), 1); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("SQLite fence: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/sqlfence/pgxfence"
 )
 
 // TestPostgresPropertyRandomInterleavings_FailsWithoutTokenCheck drives
@@ -191,14 +192,14 @@ func runInterleaving(t *testing.T, e *pgEnv, conns []*pgx.Conn, seed uint64, ste
 			}
 			s.state, s.res = pending, make(chan error, 1)
 			tx, tok, h := s.tx, s.token, s.holder
-			go func() { s.res <- e.fence.ClaimPgx(ctx, tx, resource, h, tok) }()
+			go func() { s.res <- e.fence.Claim(ctx, pgxfence.Tx(tx), resource, h, tok) }()
 			log = append(log, fmt.Sprintf("slot %d claim %d started", i, s.token))
 		case holding:
 			switch rng.IntN(4) {
 			case 0:
 				end(i, false)
 			case 1: // the same term claims again: admitted at once
-				if err := e.fence.ClaimPgx(ctx, s.tx, resource, s.holder, s.token); err != nil {
+				if err := e.fence.Claim(ctx, pgxfence.Tx(s.tx), resource, s.holder, s.token); err != nil {
 					fail("slot %d re-claim of its own token %d: %v", i, s.token, err)
 				}
 			default:

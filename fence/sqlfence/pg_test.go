@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/sqlfence"
+	"github.com/leasehold/leasehold/fence/sqlfence/pgxfence"
 )
 
 // Each test below names the check it stands behind: remove that check (the
@@ -32,7 +33,7 @@ func pgWrite(ctx context.Context, e *pgEnv, c *pgx.Conn, attempt string, token i
 	if _, err := tx.Exec(ctx, `INSERT INTO `+e.t("attempts")+` VALUES ($1, $2)`, attempt, token); err != nil {
 		return nil, err
 	}
-	if err := e.fence.ClaimPgx(ctx, tx, "sweeper", hof(token), token); err != nil {
+	if err := e.fence.Claim(ctx, pgxfence.Tx(tx), "sweeper", hof(token), token); err != nil {
 		return tx.Commit(ctx), err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO `+e.t("writes")+` (attempt, token) VALUES ($1, $2)`, attempt, token); err != nil {
@@ -83,7 +84,7 @@ func TestPostgresDatabaseSQLClaimRefusesStaleToken_FailsWithoutTokenCheck(t *tes
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+e.t("attempts")+` VALUES ($1, $2)`, attempt, token); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.fence.Claim(ctx, tx, "sweeper", hof(token), token); err != nil {
+		if err := e.fence.Claim(ctx, sqlfence.SQLTx(tx), "sweeper", hof(token), token); err != nil {
 			return err, tx.Commit()
 		}
 		return nil, tx.Commit()
@@ -128,7 +129,7 @@ func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer txA.Rollback(ctx)
-			if err := e.fence.ClaimPgx(ctx, txA, "sweeper", hof(tc.first), tc.first); err != nil {
+			if err := e.fence.Claim(ctx, pgxfence.Tx(txA), "sweeper", hof(tc.first), tc.first); err != nil {
 				t.Fatalf("first claim: %v", err)
 			}
 			txB, err := b.Begin(ctx)
@@ -137,7 +138,7 @@ func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
 			}
 			defer txB.Rollback(ctx)
 			res := make(chan error, 1)
-			go func() { res <- e.fence.ClaimPgx(ctx, txB, "sweeper", hof(tc.second), tc.second) }()
+			go func() { res <- e.fence.Claim(ctx, pgxfence.Tx(txB), "sweeper", hof(tc.second), tc.second) }()
 			e.waitForLockWait(t, b.PgConn().PID())
 			select {
 			case err := <-res:
@@ -250,7 +251,7 @@ func TestPostgresRepeatableReadStaleNeverCommits(t *testing.T) {
 	}
 	txA, _ := a.Begin(ctx)
 	defer txA.Rollback(ctx)
-	if err := e.fence.ClaimPgx(ctx, txA, "sweeper", hof(3), 3); err != nil {
+	if err := e.fence.Claim(ctx, pgxfence.Tx(txA), "sweeper", hof(3), 3); err != nil {
 		t.Fatal(err)
 	}
 	txB, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
@@ -262,7 +263,7 @@ func TestPostgresRepeatableReadStaleNeverCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := make(chan error, 1)
-	go func() { res <- e.fence.ClaimPgx(ctx, txB, "sweeper", hof(2), 2) }()
+	go func() { res <- e.fence.Claim(ctx, pgxfence.Tx(txB), "sweeper", hof(2), 2) }()
 	e.waitForLockWait(t, b.PgConn().PID())
 	if err := txA.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -302,7 +303,7 @@ func TestPostgresBadInput(t *testing.T) {
 		tok int64
 	}{{"", "h", 1}, {"r", "h", 0}, {"r", "h", -1}, {"a\x00b", "h", 1}, {"r", "", 1}, {"r", "a b", 1}, {"r", strings.Repeat("h", fence.MaxHolderLen+1), 1}} {
 		tx, _ := c.Begin(ctx)
-		err := e.fence.ClaimPgx(ctx, tx, tc.res, tc.hol, tc.tok)
+		err := e.fence.Claim(ctx, pgxfence.Tx(tx), tc.res, tc.hol, tc.tok)
 		if !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("Claim(%q, %q, %d): %v, want ErrInvalid", tc.res, tc.hol, tc.tok, err)
 		}
@@ -310,19 +311,19 @@ func TestPostgresBadInput(t *testing.T) {
 			t.Errorf("Claim(%q, %q, %d): the transaction could still commit", tc.res, tc.hol, tc.tok)
 		}
 	}
-	if err := e.fence.QueueClaim(&pgx.Batch{}, "r", "", 1); !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), "holder") {
+	if err := e.fence.QueueClaim(pgxfence.Batch(&pgx.Batch{}), "r", "", 1); !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), "holder") {
 		t.Errorf("QueueClaim with an empty holder: %v, want ErrInvalid naming the holder", err)
 	}
 	// A missing table says how to create it.
 	missing, _ := sqlfence.New(sqlfence.Config{Dialect: sqlfence.Postgres, Table: e.schema + ".nope"})
 	tx, _ := c.Begin(ctx)
-	err := missing.ClaimPgx(ctx, tx, "r", hof(1), 1)
+	err := missing.Claim(ctx, pgxfence.Tx(tx), "r", hof(1), 1)
 	if err == nil || !strings.Contains(err.Error(), "Migrate") || errors.Is(err, fence.ErrStale) {
 		t.Fatalf("missing table: %v", err)
 	}
 	// Another dialect's fence refuses a pgx transaction.
 	tx, _ = c.Begin(ctx)
-	if err := sqlfence.SQLiteFence.ClaimPgx(ctx, tx, "r", hof(1), 1); !errors.Is(err, fence.ErrInvalid) {
+	if err := sqlfence.SQLiteFence.Claim(ctx, pgxfence.Tx(tx), "r", hof(1), 1); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("SQLite fence with pgx: %v", err)
 	}
 }

@@ -6,9 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/leasehold/leasehold/fence"
 )
 
@@ -17,11 +14,19 @@ import (
 // transaction. The highest token follows it.
 const staleMarker = "leasehold/sqlfence: stale fencing token, highest "
 
-// QueueClaim queues a claim of the term (holder, token) for resource in b, for
-// tx.SendBatch:
+// Batch is a pipeline of statements sent to the server in one round trip,
+// within the caller's transaction: pgxfence.Batch adapts a *pgx.Batch.
+type Batch interface {
+	// Queue adds query with args to the batch; when its answer is read, scan
+	// is given its one row (whose Scan reports the statement's error).
+	Queue(query string, args []any, scan func(Row) error)
+}
+
+// QueueClaim queues a claim of the term (holder, token) for resource in b:
 // queued ahead of the caller's writes, the claim and the writes reach the
 // server in one round trip, so the fence adds no round trip at all
-// (PostgreSQL with pgx only).
+// (PostgreSQL; with pgx, b is pgxfence.Batch(&pgx.Batch{}) sent by
+// tx.SendBatch).
 //
 // If the term is stale (a lower token, or the highest token claimed by
 // another holder), the claim statement fails inside the database, which
@@ -33,8 +38,8 @@ const staleMarker = "leasehold/sqlfence: stale fencing token, highest "
 // is the price of letting the database enforce it.
 //
 //	b := &pgx.Batch{}
-//	t := leader.Term()
-//	if err := sqlfence.PostgresFence.QueueClaim(b, "invoices", t.Holder, t.Token); err != nil {
+//	t := lease.Term()
+//	if err := sqlfence.PostgresFence.QueueClaim(pgxfence.Batch(b), "invoices", t.Holder, t.Token); err != nil {
 //		return err
 //	}
 //	b.Queue(`UPDATE invoices SET status = $2 WHERE id = $1`, id, status)
@@ -45,7 +50,7 @@ const staleMarker = "leasehold/sqlfence: stale fencing token, highest "
 //
 // b must be sent within a transaction (tx.SendBatch); outside one, the claim
 // and the writes would not commit together.
-func (f *Fence) QueueClaim(b *pgx.Batch, resource, holder string, token int64) error {
+func (f *Fence) QueueClaim(b Batch, resource, holder string, token int64) error {
 	if b == nil {
 		return fmt.Errorf("leasehold/sqlfence: %w: batch is nil", fence.ErrInvalid)
 	}
@@ -57,17 +62,11 @@ func (f *Fence) QueueClaim(b *pgx.Batch, resource, holder string, token int64) e
 	}
 	q := `WITH c AS (` + f.claimSQL + `)
 SELECT CASE WHEN token = $2 AND holder = $3 THEN token ELSE ($4 || token)::bigint END FROM c`
-	b.Queue(q, resource, token, holder, staleMarker).QueryRow(func(row pgx.Row) error {
+	b.Queue(q, []any{resource, token, holder, staleMarker}, func(row Row) error {
 		var got int64
 		err := row.Scan(&got)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "22P02" {
-			if i := strings.Index(pe.Message, staleMarker); i >= 0 {
-				h, perr := strconv.ParseInt(strings.TrimRight(pe.Message[i+len(staleMarker):], `"`), 10, 64)
-				if perr == nil {
-					return &fence.StaleError{Resource: resource, Token: token, Highest: h, Holder: holder}
-				}
-			}
+		if h, ok := staleHighest(err); ok {
+			return &fence.StaleError{Resource: resource, Token: token, Highest: h, Holder: holder}
 		}
 		if err != nil {
 			return f.wrap("claim", resource, token, err)
@@ -78,4 +77,26 @@ SELECT CASE WHEN token = $2 AND holder = $3 THEN token ELSE ($4 || token)::bigin
 		return nil
 	})
 	return nil
+}
+
+// staleHighest recognises the failed cast of a stale pipelined claim
+// (SQLSTATE 22P02, invalid text representation, carrying staleMarker) and
+// reads the highest token from it, without importing a driver.
+func staleHighest(err error) (int64, bool) {
+	var st interface{ SQLState() string }
+	if err == nil || !errors.As(err, &st) || st.SQLState() != "22P02" {
+		return 0, false
+	}
+	msg := err.Error()
+	i := strings.Index(msg, staleMarker)
+	if i < 0 {
+		return 0, false
+	}
+	digits := msg[i+len(staleMarker):]
+	n := 0
+	for n < len(digits) && digits[n] >= '0' && digits[n] <= '9' {
+		n++
+	}
+	h, perr := strconv.ParseInt(digits[:n], 10, 64)
+	return h, perr == nil
 }

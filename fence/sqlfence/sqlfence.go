@@ -4,8 +4,8 @@
 //
 //	tx, _ := db.BeginTx(ctx, nil)
 //	defer tx.Rollback()
-//	t := leader.Term()
-//	if err := sqlfence.PostgresFence.Claim(ctx, tx, "invoices", t.Holder, t.Token); err != nil {
+//	t := lease.Term()
+//	if err := sqlfence.PostgresFence.Claim(ctx, sqlfence.SQLTx(tx), "invoices", t.Holder, t.Token); err != nil {
 //		return err // errors.Is(err, fence.ErrStale): a newer term has written; tx is rolled back
 //	}
 //	// ... the caller's writes ...
@@ -39,9 +39,9 @@
 // or the same token for another holder. The row stays locked by the transaction until it ends, so concurrent
 // writers of one resource serialise on it, and a stale writer that arrives
 // last still loses: it waits for the newer writer's commit, then reads the
-// higher token. It costs one row touched and one statement; with pgx,
-// [Fence.QueueClaim] sends the claim in the same round trip as the caller's
-// writes. If the token is stale, Claim rolls the transaction back and returns
+// higher token. It costs one row touched and one statement; with a pipeline
+// (pgx's Batch), [Fence.QueueClaim] sends the claim in the same round trip as
+// the caller's writes. If the token is stale, Claim rolls the transaction back and returns
 // a *fence.StaleError (matching fence.ErrStale, and fence.ErrTokenReused for
 // the highest token from another holder) carrying the highest token: the
 // caller's writes in that transaction are undone, and a later Commit fails.
@@ -73,17 +73,19 @@
 //
 // # Dialects and drivers
 //
-// PostgreSQL: pgx v5 (ClaimPgx, CheckLeasePgx, ClaimLeasePgx, QueueClaim on a
-// pgx.Tx) or any database/sql driver (Claim, CheckLease, ClaimLease on a
-// *sql.Tx). SQLite 3.35+ through database/sql (modernc.org/sqlite): SQLite
+// Every operation runs in the caller's transaction, a [Tx]: [SQLTx] adapts a
+// *sql.Tx of any database/sql driver, and package fence/sqlfence/pgxfence
+// adapts a pgx v5 transaction (and a pgx.Batch for QueueClaim), so that only
+// its users link pgx. PostgreSQL: pgx v5 or any database/sql driver. SQLite
+// 3.35+ through database/sql (modernc.org/sqlite): SQLite
 // serialises writers on the database lock, so open it with
 // _txlock=immediate and a busy_timeout, or a deferred transaction that read
 // first may fail with SQLITE_BUSY instead of waiting. MySQL 5.7+/8 and
 // MariaDB 10.3+ (InnoDB) through database/sql (github.com/go-sql-driver/mysql):
 // concurrent first claims of a new resource can end in an InnoDB deadlock
-// error (1213), which rolls the transaction back; retry it. Only a *sql.Tx or
-// a pgx.Tx is accepted: a claim outside a transaction would commit on its own
-// and fence nothing.
+// error (1213), which rolls the transaction back; retry it. Only a
+// transaction is accepted: a claim outside one would commit on its own and
+// fence nothing.
 //
 // # What is and is not guaranteed
 //
@@ -105,9 +107,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/leasehold/leasehold/fence"
 )
 
@@ -115,8 +114,8 @@ import (
 type Dialect int
 
 const (
-	// Postgres is PostgreSQL 9.5 or later (ON CONFLICT), through pgx v5 or any
-	// database/sql driver.
+	// Postgres is PostgreSQL 9.5 or later (ON CONFLICT), through any
+	// database/sql driver or pgx v5 (package pgxfence).
 	Postgres Dialect = iota + 1
 	// SQLite is SQLite 3.35 or later (upsert with RETURNING), such as
 	// modernc.org/sqlite.
@@ -287,7 +286,8 @@ func (f *Fence) CreateTableSQL() string { return f.createSQL }
 // MySQL it fails if the column exists (Migrate checks first).
 func (f *Fence) UpgradeSQL() string { return f.upgradeSQL }
 
-// Execer is what Migrate needs: a *sql.DB, *sql.Conn or *sql.Tx.
+// Execer is what Migrate needs: a *sql.DB, *sql.Conn or *sql.Tx, or a pgx
+// pool, connection or transaction through pgxfence.Execer.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
@@ -295,6 +295,9 @@ type Execer interface {
 // Migrate creates the fence table if it is missing, and adds the holder
 // column if the table lacks it (see UpgradeSQL). It is idempotent.
 func (f *Fence) Migrate(ctx context.Context, db Execer) error {
+	if db == nil {
+		return fmt.Errorf("leasehold/sqlfence: %w: Migrate needs a database, got nil", fence.ErrInvalid)
+	}
 	if _, err := db.ExecContext(ctx, f.createSQL); err != nil {
 		return fmt.Errorf("leasehold/sqlfence: create fence table %s: %w", f.table, err)
 	}
@@ -314,25 +317,6 @@ func (f *Fence) Migrate(ctx context.Context, db Execer) error {
 	return nil
 }
 
-// PgxExecer is what MigratePgx needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
-type PgxExecer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// MigratePgx is Migrate through pgx.
-func (f *Fence) MigratePgx(ctx context.Context, db PgxExecer) error {
-	if f.d != Postgres {
-		return fmt.Errorf("leasehold/sqlfence: %w: pgx needs the Postgres dialect, this fence is %v", fence.ErrInvalid, f.d)
-	}
-	if _, err := db.Exec(ctx, f.createSQL); err != nil {
-		return fmt.Errorf("leasehold/sqlfence: create fence table %s: %w", f.table, err)
-	}
-	if _, err := db.Exec(ctx, f.upgradeSQL); err != nil {
-		return fmt.Errorf("leasehold/sqlfence: add the holder column to %s: %w", f.table, err)
-	}
-	return nil
-}
-
 // Claim claims the term (holder, token) for resource in tx: it returns nil if
 // token is higher than the highest token that has claimed resource, or equal
 // to it and claimed by the same holder, and records the term as the highest
@@ -346,36 +330,35 @@ func (f *Fence) MigratePgx(ctx context.Context, db PgxExecer) error {
 //
 // Claim before or after the caller's own writes in tx; what matters is that
 // they commit together. Claiming first makes a stale writer wait less.
-func (f *Fence) Claim(ctx context.Context, tx *sql.Tx, resource, holder string, token int64) error {
-	if tx == nil {
-		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
+func (f *Fence) Claim(ctx context.Context, tx Tx, resource, holder string, token int64) error {
+	if err := f.checkTx(ctx, tx); err != nil {
+		return err
 	}
-	return f.claim(ctx, stdTx{tx}, resource, holder, token)
-}
-
-// ClaimPgx is Claim for a pgx transaction (Postgres dialect only). If tx is a
-// pgx nested transaction (a savepoint), a refusal rolls back only that
-// savepoint: do not commit the outer transaction either.
-func (f *Fence) ClaimPgx(ctx context.Context, tx pgx.Tx, resource, holder string, token int64) error {
-	if tx == nil {
-		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
-	}
-	if f.d != Postgres {
-		rollback(ctx, pgxTx{tx})
-		return fmt.Errorf("leasehold/sqlfence: %w: pgx needs the Postgres dialect, this fence is %v", fence.ErrInvalid, f.d)
-	}
-	return f.claim(ctx, pgxTx{tx}, resource, holder, token)
-}
-
-func (f *Fence) claim(ctx context.Context, tx txn, resource, holder string, token int64) error {
 	if err := fence.ValidateTerm(resource, holder, token); err != nil {
 		rollback(ctx, tx)
 		return fmt.Errorf("leasehold/sqlfence: claim: %w", err)
 	}
+	return f.claim(ctx, tx, resource, holder, token)
+}
+
+// checkTx refuses a nil transaction, and (rolling it back) one that says it
+// speaks another dialect.
+func (f *Fence) checkTx(ctx context.Context, tx Tx) error {
+	if tx == nil {
+		return fmt.Errorf("leasehold/sqlfence: %w: transaction is nil", fence.ErrInvalid)
+	}
+	if d, ok := tx.(interface{ Dialect() Dialect }); ok && d.Dialect() != f.d {
+		rollback(ctx, tx)
+		return fmt.Errorf("leasehold/sqlfence: %w: the transaction speaks %v, this fence is %v", fence.ErrInvalid, d.Dialect(), f.d)
+	}
+	return nil
+}
+
+func (f *Fence) claim(ctx context.Context, tx Tx, resource, holder string, token int64) error {
 	var highest int64
 	var highestHolder string
 	if f.d == MySQL {
-		id, err := tx.execLastInsertID(ctx, f.claimSQL, []byte(resource), token, []byte(holder))
+		id, err := lastInsertID(tx.Exec(ctx, f.claimSQL, []byte(resource), token, []byte(holder)))
 		if err != nil {
 			rollback(ctx, tx)
 			return f.wrap("claim", resource, token, err)
@@ -386,7 +369,7 @@ func (f *Fence) claim(ctx context.Context, tx txn, resource, holder string, toke
 		if id&mysqlReused != 0 {
 			highestHolder = ""
 		}
-	} else if err := tx.queryRow(ctx, f.claimSQL, []any{resource, token, holder}, &highest, &highestHolder); err != nil {
+	} else if err := tx.QueryRow(ctx, f.claimSQL, resource, token, holder).Scan(&highest, &highestHolder); err != nil {
 		rollback(ctx, tx)
 		return f.wrap("claim", resource, token, err)
 	}
@@ -396,7 +379,7 @@ func (f *Fence) claim(ctx context.Context, tx txn, resource, holder string, toke
 // verdict compares the term of the fence row after a claim with the claimed
 // one: the same term is admitted; a higher token, or the same token for
 // another holder, is stale (tx is rolled back).
-func (f *Fence) verdict(ctx context.Context, tx txn, resource, holder string, token, highest int64, highestHolder string) error {
+func (f *Fence) verdict(ctx context.Context, tx Tx, resource, holder string, token, highest int64, highestHolder string) error {
 	switch {
 	case highest == token && highestHolder == holder:
 		return nil
@@ -452,55 +435,60 @@ func missingTable(err error) bool {
 	return strings.Contains(msg, "no such table") || strings.Contains(msg, "(42S02)") || strings.Contains(msg, "SQLSTATE 42P01")
 }
 
-// txn is the part of *sql.Tx and pgx.Tx a fence uses.
-type txn interface {
-	queryRow(ctx context.Context, q string, args []any, dest ...any) error
-	execLastInsertID(ctx context.Context, q string, args ...any) (int64, error)
-	rollback(ctx context.Context) error
+// Tx is the caller's transaction, in which a fence claims or checks, so that
+// the claim commits or rolls back with the caller's writes. SQLTx adapts a
+// *sql.Tx (any database/sql driver); package fence/sqlfence/pgxfence adapts a
+// pgx.Tx. A fence calls Rollback itself when it refuses a claim or cannot
+// tell its outcome; committing is the caller's. A Tx that also has a method
+// Dialect() Dialect (pgxfence's: Postgres) is refused by a fence of another
+// dialect.
+type Tx interface {
+	// QueryRow runs query with args. The Row's Scan returns an error matching
+	// sql.ErrNoRows if the query returned no row.
+	QueryRow(ctx context.Context, query string, args ...any) Row
+	// Exec runs query with args. A fence uses its result only on MySQL (the
+	// claim reports through LastInsertId).
+	Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
+	// Rollback ends the transaction without committing it.
+	Rollback(ctx context.Context) error
 }
 
-var errNoRows = errors.New("no rows")
+// Row is one row of a query's answer: *sql.Row, or pgx.Row.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// SQLTx adapts a database/sql transaction to Tx. A nil tx gives a nil Tx.
+func SQLTx(tx *sql.Tx) Tx {
+	if tx == nil {
+		return nil
+	}
+	return stdTx{tx}
+}
 
 type stdTx struct{ tx *sql.Tx }
 
-func (t stdTx) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
-	err := t.tx.QueryRowContext(ctx, q, args...).Scan(dest...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return errNoRows
-	}
-	return err
+func (t stdTx) QueryRow(ctx context.Context, q string, args ...any) Row {
+	return t.tx.QueryRowContext(ctx, q, args...)
 }
 
-func (t stdTx) execLastInsertID(ctx context.Context, q string, args ...any) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, q, args...)
+func (t stdTx) Exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(ctx, q, args...)
+}
+
+func (t stdTx) Rollback(context.Context) error { return t.tx.Rollback() }
+
+func lastInsertID(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
 	return res.LastInsertId()
 }
 
-func (t stdTx) rollback(context.Context) error { return t.tx.Rollback() }
-
-type pgxTx struct{ tx pgx.Tx }
-
-func (t pgxTx) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
-	err := t.tx.QueryRow(ctx, q, args...).Scan(dest...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return errNoRows
-	}
-	return err
-}
-
-func (t pgxTx) execLastInsertID(context.Context, string, ...any) (int64, error) {
-	return 0, errors.New("leasehold/sqlfence: pgx has no MySQL dialect")
-}
-
-func (t pgxTx) rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
-
 // rollback ends tx with a detached, bounded context: the caller's ctx may be
 // the reason we are here.
-func rollback(ctx context.Context, tx txn) {
+func rollback(ctx context.Context, tx Tx) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = tx.rollback(rctx)
+	_ = tx.Rollback(rctx)
 }

@@ -58,7 +58,7 @@ func stdWrite(ctx context.Context, db *sql.DB, f *sqlfence.Fence, ph func(int) s
 	if _, err := tx.ExecContext(ctx, `INSERT INTO attempts VALUES (`+ph(1)+`, `+ph(2)+`)`, attempt, token); err != nil {
 		return err, nil
 	}
-	if err := f.Claim(ctx, tx, "sweeper", hof(token), token); err != nil {
+	if err := f.Claim(ctx, sqlfence.SQLTx(tx), "sweeper", hof(token), token); err != nil {
 		return err, tx.Commit()
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO writes (attempt, token) VALUES (`+ph(1)+`, `+ph(2)+`)`, attempt, token); err != nil {
@@ -110,12 +110,12 @@ func TestSQLiteClaimRefusesStaleToken_FailsWithoutTokenCheck(t *testing.T) {
 	}
 	// Bad input and a missing table.
 	tx, _ := db.BeginTx(ctx, nil)
-	if err := f.Claim(ctx, tx, "sweeper", hof(0), 0); !errors.Is(err, fence.ErrInvalid) {
+	if err := f.Claim(ctx, sqlfence.SQLTx(tx), "sweeper", hof(0), 0); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("token 0: %v", err)
 	}
 	other, _ := sqlfence.New(sqlfence.Config{Dialect: sqlfence.SQLite, Table: "nope"})
 	tx, _ = db.BeginTx(ctx, nil)
-	if err := other.Claim(ctx, tx, "sweeper", hof(1), 1); err == nil || errors.Is(err, fence.ErrStale) {
+	if err := other.Claim(ctx, sqlfence.SQLTx(tx), "sweeper", hof(1), 1); err == nil || errors.Is(err, fence.ErrStale) {
 		t.Fatalf("missing table: %v", err)
 	} else if want := "Migrate"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("missing table error %q does not say how to create it", err)

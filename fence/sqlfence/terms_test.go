@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/sqlfence"
+	"github.com/leasehold/leasehold/fence/sqlfence/pgxfence"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -88,7 +89,7 @@ func stdWriteAs(ctx context.Context, db *sql.DB, f *sqlfence.Fence, ph func(int)
 	if _, err := tx.ExecContext(ctx, `INSERT INTO `+attempts+` VALUES (`+ph(1)+`, `+ph(2)+`)`, attempt, token); err != nil {
 		return err, nil
 	}
-	if err := f.Claim(ctx, tx, "sweeper", holder, token); err != nil {
+	if err := f.Claim(ctx, sqlfence.SQLTx(tx), "sweeper", holder, token); err != nil {
 		return err, tx.Commit()
 	}
 	return nil, tx.Commit()
@@ -148,7 +149,7 @@ func TestMySQLClaimRefusesEqualTokenOtherHolder(t *testing.T) {
 			checkCommitted(t, db, f, "attempts", committed)
 			// Holders are compared byte for byte: no collation folds case.
 			tx, _ := db.BeginTx(ctx, nil)
-			if err := f.Claim(ctx, tx, "sweeper", "Node-B", 4); !errors.Is(err, fence.ErrTokenReused) {
+			if err := f.Claim(ctx, sqlfence.SQLTx(tx), "sweeper", "Node-B", 4); !errors.Is(err, fence.ErrTokenReused) {
 				t.Fatalf("Node-B token 4 after node-b token 4: %v, want ErrTokenReused", err)
 			}
 		})
@@ -169,7 +170,7 @@ func TestPostgresClaimRefusesEqualTokenOtherHolder(t *testing.T) {
 			if _, err := tx.Exec(ctx, `INSERT INTO `+e.t("attempts")+` VALUES ($1, $2)`, attempt, token); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.fence.ClaimPgx(ctx, tx, "sweeper", holder, token); err != nil {
+			if err := e.fence.Claim(ctx, pgxfence.Tx(tx), "sweeper", holder, token); err != nil {
 				return err, tx.Commit(ctx)
 			}
 			return nil, tx.Commit(ctx)
@@ -198,7 +199,7 @@ func TestPostgresQueueClaimRefusesEqualTokenOtherHolder(t *testing.T) {
 		}
 		defer tx.Rollback(ctx)
 		b := &pgx.Batch{}
-		if err := e.fence.QueueClaim(b, "sweeper", holder, token); err != nil {
+		if err := e.fence.QueueClaim(pgxfence.Batch(b), "sweeper", holder, token); err != nil {
 			t.Fatal(err)
 		}
 		b.Queue(`INSERT INTO `+e.t("attempts")+` VALUES ($1, $2)`, attempt, token)
@@ -223,7 +224,7 @@ func TestPostgresClaimLeaseRefusesEqualTokenOtherHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		if err := e.fence.ClaimLease(ctx, tx, term, "sweeper"); err != nil {
+		if err := e.fence.ClaimLease(ctx, sqlfence.SQLTx(tx), term, "sweeper"); err != nil {
 			return err, tx.Commit()
 		}
 		return nil, tx.Commit()
@@ -309,7 +310,7 @@ func TestMigrateAddsHolderColumn(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback()
-			if err := f.Claim(ctx, tx, "sweeper", holder, token); err != nil {
+			if err := f.Claim(ctx, sqlfence.SQLTx(tx), "sweeper", holder, token); err != nil {
 				return err
 			}
 			return tx.Commit()

@@ -214,8 +214,8 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			hw.emit(event{Kind: evReleased, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
 		}
 	}
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
-		Name: c.lease, Identity: c.identity, Timings: c.timings, Clock: clock, OnEvent: onEvent,
+	e, err := leasehold.NewElector(st, c.lease, leasehold.Config{
+		Identity: c.identity, Timings: c.timings, Clock: clock, OnEvent: onEvent,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -226,7 +226,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	fmt.Fprintf(stdout, "%s\n", b)
 
 	var op int64
-	work := func(ctx context.Context, l *leasehold.Leader) error {
+	work := func(ctx context.Context, l *leasehold.Lease) error {
 		tok := l.Token()
 		hw.emit(event{Kind: evWorkStart, Token: tok, SafeUntil: rel(l.SafeUntil())})
 		defer func() { hw.emit(event{Kind: evWorkStop, Token: tok, SafeUntil: rel(l.SafeUntil())}) }()

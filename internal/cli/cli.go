@@ -137,7 +137,7 @@ var commands = []commandInfo{
 	{name: "migrate", summary: "create the lease table of a SQL store", new: newMigrateCmd},
 	{name: "doctor", summary: "check a store and timings: round trip, failover time, safety margin", new: newDoctorCmd},
 	{name: "demo", summary: "see leader election, takeover and fencing on three local processes", new: newDemoCmd},
-	{name: keeperCommand, hidden: true, new: newKeeperCmd},
+	{name: watchdogCommand, hidden: true, new: newWatchdogCmd},
 	{name: demoWorkerCommand, hidden: true, new: newDemoWorkerCmd},
 	{name: "verify", summary: "prove on a store that no stale write is accepted: real processes, real faults, a checked history", new: newVerifyCmd},
 	{name: chaosNodeCommand, hidden: true, new: newChaosNodeCmd},

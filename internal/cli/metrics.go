@@ -221,7 +221,7 @@ func (r *runCmd) httpHandler() http.Handler {
 	mux.HandleFunc("GET /leader", func(w http.ResponseWriter, req *http.Request) {
 		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
 		defer cancel()
-		rec, err := r.elector.Leader(ctx)
+		rec, err := r.elector.Holder(ctx)
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -15,7 +15,7 @@ const supervisorSupported = false
 var errUnsupported = errors.New("leasehold run needs process groups and signals (Linux or another Unix)")
 
 func monoNow() int64                               { return time.Now().UnixNano() }
-func keeperAttr() *syscall.SysProcAttr             { return nil }
+func watchdogAttr() *syscall.SysProcAttr           { return nil }
 func childAttr() *syscall.SysProcAttr              { return nil }
 func killGroup(pgid int, sig syscall.Signal) error { return errUnsupported }
 func closeOnExec(fd int)                           {}

@@ -12,7 +12,7 @@ const supervisorSupported = true
 
 // monoNow is the host's CLOCK_MONOTONIC in nanoseconds: one clock for every
 // process on the host (unlike the monotonic reading of a time.Time, whose
-// origin is private to each process), so that `run` and its keeper agree on
+// origin is private to each process), so that `run` and its watchdog agree on
 // an absolute deadline without counting the delay of the message that
 // carries it.
 func monoNow() int64 {
@@ -23,10 +23,10 @@ func monoNow() int64 {
 	return ts.Nano()
 }
 
-// keeperAttr puts the keeper in a process group of its own: a Ctrl-C or a
+// watchdogAttr puts the watchdog in a process group of its own: a Ctrl-C or a
 // Ctrl-Z at the terminal, or a SIGSTOP to run's group, does not reach it, so
 // it can still kill the command on time while run itself is stopped.
-func keeperAttr() *syscall.SysProcAttr {
+func watchdogAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
 

@@ -66,7 +66,7 @@ The safe-until values are advisory: they are wall-clock readings of a deadline r
 on its monotonic clock. The guard is run's own: when the term ends (no renewal before
 safeUntil, the store says it is lost, or run is told to stop), the command's process group
 gets SIGTERM, then SIGKILL after --term-grace, so that it is dead --kill-margin before
-safeUntil, and therefore before any rival may take over. A separate keeper process enforces
+safeUntil, and therefore before any rival may take over. A separate watchdog process enforces
 that deadline even while run itself is frozen (SIGSTOP), and kills the command at once if
 run dies.
 
@@ -144,7 +144,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("cannot find the leasehold binary for the keeper: %w", err)
+		return fmt.Errorf("cannot find the leasehold binary for the watchdog: %w", err)
 	}
 
 	st, err := r.store.open(ctx, r.env)
@@ -165,8 +165,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	// A store that refuses this client's writes for good ends the run.
 	ctx, stopRefused := context.WithCancelCause(ctx)
 	defer stopRefused(nil)
-	e, err := leasehold.NewElector(st.Store, leasehold.ElectorConfig{
-		Name:       r.lease,
+	e, err := leasehold.NewElector(st.Store, r.lease, leasehold.Config{
 		Identity:   r.identity,
 		Metadata:   r.metadata,
 		Timings:    tm,
@@ -265,7 +264,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 
 // work is the elector's guarded work: the command, run (and rerun with
 // --restart) until it exits on its own or the term ends.
-func (r *runCmd) work(ctx context.Context, l *leasehold.Leader) error {
+func (r *runCmd) work(ctx context.Context, l *leasehold.Lease) error {
 	for {
 		// Never start the command with less time left than it takes to stop
 		// it: the elector is about to end this term anyway.
@@ -278,11 +277,11 @@ func (r *runCmd) work(ctx context.Context, l *leasehold.Leader) error {
 			return err
 		}
 		if res.deadline && ctx.Err() == nil {
-			// The keeper reached its deadline while the elector still holds
-			// the term: a renewal's new deadline reached the keeper too late,
+			// The watchdog reached its deadline while the elector still holds
+			// the term: a renewal's new deadline reached the watchdog too late,
 			// or run was frozen and has not yet noticed its term is over.
 			// The check above tells the two apart.
-			r.log.Warn("the keeper stopped the command at its deadline while the term was still held; starting it again if the term is still safe")
+			r.log.Warn("the watchdog stopped the command at its deadline while the term was still held; starting it again if the term is still safe")
 			continue
 		}
 		if ctx.Err() != nil || res.stopped {
@@ -393,7 +392,7 @@ func (r *runCmd) logEvent(ev leasehold.Event) {
 		} else {
 			log.Info("released lease", "token", ev.Term.Token)
 		}
-	case leasehold.EventLeaderObserved:
+	case leasehold.EventHolderObserved:
 		log.Info("standing by", "leader", ev.Record.Holder, "token", ev.Record.Token, "remaining", ev.Record.Remaining.Round(time.Millisecond).String())
 	}
 }

@@ -29,11 +29,11 @@ const (
 	EnvSafeUntilFile = "LEASEHOLD_SAFE_UNTIL_FILE"
 )
 
-// supervisor starts run's command under a keeper (see keeper.go) for each
-// term, keeps the keeper's deadline and the safe-until file up to date, and
+// supervisor starts run's command under a watchdog (see watchdog.go) for each
+// term, keeps the watchdog's deadline and the safe-until file up to date, and
 // reports how the command ended.
 type supervisor struct {
-	exe                   string // the leasehold binary, for the keeper
+	exe                   string // the leasehold binary, for the watchdog
 	argv                  []string
 	termGrace, killMargin time.Duration
 	stdin                 io.Reader
@@ -94,12 +94,12 @@ type childResult struct {
 	// stopped is true when the command was stopped by run (its term ended or
 	// run is shutting down), false when it exited on its own.
 	stopped bool
-	// deadline is true when the keeper stopped it at the deadline it knew
+	// deadline is true when the watchdog stopped it at the deadline it knew
 	// (run was frozen, or a renewal's new deadline reached it too late).
 	deadline bool
 }
 
-func childEnv(l *leasehold.Leader, su time.Time, safeFile string) []string {
+func childEnv(l *leasehold.Lease, su time.Time, safeFile string) []string {
 	drop := map[string]bool{EnvLease: true, EnvHolder: true, EnvToken: true, EnvSafeUntil: true, EnvSafeUntilFile: true}
 	var env []string
 	for _, kv := range os.Environ() {
@@ -127,8 +127,8 @@ func childEnv(l *leasehold.Leader, su time.Time, safeFile string) []string {
 
 // runOnce runs the command once for the term l, and returns when it is dead:
 // on its own exit, or after ctx ends (the term is over or run is stopping)
-// and the keeper has stopped it.
-func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childResult, error) {
+// and the watchdog has stopped it.
+func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Lease) (childResult, error) {
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
 		return childResult{}, err
@@ -147,10 +147,10 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childRes
 	send := func(format string, args ...any) {
 		ctlMu.Lock()
 		defer ctlMu.Unlock()
-		fmt.Fprintf(ctlW, format+"\n", args...) // an error means the keeper is gone; Wait tells
+		fmt.Fprintf(ctlW, format+"\n", args...) // an error means the watchdog is gone; Wait tells
 	}
 
-	args := append([]string{keeperCommand,
+	args := append([]string{watchdogCommand,
 		"--term-grace", s.termGrace.String(),
 		"--deadline", strconv.FormatInt(monoAt(su)-int64(s.killMargin), 10),
 		"--"}, s.argv...)
@@ -158,9 +158,9 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childRes
 	cmd.Env = childEnv(l, su, s.safeFile)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.stdin, s.stdout, s.stderr
 	cmd.ExtraFiles = []*os.File{ctlR, repW}
-	// The keeper outlives a frozen run, and dies with a dead one only through
+	// The watchdog outlives a frozen run, and dies with a dead one only through
 	// its control pipe (which it watches): no parent-death signal for it.
-	cmd.SysProcAttr = keeperAttr()
+	cmd.SysProcAttr = watchdogAttr()
 	var stopSent atomic.Bool
 	cmd.Cancel = func() error {
 		sig := s.stopSignal()
@@ -169,19 +169,19 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childRes
 		send("stop %d", int(sig))
 		return nil
 	}
-	// If the keeper has not ended the command by then (it is frozen, or
-	// hung), os/exec kills the keeper and this function kills the command's
+	// If the watchdog has not ended the command by then (it is frozen, or
+	// hung), os/exec kills the watchdog and this function kills the command's
 	// group: still before safeUntil, by half the kill margin.
 	cmd.WaitDelay = s.termGrace + s.killMargin/2
 	if err := cmd.Start(); err != nil {
 		ctlR.Close()
 		repW.Close()
-		return childResult{}, fmt.Errorf("start the keeper %s: %w", s.exe, err)
+		return childResult{}, fmt.Errorf("start the watchdog %s: %w", s.exe, err)
 	}
 	ctlR.Close()
 	repW.Close()
 
-	// The keeper's reports.
+	// The watchdog's reports.
 	type report struct {
 		pid      int
 		code     int
@@ -217,7 +217,7 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childRes
 	for {
 		select {
 		case pid := <-pidc:
-			s.log.Info("command started", "pid", pid, "keeper_pid", cmd.Process.Pid, "token", l.Token(), "safe_until", wallAt(l.SafeUntil()).Format(time.RFC3339Nano))
+			s.log.Info("command started", "pid", pid, "watchdog_pid", cmd.Process.Pid, "token", l.Token(), "safe_until", wallAt(l.SafeUntil()).Format(time.RFC3339Nano))
 			if s.onStart != nil {
 				s.onStart(pid)
 			}
@@ -239,12 +239,12 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Leader) (childRes
 				s.log.Info("command exited", "code", r.code, "stopped_by_leasehold", stopped || r.deadline, "at_deadline", r.deadline)
 				return childResult{code: r.code, stopped: stopped, deadline: r.deadline}, nil
 			default:
-				// The keeper died without a word (killed, or by WaitDelay):
+				// The watchdog died without a word (killed, or by WaitDelay):
 				// end the command's group here.
 				if r.pid > 0 {
 					killGroup(r.pid, syscall.SIGKILL)
 				}
-				s.log.Error("the keeper died; killed the command's process group", "keeper_pid", cmd.Process.Pid, "pid", r.pid, "err", werr)
+				s.log.Error("the watchdog died; killed the command's process group", "watchdog_pid", cmd.Process.Pid, "pid", r.pid, "err", werr)
 				return childResult{code: ExitFailure, stopped: stopped}, nil
 			}
 		}

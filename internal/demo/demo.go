@@ -339,8 +339,8 @@ func (d *demo) script(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	workerPID, keeperPID := int(started.int("pid")), int(started.int("keeper_pid"))
-	d.say(started.Time, old.name, "started its worker (pid %d) under its keeper (pid %d), with LEASEHOLD_TOKEN=%d", workerPID, keeperPID, started.int("token"))
+	workerPID, watchdogPID := int(started.int("pid")), int(started.int("watchdog_pid"))
+	d.say(started.Time, old.name, "started its worker (pid %d) under its watchdog (pid %d), with LEASEHOLD_TOKEN=%d", workerPID, watchdogPID, started.int("token"))
 	var accepted []writeRow
 	if err := d.waitFor(ctx, old.name+"'s first writes", func() (bool, error) {
 		ws, err := readWrites(ctx, d.register, 0)
@@ -361,13 +361,13 @@ func (d *demo) script(ctx context.Context) error {
 	d.say(w.at, "register", "%s's worker wrote with token %d: %s (and keeps writing every %v)", w.node, w.token, verdict(w), writeEvery)
 	lastSeq := accepted[len(accepted)-1].seq
 
-	// 2. Freeze the whole leader node: its run, its keeper and its worker.
-	d.frozen = []int{workerPID, keeperPID, old.cmd.Process.Pid}
+	// 2. Freeze the whole leader node: its run, its watchdog and its worker.
+	d.frozen = []int{workerPID, watchdogPID, old.cmd.Process.Pid}
 	frozeAt, err := d.freeze(ctx, d.frozen)
 	if err != nil {
 		return err
 	}
-	d.say(frozeAt, "demo", "froze %s with SIGSTOP: its run (pid %d), keeper (pid %d) and worker (pid %d), like a VM pause; it cannot renew, and its lease runs out %v after its last renewal", old.name, old.cmd.Process.Pid, keeperPID, workerPID, leaseDuration)
+	d.say(frozeAt, "demo", "froze %s with SIGSTOP: its run (pid %d), watchdog (pid %d) and worker (pid %d), like a VM pause; it cannot renew, and its lease runs out %v after its last renewal", old.name, old.cmd.Process.Pid, watchdogPID, workerPID, leaseDuration)
 
 	// 3. A standby takes over with the next token.
 	var cur store.Record
@@ -442,21 +442,21 @@ func (d *demo) script(ctx context.Context) error {
 		return err
 	}
 	d.say(ended.Time, old.name, "its term %d ended: reason %q (%s)", ended.int("token"), ended.str("reason"), ended.str("cause"))
-	syscall.Kill(keeperPID, syscall.SIGCONT)
-	d.say(time.Now(), "demo", "resumed %s's keeper (SIGCONT)", old.name)
+	syscall.Kill(watchdogPID, syscall.SIGCONT)
+	d.say(time.Now(), "demo", "resumed %s's watchdog (SIGCONT)", old.name)
 	var exited logEntry
 	if err := d.waitFor(ctx, old.name+"'s command to be reaped", func() (bool, error) {
 		var ok bool
 		exited, _, ok = old.find(before, "command exited")
 		if !ok {
-			exited, _, ok = old.find(before, "the keeper died; killed the command's process group")
+			exited, _, ok = old.find(before, "the watchdog died; killed the command's process group")
 		}
 		return ok, nil
 	}); err != nil {
 		return err
 	}
 	if exited.Msg == "command exited" {
-		d.say(exited.Time, old.name, "its keeper reaped the worker: exit code %d", exited.int("code"))
+		d.say(exited.Time, old.name, "its watchdog reaped the worker: exit code %d", exited.int("code"))
 	} else {
 		d.say(exited.Time, old.name, "%s", exited.Msg)
 	}

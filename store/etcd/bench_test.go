@@ -96,7 +96,7 @@ func benchHandoffLeasehold(b *testing.B, wait time.Duration) {
 		}
 		started := make(chan struct{})
 		var once sync.Once
-		lk, err := leasehold.NewLock(waiterStore, "job", leasehold.LockConfig{Identity: "waiter", Timings: timings,
+		lk, err := leasehold.NewLock(waiterStore, "job", leasehold.Config{Identity: "waiter", Timings: timings,
 			OnEvent: func(ev leasehold.Event) {
 				if ev.Kind == leasehold.EventAcquireAttempt && errors.Is(ev.Err, store.ErrHeld) {
 					once.Do(func() { close(started) })
@@ -106,7 +106,7 @@ func benchHandoffLeasehold(b *testing.B, wait time.Duration) {
 			b.Fatal(err)
 		}
 		type result struct {
-			h  *leasehold.Held
+			h  *leasehold.Lease
 			at time.Time
 		}
 		got := make(chan result, 1)
@@ -215,7 +215,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	})
 	b.Run("leasehold/Lock.TryAcquire", func(b *testing.B) {
 		st := openStore(b, uniquePrefix("bl"), m.clientURL)
-		lk, _ := leasehold.NewLock(st, "job", leasehold.LockConfig{Identity: "node-a"})
+		lk, _ := leasehold.NewLock(st, "job", leasehold.Config{Identity: "node-a"})
 		for i := 0; i < b.N; i++ {
 			h, err := lk.TryAcquire(ctx)
 			if err != nil {
@@ -228,7 +228,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	})
 	b.Run("leasehold/Lock.Acquire", func(b *testing.B) {
 		st := openStore(b, uniquePrefix("bl"), m.clientURL)
-		lk, _ := leasehold.NewLock(st, "job", leasehold.LockConfig{Identity: "node-a"})
+		lk, _ := leasehold.NewLock(st, "job", leasehold.Config{Identity: "node-a"})
 		for i := 0; i < b.N; i++ {
 			h, err := lk.Acquire(ctx)
 			if err != nil {

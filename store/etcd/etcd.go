@@ -995,7 +995,7 @@ func (s *Store) get(ctx context.Context, name string) (store.Record, error) {
 // while term t holds: the term's key still exists with the term's create
 // revision. Put it in your own transaction, on the same etcd cluster:
 //
-//	cmp, err := st.Fence(ctx, leader.Term())
+//	cmp, err := st.Fence(ctx, lease.Term())
 //	resp, err := cli.Txn(ctx).If(cmp).Then(clientv3.OpPut("config", v)).Commit()
 //	if err == nil && !resp.Succeeded { /* the term has ended: nothing was written */ }
 //

@@ -33,13 +33,13 @@ func Example() {
 	}
 	defer st.Close()
 
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "billing", Identity: "node-a"})
+	e, err := leasehold.NewElector(st, "billing", leasehold.Config{Identity: "node-a"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	var fence clientv3.Cmp
-	err = e.Run(ctx, func(ctx context.Context, l *leasehold.Leader) error {
+	err = e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
 		fence, err = st.Fence(ctx, l.Term())
 		if err != nil {
 			return err
@@ -91,7 +91,7 @@ func Example_etcdctlLock() {
 		fmt.Println(err)
 		return
 	}
-	lk, err := leasehold.NewLock(st, "nightly-report", leasehold.LockConfig{Identity: "cron-a"})
+	lk, err := leasehold.NewLock(st, "nightly-report", leasehold.Config{Identity: "cron-a"})
 	if err != nil {
 		fmt.Println(err)
 		return

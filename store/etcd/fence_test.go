@@ -149,7 +149,7 @@ func waiterLock(t *testing.T, st store.Store, name string) (*leasehold.Lock, <-c
 	t.Helper()
 	started := make(chan struct{})
 	var once atomic.Bool
-	lk, err := leasehold.NewLock(st, name, leasehold.LockConfig{
+	lk, err := leasehold.NewLock(st, name, leasehold.Config{
 		Identity: "waiter", Clock: frozenClock{}, Timings: leasehold.Timings{LeaseDuration: time.Minute},
 		OnEvent: func(ev leasehold.Event) {
 			if ev.Kind == leasehold.EventAcquireAttempt && errors.Is(ev.Err, store.ErrHeld) && once.CompareAndSwap(false, true) {
@@ -174,8 +174,8 @@ func TestHandoffThroughWatch(t *testing.T) {
 	holder, waiterStore := openStore(t, prefix, m.clientURL), openStore(t, prefix, m.clientURL)
 	ctx := testCtx(t, 60*time.Second)
 
-	acquireVia := func(lk *leasehold.Lock) <-chan *leasehold.Held {
-		got := make(chan *leasehold.Held, 1)
+	acquireVia := func(lk *leasehold.Lock) <-chan *leasehold.Lease {
+		got := make(chan *leasehold.Lease, 1)
 		go func() {
 			h, err := lk.Acquire(ctx)
 			if err != nil {

@@ -57,7 +57,7 @@ func TestInteropMutex(t *testing.T) {
 	cli := newClient(t, m.clientURL)
 	ctx := testCtx(t, 60*time.Second)
 	mu := concurrency.NewMutex(newSession(t, cli, 10), st.ContenderPrefix("job"))
-	lk, err := leasehold.NewLock(st, "job", leasehold.LockConfig{Identity: "lh", Timings: lockTimings()})
+	lk, err := leasehold.NewLock(st, "job", leasehold.Config{Identity: "lh", Timings: lockTimings()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestInteropMutex(t *testing.T) {
 	}
 	// A waiting leasehold Lock gets it once the Mutex unlocks, not before.
 	var unlocked atomic.Bool
-	got := make(chan *leasehold.Held, 1)
+	got := make(chan *leasehold.Lease, 1)
 	go func() {
 		h, err := lk.Acquire(ctx)
 		if err != nil {
@@ -176,7 +176,7 @@ func TestInteropElection(t *testing.T) {
 
 	var leading atomic.Bool // the etcd Election leads
 	leading.Store(true)
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "svc", Identity: "lh", Timings: lockTimings()})
+	e, err := leasehold.NewElector(st, "svc", leasehold.Config{Identity: "lh", Timings: lockTimings()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestInteropElection(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		runErr <- e.Run(rctx, func(ctx context.Context, l *leasehold.Leader) error {
+		runErr <- e.Run(rctx, func(ctx context.Context, l *leasehold.Lease) error {
 			if leading.Load() {
 				t.Errorf("leasehold elector leads while the etcd Election leads")
 			}
@@ -201,7 +201,7 @@ func TestInteropElection(t *testing.T) {
 	// The elector sees the etcd leader.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		r, err := e.Leader(ctx)
+		r, err := e.Holder(ctx)
 		if err == nil && r.Live() && r.Metadata == "etcd-leader" && strings.HasPrefix(r.Holder, "etcd:") {
 			break
 		}
@@ -277,7 +277,7 @@ func TestInteropNeverTwoHolders(t *testing.T) {
 	// leasehold Locks.
 	for i := 0; i < 2; i++ {
 		st := openStore(t, prefix, m.clientURL)
-		lk, err := leasehold.NewLock(st, "hot", leasehold.LockConfig{Identity: fmt.Sprintf("lh%d", i), Timings: lockTimings()})
+		lk, err := leasehold.NewLock(st, "hot", leasehold.Config{Identity: fmt.Sprintf("lh%d", i), Timings: lockTimings()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@
 //
 //	cs, _ := clientset.NewForConfig(restConfig)
 //	st, _ := kubernetes.New(kubernetes.Config{Client: cs.CoordinationV1(), Namespace: "jobs"})
-//	e, _ := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "nightly-report", Identity: podName})
+//	e, _ := leasehold.NewElector(st, "nightly-report", leasehold.Config{Identity: podName})
 //
 // or, for the CLI, kubernetes://NAMESPACE (see OpenURL).
 //

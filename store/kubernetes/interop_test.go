@@ -144,7 +144,7 @@ func startLeasehold(t testing.TB, m *monitor, ns, id string) *lhParticipant {
 func startLeaseholdWith(t testing.TB, m *monitor, ns, id string, timings leasehold.Timings) *lhParticipant {
 	t.Helper()
 	fs := faultstore.New(openStore(t, apiserver(t).AdminConfig(), ns))
-	e, err := leasehold.NewElector(fs, leasehold.ElectorConfig{Name: interopLease, Identity: id, Timings: timings})
+	e, err := leasehold.NewElector(fs, interopLease, leasehold.Config{Identity: id, Timings: timings})
 	if err != nil {
 		t.Fatalf("NewElector: %v", err)
 	}
@@ -152,7 +152,7 @@ func startLeaseholdWith(t testing.TB, m *monitor, ns, id string, timings leaseho
 	p := &lhParticipant{id: id, faults: fs, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		e.Run(ctx, func(ctx context.Context, l *leasehold.Leader) error {
+		e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
 			m.begin(id, "leasehold", l.Token())
 			<-ctx.Done()
 			m.end(id)
@@ -434,7 +434,7 @@ func TestClientGoAtResolutionBoundary(t *testing.T) {
 	st := openStore(t, apiserver(t).AdminConfig(), ns)
 	for _, margin := range []time.Duration{time.Second, 800 * time.Millisecond, 300 * time.Millisecond} {
 		tm := leasehold.Timings{LeaseDuration: 1200*time.Millisecond + margin, RenewDeadline: 1200 * time.Millisecond, RenewInterval: 300 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
-		_, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: interopLease, Identity: "x", Timings: tm})
+		_, err := leasehold.NewElector(st, interopLease, leasehold.Config{Identity: "x", Timings: tm})
 		if !errors.Is(err, leasehold.ErrInvalidConfig) || !strings.Contains(err.Error(), "time resolution 1s") {
 			t.Errorf("margin %v: NewElector = %v, want ErrInvalidConfig naming the store's time resolution", margin, err)
 		}

@@ -353,8 +353,8 @@ func TestReleaseWakesWaiters(t *testing.T) {
 				at   time.Time
 			}
 			events := make(chan stamped, 100)
-			e, err := leasehold.NewElector(openStore(t, apiserver(t).AdminConfig(), ns), leasehold.ElectorConfig{
-				Name: interopLease, Identity: "waiter", Timings: timings,
+			e, err := leasehold.NewElector(openStore(t, apiserver(t).AdminConfig(), ns), interopLease, leasehold.Config{
+				Identity: "waiter", Timings: timings,
 				OnEvent: func(ev leasehold.Event) {
 					select {
 					case events <- stamped{ev.Kind, ev.Err, time.Now()}:
@@ -369,7 +369,7 @@ func TestReleaseWakesWaiters(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				e.Run(ctx, func(ctx context.Context, l *leasehold.Leader) error { <-ctx.Done(); return nil })
+				e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error { <-ctx.Done(); return nil })
 			}()
 			t.Cleanup(func() { cancel(); <-done })
 

@@ -29,12 +29,12 @@ func benchHandoff(b *testing.B, watch bool, timings leasehold.Timings) {
 	holderStore := openStore(b, schema, postgres.Options{NoWatch: true})
 	waiterStore := openStore(b, schema, postgres.Options{NoWatch: !watch})
 	ctx := ctxFor(b)
-	holder, err := leasehold.NewLock(holderStore, "job", leasehold.LockConfig{Identity: "holder", Timings: timings})
+	holder, err := leasehold.NewLock(holderStore, "job", leasehold.Config{Identity: "holder", Timings: timings})
 	if err != nil {
 		b.Fatal(err)
 	}
 	refused := make(chan struct{}, 1)
-	waiter, err := leasehold.NewLock(waiterStore, "job", leasehold.LockConfig{Identity: "waiter", Timings: timings, OnEvent: func(ev leasehold.Event) {
+	waiter, err := leasehold.NewLock(waiterStore, "job", leasehold.Config{Identity: "waiter", Timings: timings, OnEvent: func(ev leasehold.Event) {
 		if ev.Kind == leasehold.EventAcquireAttempt && ev.Err != nil {
 			select {
 			case refused <- struct{}{}:
@@ -56,7 +56,7 @@ func benchHandoff(b *testing.B, watch bool, timings leasehold.Timings) {
 		case <-refused:
 		default:
 		}
-		got := make(chan *leasehold.Held, 1)
+		got := make(chan *leasehold.Lease, 1)
 		go func() {
 			w, err := waiter.Acquire(ctx)
 			if err != nil {

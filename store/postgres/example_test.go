@@ -37,7 +37,7 @@ func Example() {
 	}
 	defer st.Close()
 
-	lk, err := leasehold.NewLock(st, "nightly-report", leasehold.LockConfig{Identity: "worker-1"})
+	lk, err := leasehold.NewLock(st, "nightly-report", leasehold.Config{Identity: "worker-1"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -52,7 +52,7 @@ func Example() {
 	// term: a lower token, or the same token from another holder.
 	fmt.Println("worker-1 holds it with token", held.Token())
 
-	other, _ := leasehold.NewLock(st, "nightly-report", leasehold.LockConfig{Identity: "worker-2"})
+	other, _ := leasehold.NewLock(st, "nightly-report", leasehold.Config{Identity: "worker-2"})
 	_, err = other.TryAcquire(ctx)
 	fmt.Println("worker-2 refused:", errors.Is(err, store.ErrHeld))
 
@@ -80,13 +80,13 @@ func Example_elector() {
 		return
 	}
 	defer st.Close()
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "billing-leader", Identity: "node-a", Metadata: "addr=10.0.0.1:8080"})
+	e, err := leasehold.NewElector(st, "billing-leader", leasehold.Config{Identity: "node-a", Metadata: "addr=10.0.0.1:8080"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	err = e.Run(ctx, func(ctx context.Context, l *leasehold.Leader) error {
-		rec, err := e.Leader(ctx)
+	err = e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
+		rec, err := e.Holder(ctx)
 		if err != nil {
 			return err
 		}
@@ -109,13 +109,13 @@ func Example_keeper() {
 		return
 	}
 	defer st.Close()
-	k, err := leasehold.NewKeeper(st, leasehold.KeeperConfig{Identity: "node-a"})
+	k, err := leasehold.NewKeeper(st, leasehold.Config{Identity: "node-a"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer k.Close()
-	var shards []*leasehold.Kept
+	var shards []*leasehold.Lease
 	for i := range 3 {
 		kp, err := k.TryAcquire(ctx, fmt.Sprintf("partition/%d", i))
 		if err != nil {

@@ -22,14 +22,14 @@ func TestKeeperOnPostgres(t *testing.T) {
 	counted := faultstore.New(st)
 	raw := rawClient(t, schema)
 	ctx := ctxFor(t)
-	k, err := leasehold.NewKeeper(counted, leasehold.KeeperConfig{Identity: "node-a",
+	k, err := leasehold.NewKeeper(counted, leasehold.Config{Identity: "node-a",
 		Timings: leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 400 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer k.Close()
 	const n = 1000
-	kept := make([]*leasehold.Kept, n)
+	kept := make([]*leasehold.Lease, n)
 	for i := range n {
 		if kept[i], err = k.TryAcquire(ctx, fmt.Sprintf("shard/%d", i)); err != nil {
 			t.Fatal(err)

@@ -68,8 +68,8 @@ func TestDatabaseRestartMidLease(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		renewed[i] = make(chan struct{}, 1)
-		e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
-			Name: fmt.Sprintf("job-%d", i), Identity: fmt.Sprintf("node-%d", i), Timings: timings,
+		e, err := leasehold.NewElector(st, fmt.Sprintf("job-%d", i), leasehold.Config{
+			Identity: fmt.Sprintf("node-%d", i), Timings: timings,
 			OnEvent: func(ev leasehold.Event) {
 				if ev.Kind == leasehold.EventRenewed {
 					select {
@@ -85,7 +85,7 @@ func TestDatabaseRestartMidLease(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.Run(ctx, func(ctx context.Context, l *leasehold.Leader) error {
+			e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
 				started <- l.Term()
 				<-ctx.Done()
 				ended <- leadership{l.Term(), context.Cause(ctx)}
@@ -157,7 +157,7 @@ func TestListenerDownFallsBackToPolling(t *testing.T) {
 	acquireWhileWaiting := func(t *testing.T, name string, timings leasehold.Timings) int64 {
 		t.Helper()
 		attempts := make(chan error, 100)
-		lk, err := leasehold.NewLock(waiterStore, name, leasehold.LockConfig{Identity: "waiter", Timings: timings, OnEvent: func(ev leasehold.Event) {
+		lk, err := leasehold.NewLock(waiterStore, name, leasehold.Config{Identity: "waiter", Timings: timings, OnEvent: func(ev leasehold.Event) {
 			if ev.Kind == leasehold.EventAcquireAttempt {
 				select {
 				case attempts <- ev.Err:
@@ -172,7 +172,7 @@ func TestListenerDownFallsBackToPolling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *leasehold.Held, 1)
+		got := make(chan *leasehold.Lease, 1)
 		go func() {
 			h, err := lk.Acquire(ctx)
 			if err != nil {

@@ -177,7 +177,7 @@ func TestWalkthroughElectorStepsDown(t *testing.T) {
 	timings := leasehold.Timings{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RenewInterval: 300 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
 
 	renewed := make(chan int64, 100)
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "job", Identity: "node-a", Timings: timings, StopOnLoss: true,
+	e, err := leasehold.NewElector(st, "job", leasehold.Config{Identity: "node-a", Timings: timings, StopOnLoss: true,
 		OnEvent: func(ev leasehold.Event) {
 			if ev.Kind == leasehold.EventRenewed {
 				select {
@@ -193,7 +193,7 @@ func TestWalkthroughElectorStepsDown(t *testing.T) {
 	workCause := make(chan error, 1)
 	runErr := make(chan error, 1)
 	go func() {
-		runErr <- e.Run(ctx, func(ctx context.Context, l *leasehold.Leader) error {
+		runErr <- e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
 			tokens <- l.Token()
 			<-ctx.Done()
 			workCause <- context.Cause(ctx)
@@ -240,7 +240,7 @@ func TestWalkthroughElectorStepsDown(t *testing.T) {
 	// the NOTIFY from node-b's raw release that wakes it.
 	slow := leasehold.Timings{LeaseDuration: 10 * time.Minute, RenewDeadline: 9 * time.Minute, RenewInterval: time.Minute, RetryPeriod: 8 * time.Minute}
 	attempts := make(chan error, 10)
-	lk, err := leasehold.NewLock(st, "job", leasehold.LockConfig{Identity: "node-c", Timings: slow, OnEvent: func(ev leasehold.Event) {
+	lk, err := leasehold.NewLock(st, "job", leasehold.Config{Identity: "node-c", Timings: slow, OnEvent: func(ev leasehold.Event) {
 		if ev.Kind == leasehold.EventAcquireAttempt {
 			attempts <- ev.Err
 		}
@@ -248,7 +248,7 @@ func TestWalkthroughElectorStepsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *leasehold.Held, 1)
+	got := make(chan *leasehold.Lease, 1)
 	go func() {
 		h, err := lk.Acquire(ctx)
 		if err != nil {

@@ -19,10 +19,10 @@ var slowPoll = leasehold.Timings{LeaseDuration: 10 * time.Minute, RenewDeadline:
 
 // waiter starts lk.Acquire in a goroutine once its first attempt was
 // refused; it returns the channel the Held arrives on.
-func startWaiter(t *testing.T, st store.Store, name string, timings leasehold.Timings) <-chan *leasehold.Held {
+func startWaiter(t *testing.T, st store.Store, name string, timings leasehold.Timings) <-chan *leasehold.Lease {
 	t.Helper()
 	attempts := make(chan error, 100)
-	lk, err := leasehold.NewLock(st, name, leasehold.LockConfig{Identity: "waiter", Timings: timings, OnEvent: func(ev leasehold.Event) {
+	lk, err := leasehold.NewLock(st, name, leasehold.Config{Identity: "waiter", Timings: timings, OnEvent: func(ev leasehold.Event) {
 		if ev.Kind == leasehold.EventAcquireAttempt {
 			select {
 			case attempts <- ev.Err:
@@ -33,7 +33,7 @@ func startWaiter(t *testing.T, st store.Store, name string, timings leasehold.Ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *leasehold.Held, 1)
+	got := make(chan *leasehold.Lease, 1)
 	go func() {
 		h, err := lk.Acquire(ctxFor(t))
 		if err != nil {
@@ -47,7 +47,7 @@ func startWaiter(t *testing.T, st store.Store, name string, timings leasehold.Ti
 	return got
 }
 
-func recvHeld(t *testing.T, got <-chan *leasehold.Held) *leasehold.Held {
+func recvHeld(t *testing.T, got <-chan *leasehold.Lease) *leasehold.Lease {
 	t.Helper()
 	h := <-got
 	if h == nil {

@@ -19,7 +19,7 @@ import (
 func BenchmarkLockUnlock(b *testing.B) {
 	addr := redisAddr(b)
 	st := openStore(b, storeURL(addr, freshPrefix(b, addr)))
-	lk, err := leasehold.NewLock(st, "bench", leasehold.LockConfig{Identity: "bench"})
+	lk, err := leasehold.NewLock(st, "bench", leasehold.Config{Identity: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,12 +74,12 @@ func benchHandoff(b *testing.B, poll bool, retry time.Duration) {
 		stB = noWatch{stB}
 	}
 	timings := leasehold.Timings{LeaseDuration: 30 * time.Second, RetryPeriod: retry, Jitter: 0.01}
-	lkA, err := leasehold.NewLock(stA, "handoff", leasehold.LockConfig{Identity: "a", Timings: timings})
+	lkA, err := leasehold.NewLock(stA, "handoff", leasehold.Config{Identity: "a", Timings: timings})
 	if err != nil {
 		b.Fatal(err)
 	}
 	refused := make(chan struct{}, 1)
-	lkB, err := leasehold.NewLock(stB, "handoff", leasehold.LockConfig{Identity: "b", Timings: timings,
+	lkB, err := leasehold.NewLock(stB, "handoff", leasehold.Config{Identity: "b", Timings: timings,
 		OnEvent: func(e leasehold.Event) {
 			if e.Kind == leasehold.EventAcquireAttempt && errors.Is(e.Err, store.ErrHeld) {
 				select {
@@ -93,7 +93,7 @@ func benchHandoff(b *testing.B, poll bool, retry time.Duration) {
 	}
 	ctx := context.Background()
 	type result struct {
-		h   *leasehold.Held
+		h   *leasehold.Lease
 		at  time.Time
 		err error
 	}
@@ -185,7 +185,7 @@ func BenchmarkVsRedislock(b *testing.B) {
 	})
 	b.Run("lock", func(b *testing.B) {
 		benchVsRedislock(b, func(st *lhredis.Store) func(ctx context.Context) error {
-			lk, err := leasehold.NewLock(st, "bench", leasehold.LockConfig{Identity: "bench"})
+			lk, err := leasehold.NewLock(st, "bench", leasehold.Config{Identity: "bench"})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -23,7 +23,7 @@ func Example() {
 	}
 	defer st.Close()
 
-	lk, err := leasehold.NewLock(st, "nightly-report", leasehold.LockConfig{Identity: "worker-1"})
+	lk, err := leasehold.NewLock(st, "nightly-report", leasehold.Config{Identity: "worker-1"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -39,7 +39,7 @@ func Example() {
 	fmt.Println("holding; token above 0:", held.Token() > 0)
 
 	// Meanwhile another worker is refused.
-	other, _ := leasehold.NewLock(st, "nightly-report", leasehold.LockConfig{Identity: "worker-2"})
+	other, _ := leasehold.NewLock(st, "nightly-report", leasehold.Config{Identity: "worker-2"})
 	_, err = other.TryAcquire(ctx)
 	fmt.Println("worker-2 refused:", errors.Is(err, store.ErrHeld))
 

@@ -49,14 +49,14 @@ func TestElectorHandover(t *testing.T) {
 	stepDown := make(chan struct{})
 	run := func(who string) (func() error, context.CancelFunc) {
 		st := openStore(t, storeURL(addr, prefix))
-		e, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "leader", Identity: who, Timings: timings})
+		e, err := leasehold.NewElector(st, "leader", leasehold.Config{Identity: who, Timings: timings})
 		if err != nil {
 			t.Fatal(err)
 		}
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			done <- e.Run(rctx, func(wctx context.Context, l *leasehold.Leader) error {
+			done <- e.Run(rctx, func(wctx context.Context, l *leasehold.Lease) error {
 				leads <- lead{who, l.Token()}
 				select {
 				case <-stepDown:

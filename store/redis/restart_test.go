@@ -35,7 +35,7 @@ func TestRedisRestartMidLease(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var events []leasehold.Event
-	holder, err := leasehold.NewLock(holderStore, "job", leasehold.LockConfig{
+	holder, err := leasehold.NewLock(holderStore, "job", leasehold.Config{
 		Identity: "holder", Timings: timings, KeepAlive: true,
 		OnEvent: func(e leasehold.Event) { mu.Lock(); events = append(events, e); mu.Unlock() },
 	})
@@ -58,7 +58,7 @@ func TestRedisRestartMidLease(t *testing.T) {
 	if held.Token() != 4 {
 		t.Fatalf("held token %d, want 4", held.Token())
 	}
-	rival, err := leasehold.NewLock(rivalStore, "job", leasehold.LockConfig{Identity: "rival", Timings: timings})
+	rival, err := leasehold.NewLock(rivalStore, "job", leasehold.Config{Identity: "rival", Timings: timings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestRedisRestartMidLease(t *testing.T) {
 
 	// The rival saw token 4 too: its first definite answer is the regress,
 	// with nothing granted; then it gets 5.
-	var got *leasehold.Held
+	var got *leasehold.Lease
 	err = retryTransport(t, func() error {
 		h, err := rival.TryAcquire(ctx)
 		got = h

@@ -389,12 +389,12 @@ func TestWatchWakesLockOnRelease(t *testing.T) {
 	a := openStore(t, storeURL(addr, prefix))
 	b := openStore(t, storeURL(addr, prefix))
 	timings := leasehold.Timings{LeaseDuration: 10 * time.Minute, RetryPeriod: 2 * time.Minute}
-	lkA, err := leasehold.NewLock(a, "job", leasehold.LockConfig{Identity: "a", Timings: timings})
+	lkA, err := leasehold.NewLock(a, "job", leasehold.Config{Identity: "a", Timings: timings})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waiting := make(chan struct{}, 1)
-	lkB, err := leasehold.NewLock(b, "job", leasehold.LockConfig{Identity: "b", Timings: timings, OnEvent: func(e leasehold.Event) {
+	lkB, err := leasehold.NewLock(b, "job", leasehold.Config{Identity: "b", Timings: timings, OnEvent: func(e leasehold.Event) {
 		if e.Kind == leasehold.EventAcquireAttempt && errors.Is(e.Err, store.ErrHeld) {
 			select {
 			case waiting <- struct{}{}:
@@ -410,7 +410,7 @@ func TestWatchWakesLockOnRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *leasehold.Held, 1)
+	got := make(chan *leasehold.Lease, 1)
 	errc := make(chan error, 1)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -450,7 +450,7 @@ func TestWaiterWakesAtExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk, err := leasehold.NewLock(b, "job", leasehold.LockConfig{Identity: "b",
+	lk, err := leasehold.NewLock(b, "job", leasehold.Config{Identity: "b",
 		Timings: leasehold.Timings{LeaseDuration: 10 * time.Minute, RetryPeriod: 2 * time.Minute}})
 	if err != nil {
 		t.Fatal(err)

@@ -182,7 +182,7 @@ func TestOneRequestPerCall(t *testing.T) {
 	}
 	wantOne(t, "store.Release", cc.take())
 
-	lk, err := leasehold.NewLock(st, "lock", leasehold.LockConfig{Identity: "a"})
+	lk, err := leasehold.NewLock(st, "lock", leasehold.Config{Identity: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,23 +15,23 @@ import (
 	"time"
 )
 
-// The keeper is the process between `leasehold run` and its command. run
-// starts it (the leasehold binary again, as `leasehold __keeper`) in a process
+// The watchdog is the process between `leasehold run` and its command. run
+// starts it (the leasehold binary again, as `leasehold __watchdog`) in a process
 // group of its own; it starts the command in another, and it enforces the
 // deadline by itself:
 //
 //	leasehold run            (the caller's process group; holds the lease)
-//	└─ leasehold __keeper    (own group; knows the deadline)
+//	└─ leasehold __watchdog  (own group; knows the deadline)
 //	   └─ CMD ARGS…          (own group, with its grandchildren)
 //
-// run tells the keeper, over a pipe (fd 3), the absolute CLOCK_MONOTONIC
+// run tells the watchdog, over a pipe (fd 3), the absolute CLOCK_MONOTONIC
 // time by which the command must be dead: safeUntil minus the kill margin,
-// moved forward at each renewal. The keeper sends SIGTERM to the command's
+// moved forward at each renewal. The watchdog sends SIGTERM to the command's
 // group a term grace before that, and SIGKILL at it. So the command is dead
 // by safeUntil even when run itself is frozen (SIGSTOP, a debugger, a swap
 // storm) and cannot act: that is what SAFETY.md rule 14 needs, and a
 // supervisor in one process cannot give it. If run dies (its end of the pipe
-// closes), the keeper kills the command's group at once. If the keeper dies,
+// closes), the watchdog kills the command's group at once. If the watchdog dies,
 // the kernel kills the command (Linux's parent-death signal) and run kills
 // its group when it notices.
 //
@@ -43,27 +43,27 @@ import (
 //
 // Reports on fd 4, one per line: "pid PID" once the command runs, then
 // "exit CODE [deadline]" (128+N if it died of signal N; "deadline" when the
-// keeper's own deadline stopped it, not a message from run) or
+// watchdog's own deadline stopped it, not a message from run) or
 // "start-error MESSAGE".
-// The keeper exits with the command's code.
-const keeperCommand = "__keeper"
+// The watchdog exits with the command's code.
+const watchdogCommand = "__watchdog"
 
-type keeperCmd struct {
+type watchdogCmd struct {
 	env       *Env
 	fs        *flag.FlagSet
 	termGrace time.Duration
 	deadline  int64
 }
 
-func newKeeperCmd(env *Env) Command {
-	k := &keeperCmd{env: env}
-	k.fs = newFlagSet(env, keeperCommand, "--term-grace D --deadline NS -- CMD [ARGS...]", "Internal: supervises the command of `leasehold run`. Not for direct use.")
+func newWatchdogCmd(env *Env) Command {
+	k := &watchdogCmd{env: env}
+	k.fs = newFlagSet(env, watchdogCommand, "--term-grace D --deadline NS -- CMD [ARGS...]", "Internal: supervises the command of `leasehold run`. Not for direct use.")
 	k.fs.DurationVar(&k.termGrace, "term-grace", time.Second, "time between SIGTERM and SIGKILL")
 	k.fs.Int64Var(&k.deadline, "deadline", 0, "CLOCK_MONOTONIC nanoseconds by which the command must be dead")
 	return k
 }
 
-func (k *keeperCmd) Run(ctx context.Context, args []string) error {
+func (k *watchdogCmd) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(k.fs, args); err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func (k *keeperCmd) Run(ctx context.Context, args []string) error {
 	defer termT.Stop()
 	defer killT.Stop()
 	stopping := false
-	why := "" // "deadline" when the keeper's own deadline stopped the command
+	why := "" // "deadline" when the watchdog's own deadline stopped the command
 	stop := func(sig syscall.Signal) {
 		if stopping {
 			return

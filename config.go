@@ -1,0 +1,65 @@
+package leasehold
+
+import (
+	"fmt"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Config configures an Elector, a Lock or a Keeper. The lease name is not part
+// of it: NewElector and NewLock take it, and a Keeper takes one per Acquire.
+type Config struct {
+	// Identity names this node (a host or pod name). Required. The holder
+	// identity is Identity plus a random per-process suffix (see NewIdentity);
+	// a Lock adds a sequence number per acquisition, so two acquisitions,
+	// even in one process, are never the same holder.
+	Identity string
+	// Metadata is optional data stored with the lease while it is held, such
+	// as this node's address; at most store.MaxMetadataLen bytes.
+	Metadata string
+	// Timings of the lease; zero fields take defaults (see Timings).
+	Timings Timings
+	// Clock is the holder's clock; nil means SystemClock().
+	Clock Clock
+	// OnEvent, if set, is called with each step of each term (see Event):
+	// one event at a time, in the order they happened, on a goroutine of the
+	// Elector's, Lock's or Keeper's own, never the one that keeps the lease.
+	// Events wait in a queue while it runs, so a slow OnEvent delays later
+	// events, never the lease. It must not call the Elector, Lock or Keeper
+	// that calls it. Run, Acquire, TryAcquire, Release and Close return only
+	// once OnEvent has been given the events they caused.
+	OnEvent func(Event)
+	// KeepAlive makes a Lock renew its lease while it is held, for work that
+	// may outlast one lease duration. Without it a Lock's term is trusted
+	// until RenewDeadline after the acquire request was sent, and never
+	// renewed. An Elector and a Keeper always renew.
+	KeepAlive bool
+	// StopOnLoss makes an Elector's Run return (with the loss's cause) after
+	// this node loses a term, instead of contending again. A Lock and a
+	// Keeper never contend again by themselves.
+	StopOnLoss bool
+}
+
+// prepare validates cfg for st and fills in its defaults. It returns the
+// holder identity of this process (Identity plus the random suffix).
+func (cfg *Config) prepare(st store.Store) (holder string, err error) {
+	if st == nil {
+		return "", fmt.Errorf("%w: store is nil", ErrInvalidConfig)
+	}
+	if err := store.ValidateMetadata(cfg.Metadata); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	timings, err := validateFor(st, cfg.Timings)
+	if err != nil {
+		return "", err
+	}
+	holder, err = NewIdentity(cfg.Identity)
+	if err != nil {
+		return "", err
+	}
+	cfg.Timings = timings
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock()
+	}
+	return holder, nil
+}
