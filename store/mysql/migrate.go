@@ -190,14 +190,18 @@ WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE = ? AND TRIGGER_NAME IN (?,
 	if err != nil {
 		return false, err
 	}
-	if current == len(trs) && visible == len(trs) {
-		return commentCurrent, nil
-	}
-	if visible > 0 || !commentCurrent {
+	switch {
+	case !commentCurrent:
 		return false, nil
+	case current == len(trs) && visible == len(trs):
+		return true, nil
+	case current > 0:
+		return false, nil // some are of another version
 	}
-	// None visible and the comment says current: can this user see
-	// triggers at all?
+	// No trigger body of this version visible, and the comment says
+	// current: MySQL shows a user without the TRIGGER privilege no
+	// triggers, MariaDB shows them without their bodies. Can this user see
+	// them at all?
 	var user string
 	if err := c.QueryRowContext(ctx, `SELECT CURRENT_USER()`).Scan(&user); err != nil {
 		return false, err

@@ -134,7 +134,7 @@ func Open(ctx context.Context, cfg *mysql.Config, opts Options) (*Store, error) 
 	db := sql.OpenDB(conn)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, kit.Errorf("connect to "+redactCfg(c), "%s", scrubCfg(c, err.Error()))
+		return nil, kit.Errorf("connect to "+redactCfg(c), "%w", &scrubbed{msg: scrubCfg(c, err.Error()), err: err})
 	}
 	s, err := newStore(ctx, db, true, true, opts)
 	if err != nil {
@@ -855,3 +855,13 @@ func (s *Store) Close() error {
 		return nil
 	})
 }
+
+// scrubbed is a driver's error with the password removed from its message,
+// still matching what it wraps (errors.As finds the *mysql.MySQLError).
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
