@@ -35,7 +35,7 @@ var Descriptor = store.Descriptor{
 		URLs:   []string{"mysql://user@host:3306/db?table=leader_lease"},
 		Token:  "`epoch` of the `leader_lease` row",
 		Expiry: "the database's `UTC_TIMESTAMP(6)`",
-		Wake:   "polling every 25 ms (mean ~15 ms)",
+		Wake:   "polling every 25 ms (hand-off p50 14 ms)",
 		Notes:  "MySQL 8.0+ and MariaDB 10.6+ (tested: MariaDB 10.11); batched renewal; `GET_LOCK` variant with a token",
 	},
 }
