@@ -9,6 +9,7 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/go-logr/logr v1.4.4
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/leasehold/leasehold v0.0.0-00010101000000-000000000000
 	github.com/lib/pq v1.10.9
@@ -24,6 +25,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 type options struct {
@@ -48,6 +50,7 @@ type options struct {
 	scenarios    map[string]bool
 	redisAddr    string
 	pgDSN        string
+	myDSN        string
 	etcdFsync    bool
 	jsonOut      string
 	svgOut       string
@@ -58,7 +61,7 @@ type options struct {
 	diag         int
 }
 
-var allStores = []string{"redis", "postgres", "etcd", "kubernetes"}
+var allStores = []string{"redis", "postgres", "mysql", "etcd", "kubernetes"}
 var allScenarios = []string{"handoff", "early", "failover", "cycles", "contention", "renew", "fence", "cmd"}
 
 func logf(format string, args ...any) {
@@ -113,6 +116,7 @@ func run(args []string) int {
 	scenFlag := fs.String("scenarios", "all", "scenarios to run: "+strings.Join(allScenarios, ","))
 	fs.StringVar(&o.redisAddr, "redis", envOr("LEASEHOLD_REDIS_ADDR", "127.0.0.1:6379"), "Redis address (loopback only)")
 	fs.StringVar(&o.pgDSN, "pg", envOr("LEASEHOLD_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL (loopback only); never printed")
+	fs.StringVar(&o.myDSN, "mysql", envOr("LEASEHOLD_BENCH_MYSQL", "root@tcp(127.0.0.1:3306)/"), "MySQL/MariaDB go-sql-driver DSN without a database (loopback only); never printed")
 	fs.BoolVar(&o.etcdFsync, "etcd-fsync", true, "fsync in the embedded etcd (as a real member does)")
 	fs.StringVar(&o.jsonOut, "json", "", "write every sample to this JSON file")
 	fs.StringVar(&o.svgOut, "svg", "", "write the hand-off and failover chart to this SVG file")
@@ -223,6 +227,9 @@ func loopbackOnly(o options) error {
 	u, err := parseURL(o.pgDSN)
 	if err != nil || !isLoopback(u) {
 		return fmt.Errorf("-pg must be a postgres:// URL on a loopback host")
+	}
+	if cfg, err := mysql.ParseDSN(o.myDSN); err != nil || cfg.Net != "tcp" || !isLoopback(strings.Split(cfg.Addr, ":")[0]) {
+		return fmt.Errorf("-mysql must be a go-sql-driver DSN with a loopback tcp address")
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ func isLoopback(host string) bool {
 type envs struct {
 	redis *redisEnv
 	pg    *pgEnv
+	my    *myEnv
 	etcd  *etcdEnv
 	kube  *kubeEnv
 	renew *renewEnv
@@ -52,6 +53,9 @@ func (e *envs) close() {
 	}
 	if e.pg != nil {
 		e.pg.close()
+	}
+	if e.my != nil {
+		e.my.close()
 	}
 	if e.etcd != nil {
 		e.etcd.close()
@@ -108,6 +112,26 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			libs = append(libs, pe.floorLib())
 			libs = append(libs, pe.libs(o.handoffTTL, o.pglockLease)...)
 			libs = append(libs, lhTryLib("postgres", pe.st, o.handoffTTL))
+		}
+	}
+	if o.stores["mysql"] {
+		me, err := openMySQL(octx, o.myDSN, runID)
+		if err == nil {
+			var ls []*lib
+			if ls, err = me.libs(octx, o.handoffTTL); err == nil {
+				e.my = me
+				r.Machine["mysql"] = me.version(octx)
+				libs = append(libs, me.floorLib())
+				libs = append(libs, ls...)
+				libs = append(libs, lhTryLib("mysql", me.st, o.handoffTTL))
+			} else {
+				me.close()
+			}
+		}
+		if err != nil {
+			if err := missing("mysql", err); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if o.stores["etcd"] {

@@ -6,6 +6,7 @@ package testenv
 import (
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,4 +46,19 @@ func Env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// MySQLDSN returns the go-sql-driver DSN of the MySQL/MariaDB test server,
+// without a database ("root@tcp(127.0.0.1:3306)/"), or calls Missing. The
+// LEASEHOLD_TEST_MYSQL variable overrides it (the same variable
+// fence/sqlfence's tests read). Tests create a database of their own on it.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	dsn := Env("LEASEHOLD_TEST_MYSQL", "root@tcp(127.0.0.1:3306)/")
+	addr := "127.0.0.1:3306"
+	if i, j := strings.Index(dsn, "tcp("), strings.Index(dsn, ")/"); i >= 0 && j > i+4 {
+		addr = dsn[i+4 : j]
+	}
+	RequireTCP(t, "MySQL/MariaDB", addr, "start MariaDB or MySQL on 127.0.0.1:3306 (user root, no password) or set LEASEHOLD_TEST_MYSQL to a go-sql-driver DSN such as user:pass@tcp(host:3306)/")
+	return dsn
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/etcd"
 	"github.com/leasehold/leasehold/store/kubernetes"
+	"github.com/leasehold/leasehold/store/mysql"
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/redis"
 	"github.com/leasehold/leasehold/store/sqlite"
@@ -29,6 +30,7 @@ import (
 var stores = []*store.Descriptor{
 	&sqlite.Descriptor,
 	&postgres.Descriptor,
+	&mysql.Descriptor,
 	&redis.Descriptor,
 	&etcd.Descriptor,
 	&kubernetes.Descriptor,

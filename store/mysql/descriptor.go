@@ -1,0 +1,41 @@
+package mysql
+
+import (
+	"net/url"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Descriptor describes this store to the leasehold command, its chaos
+// harness and the README (see store/registry).
+var Descriptor = store.Descriptor{
+	Name:        "MySQL/MariaDB",
+	Schemes:     []string{"mysql", "mariadb"},
+	Open:        OpenURL,
+	ExampleURL:  "mysql://user@host:3306/db",
+	Reach:       store.ReachNetwork,
+	DefaultPort: "3306",
+	Params:      Params,
+	ReadOnly: func(u *url.URL) error {
+		q := u.Query()
+		q.Del(ParamCreateIfMissing)
+		u.RawQuery = q.Encode()
+		return nil
+	},
+	Creating: func(u *url.URL) error {
+		q := u.Query()
+		if q.Get(ParamCreateIfMissing) == "" {
+			q.Set(ParamCreateIfMissing, "true")
+			u.RawQuery = q.Encode()
+		}
+		return nil
+	},
+	Doc: store.Doc{
+		README: "store/mysql/README.md",
+		URLs:   []string{"mysql://user@host:3306/db?table=leader_lease"},
+		Token:  "`epoch` of the `leader_lease` row",
+		Expiry: "the database's `UTC_TIMESTAMP(6)`",
+		Wake:   "polling every 25 ms (hand-off p50 14 ms)",
+		Notes:  "MySQL 8.0+ and MariaDB 10.6+ (tested: MariaDB 10.11); batched renewal; `GET_LOCK` variant with a token",
+	},
+}

@@ -1,0 +1,251 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// ErrLockLost is the cause of a GET_LOCK lock's context when its connection
+// failed: the server has dropped the lock (or will as soon as it notices),
+// and another session may hold it already.
+var ErrLockLost = errors.New("leasehold/mysql: GET_LOCK lock's connection failed; the lock is gone")
+
+// errLockReleased is the cause of a lock's context after Release.
+var errLockReleased = errors.New("leasehold/mysql: GET_LOCK lock released")
+
+// LockOptions configure a GET_LOCK lock.
+type LockOptions struct {
+	// CheckInterval is how often the lock's connection is pinged; the lock's
+	// context is cancelled when a ping fails or takes longer than this.
+	// Default one second.
+	CheckInterval time.Duration
+	// Metadata is stored in the lease row while the lock is held.
+	Metadata string
+}
+
+// NamedLock is a MySQL named lock (GET_LOCK) held on a connection of its
+// own, with a fencing token.
+//
+// Read this before using it. A named lock has no expiry: a holder that is
+// paused but still connected keeps it for as long as the pause lasts. It is
+// lost the moment its connection drops (a network cut, a server restart, a
+// proxy, a pool or wait_timeout closing the connection), and the holder
+// learns of that only at its next ping, so for up to CheckInterval (plus
+// TCP's own delay on a silent network) a rival may hold the lock while this
+// holder still believes it does. GET_LOCK is local to one server: MySQL
+// Group Replication does not replicate it and Galera refuses or ignores it;
+// use leases there.
+//
+// It is still fenced: taking the lock adds one to the lease row's epoch
+// (the counter leases use), and Token returns the new value. A resource
+// that checks the term (token and holder) with each write refuses a holder
+// whose lock was lost and taken by another. While the lock is held the row
+// shows its holder with an expiry long past: it is not a live lease. Do not
+// mix leases and GET_LOCK locks on one name; they share only the counter.
+type NamedLock struct {
+	s      *Store
+	conn   *sql.Conn
+	connID int64
+	key    string
+	term   store.Term
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stopc  chan struct{}
+	done   chan struct{}
+
+	once sync.Once
+	err  error
+}
+
+// LockName is the GET_LOCK name of lease name on table in database db:
+// "leasehold:" and 40 hex digits, within MySQL's 64-character limit.
+// Another client that wants the same lock computes the same.
+func LockName(db, table, name string) string { return lockName("lease", db, table, name) }
+
+// TryGetLock makes one attempt at name's named lock for holder. If another
+// session holds it, it returns an error matching store.ErrHeld.
+func (s *Store) TryGetLock(ctx context.Context, name, holder string, opts LockOptions) (*NamedLock, error) {
+	return s.getLock(ctx, name, holder, opts, false)
+}
+
+// GetLock waits in GET_LOCK until it holds name's named lock or ctx ends.
+// If ctx ends first, or any step fails, the lock's server session is ended
+// (KILLed if it cannot be told to let go), so that no abandoned session
+// keeps the lock.
+func (s *Store) GetLock(ctx context.Context, name, holder string, opts LockOptions) (*NamedLock, error) {
+	return s.getLock(ctx, name, holder, opts, true)
+}
+
+// lockWaitStep bounds each GET_LOCK call, so that a wait never outlives its
+// context by more than this on the server.
+const lockWaitStep = time.Second
+
+func (s *Store) getLock(ctx context.Context, name, holder string, opts LockOptions, wait bool) (*NamedLock, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return nil, err
+	}
+	op := "lock " + strconv.Quote(name)
+	if err := kit.CheckName(op, name); err != nil {
+		return nil, err
+	}
+	if err := kit.CheckTerm(op, store.Term{Name: name, Holder: holder, Token: 1}); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateMetadata(opts.Metadata); err != nil {
+		return nil, kit.Invalid(op, "%v", err)
+	}
+	if opts.CheckInterval < 0 {
+		return nil, kit.Invalid(op, "check interval %v is negative", opts.CheckInterval)
+	}
+	if opts.CheckInterval == 0 {
+		opts.CheckInterval = time.Second
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, s.opErr(op, err)
+	}
+	var connID int64
+	var db sql.NullString
+	if err := conn.QueryRowContext(ctx, `SELECT CONNECTION_ID(), DATABASE()`).Scan(&connID, &db); err != nil {
+		discard(conn)
+		conn.Close()
+		return nil, s.opErr(op, err)
+	}
+	key := LockName(db.String, s.table, name)
+	// From here on the session may hold the lock (a grant can race any
+	// error, a cancellation included): every failure ends it.
+	fail := func(err error) (*NamedLock, error) {
+		s.endSession(ctx, conn, connID)
+		return nil, err
+	}
+	got := false
+	for {
+		step := 0 // seconds: MySQL takes whole ones
+		if wait {
+			step = int(lockWaitStep / time.Second)
+		}
+		var r sql.NullInt64
+		if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, key, step).Scan(&r); err != nil {
+			return fail(s.opErr(op, err))
+		}
+		if r.Valid && r.Int64 == 1 {
+			got = true
+			break
+		}
+		if !wait || ctx.Err() != nil {
+			break
+		}
+	}
+	if !got {
+		if ctx.Err() != nil {
+			return fail(kit.Wrap(op, ctx.Err()))
+		}
+		return fail(kit.Errorf(op, "held by another session: %w", store.ErrHeld))
+	}
+	rec, err := s.grant(ctx, conn, op, name, holder, 0, opts.Metadata, grantLock)
+	if err != nil {
+		if errors.Is(err, store.ErrHeld) {
+			err = kit.Errorf(op, "a live lease term holds the row: %w", store.ErrHeld)
+		}
+		return fail(err)
+	}
+	lctx, cancel := context.WithCancelCause(context.Background())
+	l := &NamedLock{s: s, conn: conn, connID: connID, key: key, term: rec.Term, ctx: lctx, cancel: cancel,
+		stopc: make(chan struct{}), done: make(chan struct{})}
+	go l.watch(opts.CheckInterval)
+	return l, nil
+}
+
+// watch pings the lock's connection until it fails or the lock is released.
+func (l *NamedLock) watch(every time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stopc:
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(context.Background(), every)
+			// IS_USED_LOCK, not a bare ping: the lock must still be this
+			// session's (a reconnect by the driver would be a new session).
+			var owner sql.NullInt64
+			err := l.conn.QueryRowContext(pctx, `SELECT IS_USED_LOCK(?)`, l.key).Scan(&owner)
+			cancel()
+			if err == nil && (!owner.Valid || owner.Int64 != l.connID) {
+				err = fmt.Errorf("the lock is held by session %v, not %d", owner.Int64, l.connID)
+			}
+			if err != nil {
+				l.cancel(fmt.Errorf("%w: %v", ErrLockLost, err))
+				return
+			}
+		}
+	}
+}
+
+// Term is the lock's term: its name, holder and fencing token.
+func (l *NamedLock) Term() store.Term { return l.term }
+
+// Token is the fencing token: the lease row's epoch, bumped when the lock
+// was taken. Send it with every write.
+func (l *NamedLock) Token() int64 { return l.term.Token }
+
+// Context is cancelled when the lock's connection is found dead (cause
+// ErrLockLost) or on Release. No expiry cancels it: a named lock has none.
+func (l *NamedLock) Context() context.Context { return l.ctx }
+
+// Release clears the holder from the lease row (the epoch stays), releases
+// the named lock and ends the lock's connection. It is idempotent. If the
+// connection had already failed it returns an error matching
+// store.ErrNotHeld: the server dropped the lock with the session.
+func (l *NamedLock) Release(ctx context.Context) error {
+	l.once.Do(func() {
+		close(l.stopc)
+		<-l.done
+		lost := l.ctx.Err() != nil
+		l.cancel(errLockReleased)
+		op := "release lock " + l.term.String()
+		if lost {
+			l.s.endSession(ctx, l.conn, l.connID)
+			l.err = kit.Errorf(op, "connection failed: %w", store.ErrNotHeld)
+			return
+		}
+		_, err := l.conn.ExecContext(ctx, `UPDATE `+l.s.n.table+` SET holder = NULL, metadata = NULL WHERE name = ? AND holder = ? AND epoch = ?`,
+			l.term.Name, l.term.Holder, l.term.Token)
+		if err == nil {
+			var r sql.NullInt64
+			if err = l.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, l.key).Scan(&r); err == nil && (!r.Valid || r.Int64 != 1) {
+				err = fmt.Errorf("the session did not hold it: %w", store.ErrNotHeld)
+			}
+		}
+		if err != nil {
+			l.err = kit.Wrap(op, err)
+			l.s.endSession(ctx, l.conn, l.connID)
+			return
+		}
+		l.s.hub.Notify(l.term.Name)
+		l.conn.Close() // back to the pool: it holds nothing now
+	})
+	return l.err
+}
+
+// endSession ends a lock session that may hold the lock: the connection is
+// discarded (closed, not returned to the pool), and the server thread is
+// KILLed through another connection, which ends it even while it waits in
+// GET_LOCK (a thread waiting there does not notice its client's socket
+// closing). A user may KILL its own threads without any privilege.
+func (s *Store) endSession(ctx context.Context, conn *sql.Conn, connID int64) {
+	discard(conn)
+	conn.Close()
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s.db.ExecContext(ectx, fmt.Sprintf(`KILL %d`, connID)) // "unknown thread" if it is already gone
+}
