@@ -16,9 +16,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/store"
-	"github.com/leasehold/leasehold/store/postgres"
-	"github.com/leasehold/leasehold/store/redis"
-	"github.com/leasehold/leasehold/store/sqlite"
+	"github.com/leasehold/leasehold/store/registry"
 )
 
 // The test binary is also the chaos node program: the harness re-executes
@@ -26,20 +24,9 @@ import (
 // instead of the tests. No separate build is needed.
 const nodeEnv = "LEASEHOLD_CHAOS_NODE"
 
-var openers = map[string]chaos.Opener{
-	"sqlite":     sqlite.OpenURL,
-	"postgres":   postgres.OpenURL,
-	"postgresql": postgres.OpenURL,
-	"redis":      redis.OpenURL,
-}
-
-func openStore(ctx context.Context, u *url.URL) (store.Store, error) {
-	open, ok := openers[u.Scheme]
-	if !ok {
-		return nil, fmt.Errorf("no store for scheme %q: %w", u.Scheme, store.ErrInvalid)
-	}
-	return open(ctx, u)
-}
+// openStore opens a store the way the leasehold command does: through the
+// registry.
+var openStore chaos.Opener = registry.Open
 
 func TestMain(m *testing.M) {
 	if os.Getenv(nodeEnv) == "1" {

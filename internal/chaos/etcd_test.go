@@ -12,13 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/store/etcd"
 )
-
-func init() {
-	openers["etcd"] = etcd.OpenURL
-	openers["etcds"] = etcd.OpenURL
-}
 
 // etcdMember is a one-member etcd cluster run inside the test process
 // (etcd's own server code, package embed), with short ticks so that 1 s

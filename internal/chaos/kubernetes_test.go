@@ -19,10 +19,6 @@ import (
 	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 )
 
-func init() {
-	openers[k8sstore.Scheme] = k8sstore.OpenURL
-}
-
 // startKube starts a kube-apiserver of the test's own (with its own etcd, on
 // loopback) and makes a namespace for the run. It returns the store URL:
 // kubernetes://NAMESPACE?kubeconfig=PATH, the kubeconfig holding the admin
