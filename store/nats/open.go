@@ -417,7 +417,10 @@ func ConfigFromURL(u *url.URL) (Config, error) {
 	if u.User != nil {
 		pw, ok := u.User.Password()
 		if !ok || u.User.Username() == "" || pw == "" {
-			return cfg, p.Invalid("the URL's user info needs a user and a password; give a token as token= or token_file=, not as a user name (it would be shown in logs)")
+			// The user part alone may be a token: never show it.
+			c := *u
+			c.User = url.User(store.Redacted)
+			return cfg, kit.Invalid("URL "+store.RedactURL(&c), "the URL's user info needs a user and a password; give a token as token= or token_file=, not as a user name (it would be shown in logs)")
 		}
 		cfg.User, cfg.Password = u.User.Username(), pw
 	}
