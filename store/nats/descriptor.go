@@ -19,6 +19,6 @@ var Descriptor = store.Descriptor{
 		Token:  "the key's revision at the grant (the bucket's stream sequence)",
 		Expiry: "the server's per-key TTL (`Nats-TTL`)",
 		Wake:   "a KV watch: releases and the server's expiry markers",
-		Notes:  "tokens survive restarts, member loss (R3), key and bucket purges, and a bucket deleted and made again by leasehold; refuses servers before 2.11",
+		Notes:  "tokens survive restarts, R3 member loss, key and bucket purges, and the bucket deleted and made again by leasehold (made again by hand: detected, not survived)",
 	},
 }

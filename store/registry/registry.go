@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/etcd"
 	"github.com/leasehold/leasehold/store/kubernetes"
+	"github.com/leasehold/leasehold/store/nats"
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/redis"
 	"github.com/leasehold/leasehold/store/sqlite"
@@ -32,6 +33,7 @@ var stores = []*store.Descriptor{
 	&redis.Descriptor,
 	&etcd.Descriptor,
 	&kubernetes.Descriptor,
+	&nats.Descriptor,
 }
 
 var byScheme = func() map[string]*store.Descriptor {
