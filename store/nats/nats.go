@@ -64,6 +64,38 @@ type Store struct {
 	// hint is only a first guess: the compare-and-set is what decides, and
 	// a wrong guess falls back to reading the key.
 	hints sync.Map // name -> hint
+	// reported keeps the server's asynchronous errors (Open sets it; nil
+	// on a connection the caller owns).
+	reported *asyncErrors
+}
+
+// asyncErrors keeps the last asynchronous error the server reported on the
+// connection, such as a permission violation: a request the server refuses
+// that way gets no answer, and times out; the timeout's message then names
+// the violation.
+type asyncErrors struct {
+	mu  sync.Mutex
+	err error
+	at  time.Time
+}
+
+func (a *asyncErrors) set(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.err, a.at = err, time.Now()
+}
+
+// explain adds the server's last report (of the last 30 s) to a timeout.
+func (a *asyncErrors) explain(err error) error {
+	if a == nil || err == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsio.ErrTimeout)) {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err == nil || time.Since(a.at) > 30*time.Second {
+		return err
+	}
+	return fmt.Errorf("%w (the server reported: %v)", err, a.err)
 }
 
 type hint struct {
@@ -327,7 +359,7 @@ func (s *Store) regress(ctx context.Context, op string, rev, before uint64) erro
 
 // fail wraps a driver's error: after Close it is ErrClosed.
 func (s *Store) fail(op string, err error) error {
-	return kit.Wrap(op, s.life.ClosedOr(err))
+	return kit.Wrap(op, s.reported.explain(s.life.ClosedOr(err)))
 }
 
 // current reads the key and checks that its last message is the live term
@@ -542,7 +574,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	if err != nil {
 		cancel()
 		if ctx.Err() != nil {
-			return nil, kit.Wrap(op, ctx.Err())
+			return nil, s.fail(op, ctx.Err())
 		}
 		return nil, s.fail(op, err)
 	}

@@ -131,8 +131,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if name == "" {
 		name = "leasehold"
 	}
+	reported := &asyncErrors{}
 	opts := []natsio.Option{
 		natsio.Name(name),
+		// The server's asynchronous errors (a permission violation, which
+		// otherwise shows only as a request that times out) are kept for
+		// the store's messages, not printed.
+		natsio.ErrorHandler(func(_ *natsio.Conn, _ *natsio.Subscription, err error) { reported.set(err) }),
 		natsio.Timeout(timeout),
 		natsio.MaxReconnects(-1),
 		natsio.ReconnectWait(250 * time.Millisecond),
@@ -168,9 +173,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s, err := New(ctx, nc, cfg.Options)
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, reported.explain(err)
 	}
 	s.own = true
+	s.reported = reported
 	return s, nil
 }
 
