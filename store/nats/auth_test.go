@@ -318,4 +318,3 @@ func testCA(t *testing.T, dir string) (string, tls.Certificate) {
 	}
 	return caFile, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
-
