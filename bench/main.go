@@ -61,7 +61,7 @@ type options struct {
 	diag         int
 }
 
-var allStores = []string{"redis", "postgres", "mysql", "etcd", "kubernetes"}
+var allStores = []string{"redis", "postgres", "mysql", "etcd", "nats", "kubernetes"}
 var allScenarios = []string{"handoff", "early", "failover", "cycles", "contention", "renew", "fence", "cmd"}
 
 func logf(format string, args ...any) {

@@ -33,6 +33,7 @@ type envs struct {
 	my    *myEnv
 	etcd  *etcdEnv
 	kube  *kubeEnv
+	nats  *natsEnv
 	renew *renewEnv
 	fence *fenceEnv
 	cmd   *cmdTools // the command hand-off's binaries
@@ -59,6 +60,9 @@ func (e *envs) close() {
 	}
 	if e.etcd != nil {
 		e.etcd.close()
+	}
+	if e.nats != nil {
+		e.nats.close()
 	}
 	if e.kube != nil {
 		e.kube.close()
@@ -153,6 +157,20 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 					r.fail(scCmdHandoff, "build")
 				}
 			}
+		}
+	}
+	if o.stores["nats"] {
+		ne, err := startNATS(octx, runID)
+		if err != nil {
+			if err := missing("nats", err); err != nil {
+				return nil, err
+			}
+		} else {
+			e.nats = ne
+			r.Machine["nats"] = ne.version()
+			libs = append(libs, ne.floorLib())
+			libs = append(libs, ne.libs(o.handoffTTL)...)
+			libs = append(libs, lhTryLib("nats", ne.st, o.handoffTTL))
 		}
 	}
 	if o.stores["kubernetes"] {

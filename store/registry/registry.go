@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/store/etcd"
 	"github.com/leasehold/leasehold/store/kubernetes"
 	"github.com/leasehold/leasehold/store/mysql"
+	"github.com/leasehold/leasehold/store/nats"
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/redis"
 	"github.com/leasehold/leasehold/store/sqlite"
@@ -34,6 +35,7 @@ var stores = []*store.Descriptor{
 	&redis.Descriptor,
 	&etcd.Descriptor,
 	&kubernetes.Descriptor,
+	&nats.Descriptor,
 }
 
 var byScheme = func() map[string]*store.Descriptor {

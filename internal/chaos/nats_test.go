@@ -1,0 +1,78 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/leasehold/leasehold/internal/chaos"
+)
+
+// natsMember is a current NATS server (2.15, JetStream on) run inside the
+// test process, its store in a directory of the test. As the harness's
+// StoreControl it shuts down and starts again on the same port and
+// JetStream directory: a real server restart, with the bucket recovered
+// from disk.
+type natsMember struct {
+	opts server.Options
+	srv  *server.Server
+}
+
+func startNATS(t *testing.T) *natsMember {
+	t.Helper()
+	m := &natsMember{opts: server.Options{
+		ServerName: "chaos", Host: "127.0.0.1", Port: freePort(t), HTTPPort: -1,
+		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	}}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(context.Background()) })
+	return m
+}
+
+func (m *natsMember) URL() string {
+	return fmt.Sprintf("nats://127.0.0.1:%d/chaos", m.opts.Port)
+}
+
+func (m *natsMember) Start(context.Context) error {
+	opts := m.opts // the server keeps and changes its options
+	srv, err := server.NewServer(&opts)
+	if err != nil {
+		return fmt.Errorf("embedded NATS server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return fmt.Errorf("embedded NATS server not ready within 30s")
+	}
+	m.srv = srv
+	return nil
+}
+
+func (m *natsMember) Stop(context.Context) error {
+	if m.srv != nil {
+		m.srv.Shutdown()
+		m.srv.WaitForShutdown()
+		m.srv = nil
+	}
+	return nil
+}
+
+// TestChaosNATS: the NATS JetStream KV store under server restarts (real:
+// the embedded server shut down and started again on its files), node
+// kills and latency, with a fenced register: no stale write accepted.
+func TestChaosNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	m := startNATS(t)
+	c := baseConfig(t, m.URL(), 24*time.Second)
+	c.StoreControl = m
+	c.Faults = []string{chaos.FaultStoreRestart, chaos.FaultKill, chaos.FaultLatency}
+	out := runClean(t, c)
+	requireKinds(t, out, c.Faults...)
+}

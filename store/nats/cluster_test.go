@@ -1,0 +1,294 @@
+package nats
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/leasehold/leasehold"
+)
+
+// The test in this file runs a three-server JetStream cluster inside the
+// test process, on loopback, with the leases in an R3 bucket, and kills
+// servers under three leasehold electors: first the server that leads the
+// bucket's stream, then (after it is back) the JetStream meta-leader.
+// Throughout, a ledger checks that no two electors ever lead at once and
+// that every new leader's token is above the last one.
+
+type natsCluster struct {
+	t       *testing.T
+	servers []*natsServer
+}
+
+func startCluster(t *testing.T, n int) *natsCluster {
+	t.Helper()
+	c := &natsCluster{t: t}
+	routes := make([]string, n)
+	clusterPorts := make([]int, n)
+	name := "lh-" + randHex(2)
+	for i := range n {
+		clusterPorts[i] = freePort(t)
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", clusterPorts[i])
+	}
+	for i := range n {
+		opts := serverOptions(t, t.TempDir())
+		opts.ServerName = fmt.Sprintf("m%d", i)
+		opts.Cluster = server.ClusterOpts{Name: name, Host: "127.0.0.1", Port: clusterPorts[i]}
+		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		c.servers = append(c.servers, &natsServer{t: t, opts: opts})
+	}
+	// Start them together: each waits for the others' routes.
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, s := range c.servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.start() }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("server %d: %v", i, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range c.servers {
+			s.stop()
+		}
+	})
+	c.metaLeader()
+	return c
+}
+
+func (c *natsCluster) urls() []string {
+	var out []string
+	for _, s := range c.servers {
+		out = append(out, s.url())
+	}
+	return out
+}
+
+// waitIndex polls the running servers until pick finds one, or fails.
+func (c *natsCluster) waitIndex(what string, pick func(*server.Server) bool) int {
+	c.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for i, s := range c.servers {
+			if s.srv != nil && pick(s.srv) {
+				return i
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no %s within 60s", what)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the servers' state
+	}
+}
+
+func (c *natsCluster) metaLeader() int {
+	return c.waitIndex("JetStream meta-leader", (*server.Server).JetStreamIsLeader)
+}
+
+func (c *natsCluster) streamLeader(stream string) int {
+	return c.waitIndex("leader of stream "+stream, func(s *server.Server) bool {
+		return s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream)
+	})
+}
+
+// ledger records who leads, in real time, across the electors of this process.
+type ledger struct {
+	t      *testing.T
+	mu     sync.Mutex
+	active map[string]int64
+	last   int64
+	terms  int
+	log    []string
+}
+
+func (l *ledger) note(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.log = append(l.log, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+}
+
+func (l *ledger) dump() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.log {
+		l.t.Log(s)
+	}
+}
+
+func (l *ledger) work(ctx context.Context, ld *leasehold.Leader) error {
+	who, token := ld.Term().Holder, ld.Token()
+	l.mu.Lock()
+	for other, tok := range l.active {
+		l.t.Errorf("TWO HOLDERS: %s leads with token %d while %s still leads with token %d", who, token, other, tok)
+	}
+	if token <= l.last {
+		l.t.Errorf("%s leads with token %d, not above the previous %d", who, token, l.last)
+	}
+	l.last = token
+	l.terms++
+	l.active[who] = token
+	l.log = append(l.log, time.Now().Format("15:04:05.000")+" leads: "+ld.Term().String())
+	l.mu.Unlock()
+	<-ctx.Done()
+	l.mu.Lock()
+	delete(l.active, who)
+	l.log = append(l.log, fmt.Sprintf("%s steps down: %s (%v)", time.Now().Format("15:04:05.000"), ld.Term(), context.Cause(ctx)))
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *ledger) state() (leader string, token int64, terms int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for who, tok := range l.active {
+		leader, token = who, tok
+	}
+	return leader, token, l.terms
+}
+
+// renewals counts successful renewals across the electors.
+type renewals struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (r *renewals) get() int { r.mu.Lock(); defer r.mu.Unlock(); return r.n }
+
+// elector is one leasehold elector running in the background.
+type elector struct {
+	st     *Store
+	cancel context.CancelFunc
+}
+
+// crash closes the elector's store under it, then stops it: its renewals
+// and its release fail, so its term ends only when the server expires it.
+func (e *elector) crash() {
+	e.st.Close()
+	e.cancel()
+}
+
+func startElector(t *testing.T, l *ledger, r *renewals, id string, urls []string, bucket string) *elector {
+	t.Helper()
+	st, err := Open(testCtx(t, 30*time.Second), Config{Servers: urls, Options: Options{Bucket: bucket, Replicas: 3}})
+	if err != nil {
+		t.Fatalf("open store for %s: %v", id, err)
+	}
+	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
+		Name: "leader", Identity: id,
+		Timings: leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond},
+		OnEvent: func(ev leasehold.Event) {
+			switch ev.Kind {
+			case leasehold.EventRenewed:
+				r.mu.Lock()
+				r.n++
+				r.mu.Unlock()
+			case leasehold.EventRenewFailed, leasehold.EventLost, leasehold.EventAcquired:
+				l.note("%s %s %s err=%v", id, ev.Kind, ev.Term, ev.Err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, l.work) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Errorf("elector %s did not stop within 20s", id)
+		}
+		st.Close()
+	})
+	return &elector{st: st, cancel: cancel}
+}
+
+// progress waits until, after a fault, the electors renew again or a new
+// term leads: the cluster keeps granting.
+func progress(t *testing.T, l *ledger, r *renewals, what string) {
+	t.Helper()
+	_, _, terms0 := l.state()
+	r0 := r.get()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		who, tok, terms := l.state()
+		if who != "" && (terms > terms0 || r.get() >= r0+3) {
+			l.note("after %s: %s leads with token %d (%d new terms, %d renewals)", what, who, tok, terms-terms0, r.get()-r0)
+			return
+		}
+		if time.Now().After(deadline) {
+			l.dump()
+			t.Fatalf("after %s: no leader renewing within 60s", what)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the ledger
+	}
+}
+
+func TestClusterR3KillMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three-server cluster test")
+	}
+	c := startCluster(t, 3)
+	bucket := uniqueBucket("r3")
+	l := &ledger{t: t, active: map[string]int64{}}
+	r := &renewals{}
+	electors := map[string]*elector{}
+	for _, id := range []string{"a", "b", "c"} {
+		electors[id] = startElector(t, l, r, id, c.urls(), bucket)
+	}
+	progress(t, l, r, "start")
+
+	// 1. Kill the server that leads the bucket's stream.
+	victim := c.streamLeader("KV_" + bucket)
+	l.note("killing m%d, the leader of KV_%s", victim, bucket)
+	c.servers[victim].stop()
+	progress(t, l, r, fmt.Sprintf("killing the stream leader m%d", victim))
+	l.note("restarting m%d", victim)
+	if err := c.servers[victim].start(); err != nil {
+		t.Fatal(err)
+	}
+	progress(t, l, r, fmt.Sprintf("restarting m%d", victim))
+
+	// 2. Kill the JetStream meta-leader.
+	meta := c.metaLeader()
+	l.note("killing m%d, the JetStream meta-leader", meta)
+	c.servers[meta].stop()
+	progress(t, l, r, fmt.Sprintf("killing the meta-leader m%d", meta))
+	newMeta := c.metaLeader()
+	if newMeta == meta {
+		t.Fatalf("the killed server m%d is still the meta-leader", meta)
+	}
+
+	// 3. The leader crashes (no release): the server of the surviving
+	// two expires its key, and another elector takes over, on a higher token.
+	who, tok0, terms0 := l.state()
+	l.note("crashing the leading elector %s (token %d)", who, tok0)
+	electors[strings.SplitN(who, "-", 2)[0]].crash()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		w, tok, terms := l.state()
+		if terms > terms0 && w != "" && w != who {
+			l.note("after the crash: %s leads with token %d", w, tok)
+			break
+		}
+		if time.Now().After(deadline) {
+			l.dump()
+			t.Fatal("no takeover within 60s of the leader's crash")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the ledger
+	}
+
+	_, tok, terms := l.state()
+	l.dump()
+	t.Logf("%d terms, last token %d; no two holders, tokens rising", terms, tok)
+}
