@@ -7,9 +7,10 @@ import (
 )
 
 // The core imports only the standard library: the user-facing package, the
-// store contract, the reference store, the fault wrapper and the suite.
+// store contract, the store kit, the reference store, the fault wrapper and
+// the suite.
 func TestCoreImportsOnlyStandardLibrary(t *testing.T) {
-	core := []string{".", "./store", "./store/memstore", "./store/faultstore", "./store/storetest"}
+	core := []string{".", "./store", "./store/storekit", "./store/memstore", "./store/faultstore", "./store/storetest"}
 	args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, core...)
 	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {
@@ -23,7 +24,7 @@ func TestCoreImportsOnlyStandardLibrary(t *testing.T) {
 }
 
 func isCore(p string) bool {
-	for _, c := range []string{"store/memstore", "store/faultstore", "store/storetest"} {
+	for _, c := range []string{"store/storekit", "store/memstore", "store/faultstore", "store/storetest"} {
 		if strings.HasSuffix(p, c) {
 			return true
 		}

@@ -36,11 +36,16 @@ func SecretParam(name string) bool {
 
 // RedactURL is the one redaction of a store URL for output: u as a string
 // with the password of its user info and the value of every secret query
-// parameter replaced by xxxxx, and without its fragment. Parameters keep
+// parameter replaced by xxxxx, and without its fragment. An opaque URL
+// (redis:user:pw@host, without the "//") shows nothing before its last '@'. Parameters keep
 // their order and spelling.
 func RedactURL(u *url.URL) string {
 	c := *u
 	c.Fragment, c.RawFragment = "", ""
+	if i := strings.LastIndexByte(c.Opaque, '@'); i >= 0 {
+		// redis:user:pw@host (no "//"): the user info is in the opaque part.
+		c.Opaque = Redacted + c.Opaque[i:]
+	}
 	if c.User != nil {
 		if _, ok := c.User.Password(); ok {
 			c.User = url.UserPassword(c.User.Username(), Redacted)

@@ -28,3 +28,20 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// An opaque URL (no "//") keeps its user info in the opaque part, where
+// url.URL's own redaction does not look.
+func TestRedactURLOpaque(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis:u:hunter2@127.0.0.1:6379": "redis:xxxxx@127.0.0.1:6379",
+		"sqlite:relative/leases.db":      "sqlite:relative/leases.db",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := store.RedactURL(u); got != want {
+			t.Errorf("RedactURL(%s) = %q, want %q", strings.ReplaceAll(raw, "hunter2", "…"), got, want)
+		}
+	}
+}

@@ -15,15 +15,18 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
+
+var kit = storekit.Kit{Store: "memstore", MinTTL: MinTTL}
 
 // Backend holds the leases. It is the "server" that Store handles talk to.
 type Backend struct {
 	now func() time.Time
 
-	mu       sync.Mutex
-	leases   map[string]*lease
-	watchers map[string]map[chan struct{}]struct{}
+	mu     sync.Mutex
+	leases map[string]*lease
+	hubs   map[*storekit.Hub]struct{} // the watch hub of each open handle
 }
 
 type lease struct {
@@ -40,15 +43,14 @@ func NewBackend(now func() time.Time) *Backend {
 	if now == nil {
 		now = time.Now
 	}
-	return &Backend{now: now, leases: map[string]*lease{}, watchers: map[string]map[chan struct{}]struct{}{}}
+	return &Backend{now: now, leases: map[string]*lease{}, hubs: map[*storekit.Hub]struct{}{}}
 }
 
 // Store is one handle on a Backend.
 type Store struct {
-	b       *Backend
-	mu      sync.Mutex
-	closed  bool
-	closing chan struct{} // closed by Close: ends this handle's watches
+	b    *Backend
+	life storekit.Lifecycle
+	hub  *storekit.Hub // this handle's watches
 }
 
 var (
@@ -63,20 +65,16 @@ var (
 func New() *Store { return Open(NewBackend(nil)) }
 
 // Open returns a new handle on b.
-func Open(b *Backend) *Store { return &Store{b: b, closing: make(chan struct{})} }
+func Open(b *Backend) *Store {
+	s := &Store{b: b, hub: new(storekit.Hub)}
+	b.mu.Lock()
+	b.hubs[s.hub] = struct{}{}
+	b.mu.Unlock()
+	return s
+}
 
 // Backend returns the backend this handle talks to.
 func (s *Store) Backend() *Backend { return s.b }
-
-func (s *Store) check(ctx context.Context) error {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return store.ErrClosed
-	}
-	return ctx.Err()
-}
 
 func (b *Backend) record(name string, l *lease, now time.Time) store.Record {
 	return store.Record{
@@ -87,13 +85,10 @@ func (b *Backend) record(name string, l *lease, now time.Time) store.Record {
 	}
 }
 
-// notify wakes the watchers of name. Called with b.mu held.
+// notify wakes the watchers of name, on every handle. Called with b.mu held.
 func (b *Backend) notify(name string) {
-	for ch := range b.watchers[name] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+	for h := range b.hubs {
+		h.Notify(name)
 	}
 }
 
@@ -102,10 +97,10 @@ const MinTTL = time.Millisecond
 
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateAcquire(name, holder, ttl, MinTTL, metadata); err != nil {
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
 		return store.Record{}, err
 	}
 	b := s.b
@@ -118,7 +113,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		b.leases[name] = l
 	}
 	if l.holder != "" && l.holder != holder && now.Before(l.expiresAt) {
-		return b.record(name, l, now), fmt.Errorf("memstore: acquire %q: %w", name, store.ErrHeld)
+		return b.record(name, l, now), kit.Wrap(fmt.Sprintf("acquire %q", name), store.ErrHeld)
 	}
 	l.holder, l.token, l.expiresAt, l.ttl, l.metadata = holder, l.token+1, now.Add(ttl), ttl, metadata
 	b.notify(name)
@@ -136,13 +131,10 @@ func (b *Backend) live(t store.Term, now time.Time) *lease {
 
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateTerm(t); err != nil {
-		return store.Record{}, err
-	}
-	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+	if err := kit.CheckRenew(t, ttl); err != nil {
 		return store.Record{}, err
 	}
 	b := s.b
@@ -154,7 +146,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 func (b *Backend) renew(t store.Term, ttl time.Duration, now time.Time) (store.Record, error) {
 	l := b.live(t, now)
 	if l == nil {
-		return store.Record{}, fmt.Errorf("memstore: renew %s: %w", t, store.ErrNotHeld)
+		return store.Record{}, kit.Wrap("renew "+t.String(), store.ErrNotHeld)
 	}
 	l.expiresAt, l.ttl = now.Add(ttl), ttl
 	return b.record(t.Name, l, now), nil
@@ -162,10 +154,10 @@ func (b *Backend) renew(t store.Term, ttl time.Duration, now time.Time) (store.R
 
 // RenewMany implements store.BatchRenewer.
 func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Duration) ([]store.Record, []error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, nil, err
 	}
-	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+	if err := kit.CheckTTL("renew", ttl); err != nil {
 		return nil, nil, err
 	}
 	recs := make([]store.Record, len(terms))
@@ -175,7 +167,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 	defer b.mu.Unlock()
 	now := b.now()
 	for i, t := range terms {
-		if errs[i] = store.ValidateTerm(t); errs[i] == nil {
+		if errs[i] = kit.CheckTerm("renew", t); errs[i] == nil {
 			recs[i], errs[i] = b.renew(t, ttl, now)
 		}
 	}
@@ -184,10 +176,10 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, t store.Term) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return err
 	}
-	if err := store.ValidateTerm(t); err != nil {
+	if err := kit.CheckRelease(t); err != nil {
 		return err
 	}
 	b := s.b
@@ -196,7 +188,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	now := b.now()
 	l := b.live(t, now)
 	if l == nil {
-		return fmt.Errorf("memstore: release %s: %w", t, store.ErrNotHeld)
+		return kit.Wrap("release "+t.String(), store.ErrNotHeld)
 	}
 	l.holder, l.expiresAt, l.metadata = "", now, ""
 	b.notify(t.Name)
@@ -220,10 +212,10 @@ func (b *Backend) ForceRelease(name string) bool {
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("get", name); err != nil {
 		return store.Record{}, err
 	}
 	b := s.b
@@ -231,7 +223,7 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	defer b.mu.Unlock()
 	l := b.leases[name]
 	if l == nil {
-		return store.Record{}, fmt.Errorf("memstore: get %q: %w", name, store.ErrNotFound)
+		return store.Record{}, kit.Wrap(fmt.Sprintf("get %q", name), store.ErrNotFound)
 	}
 	return b.record(name, l, b.now()), nil
 }
@@ -239,59 +231,30 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 // Watch implements store.Watcher: the channel receives a value after each
 // grant and each release of name (not after renewals).
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("watch", name); err != nil {
 		return nil, err
 	}
-	ch := make(chan struct{}, 1)
-	b := s.b
-	b.mu.Lock()
-	if b.watchers[name] == nil {
-		b.watchers[name] = map[chan struct{}]struct{}{}
-	}
-	b.watchers[name][ch] = struct{}{}
-	b.mu.Unlock()
-	out := make(chan struct{}, 1)
-	go func() {
-		defer close(out)
-		defer func() {
-			b.mu.Lock()
-			delete(b.watchers[name], ch)
-			b.mu.Unlock()
-		}()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.closing:
-				return
-			case <-ch:
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return out, nil
+	return s.hub.Watch(ctx, name)
 }
 
-// Close implements store.Store. It closes only this handle.
+// Close implements store.Store. It closes only this handle, and ends its
+// watches.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		close(s.closing)
-	}
-	return nil
+	return s.life.Close(func() error {
+		s.b.mu.Lock()
+		delete(s.b.hubs, s.hub)
+		s.b.mu.Unlock()
+		s.hub.Close()
+		return nil
+	})
 }
 
 // List implements store.Lister.
 func (s *Store) List(ctx context.Context) ([]store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
 	b := s.b
@@ -308,10 +271,10 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 
 // ForceRelease implements store.ForceReleaser.
 func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("force-release", name); err != nil {
 		return store.Record{}, err
 	}
 	b := s.b
@@ -320,10 +283,10 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 	now := b.now()
 	l := b.leases[name]
 	if l == nil {
-		return store.Record{}, fmt.Errorf("memstore: force release %q: %w", name, store.ErrNotFound)
+		return store.Record{}, kit.Wrap(fmt.Sprintf("force-release %q", name), store.ErrNotFound)
 	}
 	if l.holder == "" || !now.Before(l.expiresAt) {
-		return b.record(name, l, now), fmt.Errorf("memstore: force release %q: %w", name, store.ErrNotHeld)
+		return b.record(name, l, now), kit.Wrap(fmt.Sprintf("force-release %q", name), store.ErrNotHeld)
 	}
 	rec := b.record(name, l, now)
 	l.holder, l.expiresAt, l.metadata = "", now, ""

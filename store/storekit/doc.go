@@ -1,0 +1,76 @@
+// Package storekit is the plumbing every lease store repeats, written once:
+// for leasehold's own stores and for a third party writing one. It holds no
+// rule of the lease contract itself (package store does, and the
+// conformance suite in storetest checks it); it holds the shape around it.
+// Standard library only.
+//
+// # Messages and bad input: Kit
+//
+// A store declares its Kit once:
+//
+//	var kit = storekit.Kit{Store: "mysql", MinTTL: MinTTL}
+//
+// kit.Invalid(op, format, args...) is the one way to build a bad-input
+// error: "leasehold/mysql: <op>: invalid argument: <detail>", matching
+// store.ErrInvalid. kit.Wrap(op, err) wraps a definite answer or a driver's
+// error once: kit.Wrap("renew "+t.String(), store.ErrNotHeld). kit.Errorf is
+// the same with a format.
+//
+// The argument checks every method starts with are kit.CheckAcquire,
+// CheckRenew, CheckRelease, CheckName (Get, Watch, ForceRelease, History),
+// CheckTerm and CheckTTL (RenewMany). They apply package store's rules
+// (store.ValidateName and the others) and the store's MinTTL, and report in
+// the Invalid form.
+//
+// # Open and closed: Lifecycle
+//
+// A Lifecycle field (life storekit.Lifecycle; a named field, so that its
+// methods do not join the store's API) is the closed flag and the Close
+// every store writes:
+//
+//	if err := s.life.Check(ctx); err != nil { ... }   // ErrClosed, or ctx.Err()
+//	func (s *Store) Close() error { return s.life.Close(s.db.Close) }
+//
+// Close is idempotent (later calls return nil) and closes life.Done(), on
+// which watches and background goroutines end. life.ClosedOr(err) turns a
+// driver's error after Close into store.ErrClosed.
+//
+// # Watches: Hub
+//
+// A Hub is the fan-out half of store.Watcher: hub.Watch(ctx, name) gives a
+// channel that holds at most one pending wake-up and is closed when ctx ends
+// or hub.Close is called; the store calls hub.Notify(name) (or NotifyAll
+// after a reconnect) when it learns of a change. A store that subscribes
+// upstream per key uses Subscribe and Stop, and Hub.Idle to unsubscribe when
+// a key's last watch ends.
+//
+// # URL parameters: Params
+//
+// kit.Params(u) reads a store URL's query: p.String, p.Bool, p.Duration,
+// p.Int and p.OneOf take one parameter each and check its value; p.Done()
+// then refuses any parameter not taken, naming it and the known ones (a typo
+// is never ignored); or p.Rest() hands the rest to a driver that parses its
+// own. A parameter given twice is refused. Errors name the URL through
+// store.RedactURL and never quote a secret parameter's value.
+//
+// # TLS: TLSFiles
+//
+// One spelling for every store: ca_file, cert_file, key_file, server_name
+// (etcd's older cacert, cert and key stay accepted as aliases).
+// p.TLSFiles() takes them, p.ApplyTLS(files, cfg) loads the files into a
+// tls.Config (a CA file with no certificate is refused). LoadCertPool and
+// NewTLSConfig serve files given through a store's Options.
+//
+// # Secrets
+//
+// store.RedactURL is the one way to show a store URL. Secrets(u) lists the
+// secret values a URL carries, in every escaped form, and Scrub(text,
+// secrets) removes them from a driver's error that may repeat them.
+//
+// # SQL identifiers
+//
+// kit.SQLIdent(op, "table", name, maxLen) is the one rule for a configured
+// table or schema name: lower-case ASCII letters, digits and '_', not
+// starting with a digit, at most 63 bytes. Such a name needs no quoting and
+// means the same to PostgreSQL, MySQL and SQLite.
+package storekit
