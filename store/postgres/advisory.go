@@ -101,31 +101,31 @@ func (s *Store) AdvisoryLock(ctx context.Context, name, holder string, opts Advi
 }
 
 func (s *Store) advisoryLock(ctx context.Context, name, holder string, opts AdvisoryOptions, wait bool) (*AdvisoryLock, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("advisory lock", name); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateHolder(holder); err != nil {
+	if err := kit.CheckHolder("advisory lock", holder); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateMetadata(opts.Metadata); err != nil {
+	if err := kit.CheckMetadata("advisory lock", opts.Metadata); err != nil {
 		return nil, err
 	}
 	if opts.CheckInterval < 0 {
-		return nil, fmt.Errorf("leasehold/postgres: advisory lock check interval %v is negative: %w", opts.CheckInterval, store.ErrInvalid)
+		return nil, kit.Invalid("advisory lock", "check interval %v is negative", opts.CheckInterval)
 	}
 	if opts.CheckInterval == 0 {
 		opts.CheckInterval = time.Second
 	}
 	cfg, err := s.sessionConfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/postgres: advisory lock %q: %w", name, err)
+		return nil, kit.Wrap(fmt.Sprintf("advisory lock %q", name), err)
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/postgres: advisory lock %q: connect: %w", name, err)
+		return nil, kit.Errorf(fmt.Sprintf("advisory lock %q", name), "connect: %w", err)
 	}
 	// The server pid of this session (pgconn's PID is a pooler's invention
 	// behind a session-mode pooler) and the table's canonical name, resolved
@@ -142,7 +142,7 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 	if err != nil {
 		s.closeSession(conn)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("leasehold/postgres: advisory lock %q: table %s does not exist: %w; create it with `leasehold migrate` or (*postgres.Store).Migrate", name, s.qtable, ErrNotMigrated)
+			return nil, kit.Errorf(fmt.Sprintf("advisory lock %q", name), "table %s does not exist: %w; create it with `leasehold migrate` or (*postgres.Store).Migrate", s.qtable, ErrNotMigrated)
 		}
 		return nil, s.opErr("advisory lock", fmt.Sprintf("%q", name), err)
 	}
@@ -163,10 +163,10 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 		err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pgx.QueryExecModeExec, key).Scan(&got)
 	}
 	if err != nil {
-		return fail(fmt.Errorf("leasehold/postgres: advisory lock %q: %w", name, err))
+		return fail(kit.Wrap(fmt.Sprintf("advisory lock %q", name), err))
 	}
 	if !got {
-		return fail(fmt.Errorf("leasehold/postgres: advisory lock %q: held by another session: %w", name, store.ErrHeld))
+		return fail(kit.Errorf(fmt.Sprintf("advisory lock %q", name), "held by another session: %w", store.ErrHeld))
 	}
 	// The token: bump the epoch of the lease row while holding the lock,
 	// unless a live lease term of another holder is on the row.
@@ -181,9 +181,9 @@ RETURNING l.epoch`), pgx.QueryExecModeExec, name, holder, opts.Metadata).Scan(&e
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if rec, found, gerr := s.get(ctx, name); gerr == nil && found && rec.Token < 0 {
-			return fail(fmt.Errorf("leasehold/postgres: advisory lock %q: epoch is %d: %w", name, rec.Token, ErrBadRow))
+			return fail(kit.Errorf(fmt.Sprintf("advisory lock %q", name), "epoch is %d: %w", rec.Token, ErrBadRow))
 		}
-		return fail(fmt.Errorf("leasehold/postgres: advisory lock %q: a live lease term holds the row: %w", name, store.ErrHeld))
+		return fail(kit.Errorf(fmt.Sprintf("advisory lock %q", name), "a live lease term holds the row: %w", store.ErrHeld))
 	case err != nil:
 		return fail(s.opErr("advisory lock", fmt.Sprintf("%q", name), err))
 	}
@@ -253,13 +253,13 @@ func (a *AdvisoryLock) Release(ctx context.Context) error {
 			cancel()
 		}()
 		if lost {
-			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: connection failed: %w", a.term, store.ErrNotHeld)
+			a.err = kit.Errorf("release advisory lock "+a.term.String(), "connection failed: %w", store.ErrNotHeld)
 			return
 		}
 		if _, err := a.conn.Exec(ctx, strings.NewReplacer("{{t}}", a.table).Replace(
 			`UPDATE {{t}} SET holder = NULL, metadata = NULL WHERE name = $1 AND holder = $2 AND epoch = $3`),
 			pgx.QueryExecModeExec, a.term.Name, a.term.Holder, a.term.Token); err != nil {
-			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: %w", a.term, err)
+			a.err = kit.Wrap("release advisory lock "+a.term.String(), err)
 			if eerr := a.s.endSession(ctx, a.conn, a.pid); eerr != nil {
 				a.err = fmt.Errorf("%w (and %w)", a.err, eerr)
 			}
@@ -267,14 +267,14 @@ func (a *AdvisoryLock) Release(ctx context.Context) error {
 		}
 		var ok bool
 		if err := a.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, pgx.QueryExecModeExec, a.key).Scan(&ok); err != nil {
-			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: %w", a.term, err)
+			a.err = kit.Wrap("release advisory lock "+a.term.String(), err)
 			if eerr := a.s.endSession(ctx, a.conn, a.pid); eerr != nil {
 				a.err = fmt.Errorf("%w (and %w)", a.err, eerr)
 			}
 			return
 		}
 		if !ok {
-			a.err = fmt.Errorf("leasehold/postgres: release advisory lock %s: the session did not hold it: %w", a.term, store.ErrNotHeld)
+			a.err = kit.Errorf("release advisory lock "+a.term.String(), "the session did not hold it: %w", store.ErrNotHeld)
 		}
 	})
 	return a.err

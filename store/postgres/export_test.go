@@ -15,17 +15,7 @@ func (s *Store) ListenerState() (up bool, pid uint32, sessions int) {
 }
 
 // Watchers reports how many watches of name are registered.
-func (s *Store) Watchers(name string) int {
-	s.mu.Lock()
-	l := s.lis
-	s.mu.Unlock()
-	if l == nil {
-		return 0
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.subs[name])
-}
+func (s *Store) Watchers(name string) int { return s.hub.Count(name) }
 
 // Retries is how many statements were sent again after a serialization
 // failure or deadlock, by every store in this process.

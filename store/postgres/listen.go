@@ -25,8 +25,8 @@ var (
 )
 
 // listener is the store's one LISTEN connection, shared by every Watch of
-// the store and fanned out by lease name. Its goroutine (run) owns the
-// connection; stop cancels it and waits.
+// the store: it wakes the store's watch hub by lease name. Its goroutine
+// (run) owns the connection; stop cancels it and waits.
 //
 // When the connection drops, open watches stay open: the listener reconnects
 // with backoff, LISTENs again, and then wakes every watch once, since a
@@ -43,21 +43,20 @@ type listener struct {
 	err      error // why the last session ended or failed
 	pid      uint32
 	sessions int // how many times LISTEN was established
-	subs     map[string]map[*watchSub]struct{}
 }
-
-type watchSub struct{ wake chan struct{} }
 
 // listener returns the store's listener, starting it on first use.
 func (s *Store) listener() (*listener, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	// Close marks the store closed before it takes s.mu to stop the
+	// listener: either it sees this one, or this sees it closed.
+	if s.life.Closed() {
 		return nil, store.ErrClosed
 	}
 	if s.lis == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		s.lis = &listener{s: s, cancel: cancel, done: make(chan struct{}), ready: make(chan struct{}), subs: map[string]map[*watchSub]struct{}{}}
+		s.lis = &listener{s: s, cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
 		go s.lis.run(ctx)
 	}
 	return s.lis, nil
@@ -81,14 +80,14 @@ func permanent(err error) bool {
 // never been established (the error says why, such as ErrNotMigrated when
 // the table has no trigger); waiters then poll, and may call Watch again.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("watch", name); err != nil {
 		return nil, err
 	}
 	if s.opts.NoWatch {
-		return nil, fmt.Errorf("leasehold/postgres: watch %q: Options.NoWatch is set: %w", name, ErrNoWatch)
+		return nil, kit.Errorf(fmt.Sprintf("watch %q", name), "Options.NoWatch is set: %w", ErrNoWatch)
 	}
 	l, err := s.listener()
 	if err != nil {
@@ -98,71 +97,20 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	case <-l.ready:
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-s.closing:
+	case <-s.life.Done():
 		return nil, store.ErrClosed
 	}
-	sub := &watchSub{wake: make(chan struct{}, 1)}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.up && (permanent(l.err) || l.sessions == 0) {
 		// Never listening yet, or cannot be: a watch now would only
 		// pretend. After the first session, a drop keeps watches open
 		// (see listener).
-		err := l.err
-		l.mu.Unlock()
-		return nil, fmt.Errorf("%w (watch %q): %w", ErrNoWatch, name, err)
+		return nil, fmt.Errorf("%w (watch %q): %w", ErrNoWatch, name, l.err)
 	}
-	if l.subs[name] == nil {
-		l.subs[name] = map[*watchSub]struct{}{}
-	}
-	l.subs[name][sub] = struct{}{}
-	l.mu.Unlock()
-
-	out := make(chan struct{}, 1)
-	go func() {
-		defer close(out)
-		defer func() {
-			l.mu.Lock()
-			delete(l.subs[name], sub)
-			if len(l.subs[name]) == 0 {
-				delete(l.subs, name)
-			}
-			l.mu.Unlock()
-		}()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.closing:
-				return
-			case <-sub.wake:
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return out, nil
-}
-
-// wake sends a coalesced wake-up to the watches of name, or of every name
-// if all is set. Called with l.mu held.
-func (l *listener) wake(name string, all bool) {
-	send := func(m map[*watchSub]struct{}) {
-		for sub := range m {
-			select {
-			case sub.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-	if all {
-		for _, m := range l.subs {
-			send(m)
-		}
-		return
-	}
-	send(l.subs[name])
+	// Subscribed under l.mu, so that a session coming up wakes this watch
+	// or is already up when it starts.
+	return s.hub.Watch(ctx, name)
 }
 
 func (l *listener) run(ctx context.Context) {
@@ -178,7 +126,7 @@ func (l *listener) run(ctx context.Context) {
 			l.mu.Lock()
 			l.up, l.pid, l.err = true, pid, nil
 			l.sessions++
-			l.wake("", true) // anything may have changed while not listening
+			l.s.hub.NotifyAll() // anything may have changed while not listening
 			l.mu.Unlock()
 			markReady()
 		})
@@ -214,7 +162,7 @@ func (l *listener) session(ctx context.Context, onUp func(pid uint32)) error {
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("leasehold/postgres: listen: %w", err)
+		return kit.Wrap("listen", err)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -229,14 +177,14 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 		pgx.QueryExecModeExec, l.s.qtable, triggerInsert, triggerUpdate).Scan(&nsp, &rel, &triggers)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("leasehold/postgres: listen: table %s does not exist: %w; create it with `leasehold migrate` or (*postgres.Store).Migrate", l.s.qtable, ErrNotMigrated)
+		return kit.Errorf("listen", "table %s does not exist: %w; create it with `leasehold migrate` or (*postgres.Store).Migrate", l.s.qtable, ErrNotMigrated)
 	case err != nil:
-		return fmt.Errorf("leasehold/postgres: listen: %w", err)
+		return kit.Wrap("listen", err)
 	case triggers != 2:
-		return fmt.Errorf("leasehold/postgres: listen: table %s has no leasehold trigger to notify waiters: %w; `leasehold migrate` or (*postgres.Store).Migrate installs it", l.s.qtable, ErrNotMigrated)
+		return kit.Errorf("listen", "table %s has no leasehold trigger to notify waiters: %w; `leasehold migrate` or (*postgres.Store).Migrate installs it", l.s.qtable, ErrNotMigrated)
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channelFor(nsp, rel)}.Sanitize()); err != nil {
-		return fmt.Errorf("leasehold/postgres: listen: %w", err)
+		return kit.Wrap("listen", err)
 	}
 	onUp(conn.PgConn().PID())
 	for {
@@ -245,9 +193,7 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 		cancel()
 		switch {
 		case err == nil && n != nil:
-			l.mu.Lock()
-			l.wake(n.Payload, false)
-			l.mu.Unlock()
+			l.s.hub.Notify(n.Payload)
 		case err == nil:
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -256,10 +202,10 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 			err := conn.Ping(pctx)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("leasehold/postgres: listen: connection silent and ping failed: %w", err)
+				return kit.Errorf("listen", "connection silent and ping failed: %w", err)
 			}
 		default:
-			return fmt.Errorf("leasehold/postgres: listen: %w", err)
+			return kit.Wrap("listen", err)
 		}
 	}
 }

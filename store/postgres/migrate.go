@@ -38,14 +38,14 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 // It is idempotent, changes no lease, and runs no DDL (so needs no DDL
 // privilege) when everything is current.
 func (s *Store) Migrate(ctx context.Context) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return err
 	}
 	err := s.retry(ctx, func() error {
 		return s.q.inTx(ctx, func(q querier) error { return s.migrate(ctx, q) })
 	})
 	if err != nil {
-		return fmt.Errorf("leasehold/postgres: migrate %s: %w", s.qtable, err)
+		return kit.Wrap("migrate "+s.qtable, err)
 	}
 	return nil
 }

@@ -2,28 +2,26 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // MinTTL is the smallest TTL the store accepts. PostgreSQL keeps time to the
 // microsecond; a lease shorter than a few round trips is useless anyway.
 const MinTTL = 10 * time.Millisecond
+
+var kit = storekit.Kit{Store: "postgres", MinTTL: MinTTL}
 
 var (
 	// ErrNotMigrated: the lease table (or its history table, columns or
@@ -41,32 +39,6 @@ var (
 	ErrNoWatch = errors.New("leasehold/postgres: watch unavailable")
 )
 
-// Options configure a Store. The zero value is the default: the table
-// leader_lease found by the connection's search_path, not created on open,
-// with a watch.
-type Options struct {
-	// Table is the lease table: a plain SQL identifier (lower-case letters,
-	// digits, '_', at most 55 bytes), optionally qualified as "schema.table".
-	// Default "leader_lease". It is quoted, never interpolated raw; a name
-	// such as "x; DROP TABLE y" is refused with store.ErrInvalid.
-	Table string
-	// Schema qualifies Table (a plain identifier). Empty: the search_path
-	// of each connection decides.
-	Schema string
-	// CreateIfMissing runs Migrate when the store is built. Migrate is
-	// idempotent and does nothing (needs no DDL privilege) when the table is
-	// current.
-	CreateIfMissing bool
-	// NoWatch turns off the LISTEN connection: Watch returns ErrNoWatch and
-	// waiters poll. Use it where no session-mode connection can be had.
-	NoWatch bool
-	// SessionConfig is where the store opens its own session connections:
-	// the one LISTEN connection per store, and one per advisory lock. Nil:
-	// the config of the pool or connection given. Behind a transaction-mode
-	// pooler point it at the server or at a session-mode pool.
-	SessionConfig *pgx.ConnConfig
-}
-
 // Store is the PostgreSQL lease store. It implements store.Store and the
 // optional store.Watcher, store.BatchRenewer, store.Lister,
 // store.ForceReleaser, store.Migrator and store.Historian. It is safe for
@@ -79,10 +51,10 @@ type Store struct {
 	opts          Options
 	closePool     func() // nil when the caller owns the pool
 
-	mu      sync.Mutex
-	closed  bool
-	closing chan struct{}
-	lis     *listener
+	life storekit.Lifecycle
+	hub  storekit.Hub // the watches, woken by the listener
+	mu   sync.Mutex   // guards lis
+	lis  *listener
 }
 
 var (
@@ -95,212 +67,6 @@ var (
 	_ store.Historian     = (*Store)(nil)
 )
 
-// New returns a store on a pgx pool the caller owns: Close does not close
-// the pool.
-func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
-	if pool == nil {
-		return nil, fmt.Errorf("leasehold/postgres: pool is nil: %w", store.ErrInvalid)
-	}
-	def := pool.Config().ConnConfig.DefaultQueryExecMode
-	q := &pgxQuerier{db: pool, mode: execMode(def), cfg: func() *pgx.ConnConfig { return pool.Config().ConnConfig }}
-	return newStore(ctx, q, opts, nil)
-}
-
-// NewConn returns a store on one pgx connection the caller owns. Calls are
-// serialised on it; Close does not close it. The connection must not be
-// used by anyone else while the store uses it. Watch opens one more
-// connection, with the same config, for LISTEN (Options.NoWatch prevents it).
-func NewConn(ctx context.Context, conn *pgx.Conn, opts Options) (*Store, error) {
-	if conn == nil {
-		return nil, fmt.Errorf("leasehold/postgres: connection is nil: %w", store.ErrInvalid)
-	}
-	q := &pgxQuerier{db: conn, mode: execMode(conn.Config().DefaultQueryExecMode), mu: new(sync.Mutex), cfg: conn.Config}
-	return newStore(ctx, q, opts, nil)
-}
-
-// NewDB returns a store on a database/sql pool the caller owns, such as one
-// opened with the pgx stdlib driver (sql.Open("pgx", dsn)). Close does not
-// close it. With another driver, the lease statements work, and Watch and
-// advisory locks need Options.SessionConfig.
-func NewDB(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
-	if db == nil {
-		return nil, fmt.Errorf("leasehold/postgres: database is nil: %w", store.ErrInvalid)
-	}
-	return newStore(ctx, newSQLQuerier(db), opts, nil)
-}
-
-// Open connects a pgx pool to dsn (a postgres:// URL or a key=value
-// connection string; pool settings such as pool_max_conns are honoured),
-// checks that the server answers, and returns a store that owns the pool:
-// Close closes it. Errors never show the password.
-func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return nil, parseErr(dsn, err)
-	}
-	if _, _, err := tableName(opts.Table, opts.Schema); err != nil {
-		return nil, err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("leasehold/postgres: connect to %s: %w", Redact(dsn), err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		// A parameter the server does not know (a typo in the URL) or a bad
-		// value is bad input, not an unreachable server.
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && (pe.Code == "42704" || pe.Code == "22023") {
-			return nil, fmt.Errorf("leasehold/postgres: connect to %s: %w: %w", Redact(dsn), store.ErrInvalid, err)
-		}
-		return nil, fmt.Errorf("leasehold/postgres: connect to %s: %w", Redact(dsn), err)
-	}
-	q := &pgxQuerier{db: pool, mode: execMode(cfg.ConnConfig.DefaultQueryExecMode), cfg: func() *pgx.ConnConfig { return pool.Config().ConnConfig }}
-	s, err := newStore(ctx, q, opts, pool.Close)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// parseErr reports a connection string that does not parse. pgx's message
-// says why and quotes the string with the password redacted on a best-effort
-// basis; every password the string holds is scrubbed from it again here.
-func parseErr(dsn string, err error) error {
-	msg := err.Error()
-	for _, secret := range passwordsIn(dsn) {
-		msg = strings.ReplaceAll(msg, secret, "xxxxx")
-	}
-	return fmt.Errorf("leasehold/postgres: %s: %w", msg, store.ErrInvalid)
-}
-
-// URL query parameters that OpenURL takes for itself and removes before
-// connecting; every other parameter goes to pgx (sslmode, pool_max_conns,
-// connect_timeout, application_name, ...).
-const (
-	ParamTable           = "table"             // Options.Table
-	ParamSchema          = "schema"            // Options.Schema
-	ParamCreateIfMissing = "create_if_missing" // Options.CreateIfMissing: true or false
-	ParamWatch           = "watch"             // false sets Options.NoWatch
-	ParamSessionHost     = "session_host"      // host of the session connection (LISTEN, advisory locks)
-	ParamSessionPort     = "session_port"      // its port
-)
-
-// OpenURL opens a store from a URL of the form
-//
-//	postgres://user:password@host:5432/db?sslmode=verify-full&table=leader_lease&schema=app
-//
-// (scheme postgres or postgresql). The parameters table, schema,
-// create_if_missing, watch, session_host and session_port configure the
-// store (see the Param constants) and are removed; the rest of the URL is
-// passed to Open. This is the function the CLI's store registry calls.
-func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
-	if u == nil {
-		return nil, fmt.Errorf("leasehold/postgres: URL is nil: %w", store.ErrInvalid)
-	}
-	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return nil, fmt.Errorf("leasehold/postgres: URL scheme %q is not postgres or postgresql: %w", u.Scheme, store.ErrInvalid)
-	}
-	c := *u
-	q := c.Query()
-	var opts Options
-	opts.Table = q.Get(ParamTable)
-	opts.Schema = q.Get(ParamSchema)
-	var err error
-	if opts.CreateIfMissing, err = boolParam(q, ParamCreateIfMissing, false); err != nil {
-		return nil, err
-	}
-	watch, err := boolParam(q, ParamWatch, true)
-	if err != nil {
-		return nil, err
-	}
-	opts.NoWatch = !watch
-	sessHost, sessPort := q.Get(ParamSessionHost), q.Get(ParamSessionPort)
-	for _, p := range []string{ParamTable, ParamSchema, ParamCreateIfMissing, ParamWatch, ParamSessionHost, ParamSessionPort} {
-		q.Del(p)
-	}
-	// Encode writes a space as '+', which libpq-style parsers read
-	// literally; a literal '+' is already %2B.
-	c.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
-	dsn := c.String()
-	if sessHost != "" || sessPort != "" {
-		pcfg, err := pgxpool.ParseConfig(dsn) // strips the pool_ parameters
-		if err != nil {
-			return nil, parseErr(dsn, err)
-		}
-		cfg := pcfg.ConnConfig
-		if sessHost != "" {
-			cfg.Host = sessHost
-		}
-		if sessPort != "" {
-			p, err := strconv.ParseUint(sessPort, 10, 16)
-			if err != nil {
-				return nil, fmt.Errorf("leasehold/postgres: URL parameter %s=%q is not a port: %w", ParamSessionPort, sessPort, store.ErrInvalid)
-			}
-			cfg.Port = uint16(p)
-		}
-		cfg.Fallbacks = nil
-		opts.SessionConfig = cfg
-	}
-	return Open(ctx, dsn, opts)
-}
-
-func boolParam(q url.Values, name string, def bool) (bool, error) {
-	v := q.Get(name)
-	if v == "" {
-		return def, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("leasehold/postgres: URL parameter %s=%q is not true or false: %w", name, v, store.ErrInvalid)
-	}
-	return b, nil
-}
-
-func newStore(ctx context.Context, q querier, opts Options, closePool func()) (*Store, error) {
-	schema, table, err := tableName(opts.Table, opts.Schema)
-	if err != nil {
-		return nil, err
-	}
-	s := &Store{
-		q:         q,
-		schema:    schema,
-		table:     table,
-		qtable:    ident(schema, table),
-		qhist:     ident(schema, table+"_history"),
-		opts:      opts,
-		closePool: closePool,
-		closing:   make(chan struct{}),
-	}
-	s.sql = newStatements(s.qtable, s.qhist)
-	if opts.CreateIfMissing {
-		if err := s.Migrate(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-// Table returns the lease table's name as the store quotes it in SQL.
-func (s *Store) Table() string { return s.qtable }
-
-func (s *Store) check(ctx context.Context) error {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return store.ErrClosed
-	}
-	return ctx.Err()
-}
-
-func (s *Store) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
 // opErr wraps a driver error once, naming the operation, and turns the
 // errors with a definite meaning into the store's sentinels.
 func (s *Store) opErr(op, what string, err error) error {
@@ -308,21 +74,18 @@ func (s *Store) opErr(op, what string, err error) error {
 	if errors.As(err, &pe) {
 		switch pe.Code {
 		case "42P01": // undefined_table
-			return fmt.Errorf("leasehold/postgres: %s %s: %s (table %s): %w; create it with `leasehold migrate`, (*postgres.Store).Migrate, or Options.CreateIfMissing",
-				op, what, pe.Message, s.qtable, ErrNotMigrated)
+			return kit.Errorf(op+" "+what, "%s (table %s): %w; create it with `leasehold migrate`, (*postgres.Store).Migrate, or Options.CreateIfMissing",
+				pe.Message, s.qtable, ErrNotMigrated)
 		case "42703", "42P10": // undefined_column, no unique constraint for ON CONFLICT
-			return fmt.Errorf("leasehold/postgres: %s %s: %s: table %s is not a migrated lease table: %w; `leasehold migrate` or (*postgres.Store).Migrate adds what is missing",
-				op, what, pe.Message, s.qtable, ErrNotMigrated)
+			return kit.Errorf(op+" "+what, "%s: table %s is not a migrated lease table: %w; `leasehold migrate` or (*postgres.Store).Migrate adds what is missing",
+				pe.Message, s.qtable, ErrNotMigrated)
 		case "22003": // numeric_value_out_of_range: epoch + 1 overflowed
 			if op == "acquire" {
-				return fmt.Errorf("leasehold/postgres: %s %s: the epoch is at the bigint limit: %w", op, what, ErrBadRow)
+				return kit.Errorf(op+" "+what, "the epoch is at the bigint limit: %w", ErrBadRow)
 			}
 		}
 	}
-	if s.isClosed() {
-		return fmt.Errorf("leasehold/postgres: %s %s: %w", op, what, store.ErrClosed)
-	}
-	return fmt.Errorf("leasehold/postgres: %s %s: %w", op, what, err)
+	return kit.Wrap(op+" "+what, s.life.ClosedOr(err))
 }
 
 // retryable reports a serialization failure or deadlock: the statement's
@@ -411,10 +174,10 @@ const maxAcquireRounds = 10
 // with ErrHeld; if that row turns out free (it changed in between), Acquire
 // tries again.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateAcquire(name, holder, ttl, MinTTL, metadata); err != nil {
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
 		return store.Record{}, err
 	}
 	what := strconv.Quote(name)
@@ -442,23 +205,20 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		case !found:
 			// Deleted by hand since: insert it.
 		case cur.Token < 0:
-			return store.Record{}, fmt.Errorf("leasehold/postgres: acquire %s: epoch is %d: %w", what, cur.Token, ErrBadRow)
+			return store.Record{}, kit.Errorf("acquire "+what, "epoch is %d: %w", cur.Token, ErrBadRow)
 		case cur.Holder != "" && cur.Holder != holder && cur.Remaining > 0:
-			return cur, fmt.Errorf("leasehold/postgres: acquire %s: held by %s: %w", what, cur.Holder, store.ErrHeld)
+			return cur, kit.Errorf("acquire "+what, "held by %s: %w", cur.Holder, store.ErrHeld)
 		}
 	}
-	return store.Record{}, fmt.Errorf("leasehold/postgres: acquire %s: the row kept changing between the compare-and-swap and the read (%d rounds); nothing was granted by the last round, retry later", what, maxAcquireRounds)
+	return store.Record{}, kit.Errorf("acquire "+what, "the row kept changing between the compare-and-swap and the read (%d rounds); nothing was granted by the last round, retry later", maxAcquireRounds)
 }
 
 // Renew implements store.Store: one statement naming the exact term.
 func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateTerm(t); err != nil {
-		return store.Record{}, err
-	}
-	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+	if err := kit.CheckRenew(t, ttl); err != nil {
 		return store.Record{}, err
 	}
 	var x recScan
@@ -474,17 +234,17 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 		return store.Record{}, s.opErr("renew", t.String(), err)
 	}
 	if !found {
-		return store.Record{}, fmt.Errorf("leasehold/postgres: renew %s: %w", t, store.ErrNotHeld)
+		return store.Record{}, kit.Wrap("renew "+t.String(), store.ErrNotHeld)
 	}
 	return x.record(), nil
 }
 
 // Release implements store.Store: one statement naming the exact term.
 func (s *Store) Release(ctx context.Context, t store.Term) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return err
 	}
-	if err := store.ValidateTerm(t); err != nil {
+	if err := kit.CheckRelease(t); err != nil {
 		return err
 	}
 	found := false
@@ -500,17 +260,17 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 		return s.opErr("release", t.String(), err)
 	}
 	if !found {
-		return fmt.Errorf("leasehold/postgres: release %s: %w", t, store.ErrNotHeld)
+		return kit.Wrap("release "+t.String(), store.ErrNotHeld)
 	}
 	return nil
 }
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("get", name); err != nil {
 		return store.Record{}, err
 	}
 	rec, found, err := s.get(ctx, name)
@@ -518,7 +278,7 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 		return store.Record{}, s.opErr("get", strconv.Quote(name), err)
 	}
 	if !found {
-		return store.Record{}, fmt.Errorf("leasehold/postgres: get %q: %w", name, store.ErrNotFound)
+		return store.Record{}, kit.Wrap(fmt.Sprintf("get %q", name), store.ErrNotFound)
 	}
 	return rec, nil
 }
@@ -540,10 +300,10 @@ func (s *Store) get(ctx context.Context, name string) (store.Record, bool, error
 // still scoped to its exact (name, holder, epoch). A term listed twice gets
 // the same answer twice.
 func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Duration) ([]store.Record, []error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, nil, err
 	}
-	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+	if err := kit.CheckTTL("renew", ttl); err != nil {
 		return nil, nil, err
 	}
 	recs := make([]store.Record, len(terms))
@@ -553,7 +313,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 	var names, holders []string
 	var epochs []int64
 	for i, t := range terms {
-		if errs[i] = store.ValidateTerm(t); errs[i] != nil {
+		if errs[i] = kit.CheckTerm("renew", t); errs[i] != nil {
 			pos[i] = -1
 			continue
 		}
@@ -581,7 +341,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 			}
 			j := int(ord - 1)
 			if j < 0 || j >= len(got) {
-				return fmt.Errorf("leasehold/postgres: renew batch returned ordinal %d of %d", ord, len(got))
+				return fmt.Errorf("renew batch returned ordinal %d of %d", ord, len(got))
 			}
 			got[j], renewed[j] = x.record(), true
 			return nil
@@ -596,7 +356,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 		case renewed[j]:
 			recs[i] = got[j]
 		default:
-			errs[i] = fmt.Errorf("leasehold/postgres: renew %s: %w", t, store.ErrNotHeld)
+			errs[i] = kit.Wrap("renew "+t.String(), store.ErrNotHeld)
 		}
 	}
 	return recs, errs, nil
@@ -604,7 +364,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 
 // List implements store.Lister: every row, ordered by name (byte order).
 func (s *Store) List(ctx context.Context) ([]store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
 	var out []store.Record
@@ -628,10 +388,10 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 // ForceRelease implements store.ForceReleaser: it ends whatever term of name
 // is live, keeps the epoch, and returns the record as it was.
 func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("force-release", name); err != nil {
 		return store.Record{}, err
 	}
 	what := strconv.Quote(name)
@@ -655,9 +415,9 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 		return store.Record{}, s.opErr("force-release", what, err)
 	}
 	if !exists {
-		return store.Record{}, fmt.Errorf("leasehold/postgres: force-release %s: %w", what, store.ErrNotFound)
+		return store.Record{}, kit.Wrap("force-release "+what, store.ErrNotFound)
 	}
-	return store.Record{}, fmt.Errorf("leasehold/postgres: force-release %s: no live term: %w", what, store.ErrNotHeld)
+	return store.Record{}, kit.Errorf("force-release "+what, "no live term: %w", store.ErrNotHeld)
 }
 
 // History implements store.Historian from the history table the trigger
@@ -665,14 +425,14 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 // Events: "acquired", "expired-takeover", "released", "force-released". At
 // most 1000 entries are kept per lease (older ones are pruned now and then).
 func (s *Store) History(ctx context.Context, name string, limit int) ([]store.HistoryEntry, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("history", name); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {
-		return nil, fmt.Errorf("leasehold/postgres: history limit %d is not positive: %w", limit, store.ErrInvalid)
+		return nil, kit.Invalid("history", "limit %d is not positive", limit)
 	}
 	var out []store.HistoryEntry
 	err := s.retry(ctx, func() error {
@@ -690,45 +450,4 @@ func (s *Store) History(ctx context.Context, name string, limit int) ([]store.Hi
 		return nil, s.opErr("history", strconv.Quote(name), err)
 	}
 	return out, nil
-}
-
-// Close implements store.Store: it stops the LISTEN connection and, for a
-// store made by Open or OpenURL, closes its pool. A pool, connection or
-// database given to New, NewConn or NewDB is left open. No lease is
-// released, and advisory locks taken from the store stay with their own
-// connections.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.closing)
-	lis := s.lis
-	s.mu.Unlock()
-	if lis != nil {
-		lis.stop()
-	}
-	if s.closePool != nil {
-		s.closePool()
-	}
-	return nil
-}
-
-// sessionConfig is the config of the store's own session connections.
-func (s *Store) sessionConfig(ctx context.Context) (*pgx.ConnConfig, error) {
-	var cfg *pgx.ConnConfig
-	if s.opts.SessionConfig != nil {
-		cfg = s.opts.SessionConfig.Copy()
-	} else {
-		var err error
-		if cfg, err = s.q.sessionConfig(ctx); err != nil {
-			return nil, err
-		}
-	}
-	// A config copied from a live connection carries that connection's
-	// notification handler; the session connection needs pgx's own.
-	cfg.OnNotification = nil
-	return cfg, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -193,7 +192,7 @@ func (q *sqlQuerier) sessionConfig(ctx context.Context) (*pgx.ConnConfig, error)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/postgres: session config: %w", err)
+		return nil, kit.Wrap("session config", err)
 	}
 	return cfg, nil
 }

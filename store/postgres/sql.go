@@ -3,19 +3,19 @@ package postgres
 import (
 	"crypto/md5"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
-// Identifier limits. PostgreSQL truncates names at 63 bytes; the table name
-// leaves room for the "_history", "_changed" and "_epochs" suffixes.
+// Identifier limits (the rule is storekit's SQLIdent). PostgreSQL
+// truncates names at 63 bytes; the table name leaves room for the
+// "_history", "_changed" and "_epochs" suffixes.
 const (
-	maxSchemaLen = 63
+	maxSchemaLen = storekit.MaxSQLIdentLen
 	maxTableLen  = 55
 )
 
@@ -43,28 +43,6 @@ const (
 // allTriggers are the triggers Migrate installs on the lease table.
 var allTriggers = []string{triggerInsert, triggerUpdate, triggerGuardInsert, triggerGuardUpdate, triggerGuardDelete, triggerGuardTruncate}
 
-// validIdent checks a plain SQL identifier: lower-case ASCII letters, digits
-// and '_', not starting with a digit, 1 to max bytes. Such a name means the
-// same quoted and unquoted, so raw SQL can name the table without quotes.
-func validIdent(what, s string, max int) error {
-	if s == "" {
-		return fmt.Errorf("leasehold/postgres: %s name is empty: %w", what, store.ErrInvalid)
-	}
-	if len(s) > max {
-		return fmt.Errorf("leasehold/postgres: %s name %q is %d bytes, the limit is %d: %w", what, s, len(s), max, store.ErrInvalid)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c == '_':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return fmt.Errorf("leasehold/postgres: %s name %q is not a plain SQL identifier (lower-case letters, digits and '_', not starting with a digit): %w", what, s, store.ErrInvalid)
-		}
-	}
-	return nil
-}
-
 // tableName resolves Options.Table and Options.Schema into a validated
 // (schema, table); schema may be empty (the search_path decides).
 func tableName(table, schema string) (string, string, error) {
@@ -74,22 +52,22 @@ func tableName(table, schema string) (string, string, error) {
 	if i := strings.IndexByte(table, '.'); i >= 0 {
 		ts, tt := table[:i], table[i+1:]
 		if schema != "" && schema != ts {
-			return "", "", fmt.Errorf("leasehold/postgres: table %q names schema %q but Options.Schema is %q: %w", table, ts, schema, store.ErrInvalid)
+			return "", "", kit.Invalid("", "table %q names schema %q but Options.Schema is %q", table, ts, schema)
 		}
 		if ts == "" || tt == "" {
-			return "", "", fmt.Errorf("leasehold/postgres: table %q has an empty part; want table or schema.table: %w", table, store.ErrInvalid)
+			return "", "", kit.Invalid("", "table %q has an empty part; want table or schema.table", table)
 		}
 		schema, table = ts, tt
 	}
-	if err := validIdent("table", table, maxTableLen); err != nil {
+	if err := kit.SQLIdent("", "table", table, maxTableLen); err != nil {
 		return "", "", err
 	}
 	if schema != "" {
-		if err := validIdent("schema", schema, maxSchemaLen); err != nil {
+		if err := kit.SQLIdent("", "schema", schema, maxSchemaLen); err != nil {
 			return "", "", err
 		}
 		if strings.HasPrefix(schema, "pg_") {
-			return "", "", fmt.Errorf("leasehold/postgres: schema name %q: names beginning with pg_ are reserved for the system: %w", schema, store.ErrInvalid)
+			return "", "", kit.Invalid("", "schema name %q: names beginning with pg_ are reserved for the system", schema)
 		}
 	}
 	return schema, table, nil

@@ -16,7 +16,7 @@ import (
 )
 
 // writeTestPKI writes a CA and a server certificate for 127.0.0.1 signed by
-// it into dir, and returns the paths of the CA certificate, the server
+// it into dir (usable as a client certificate too), and returns the paths of the CA certificate, the server
 // certificate and the server key (all PEM).
 func writeTestPKI(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
@@ -52,7 +52,7 @@ func writeTestPKI(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, // a client certificate too, for TestTLSClientCertificate
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)

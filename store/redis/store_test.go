@@ -490,6 +490,15 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("Watch over TLS: %v", err)
 	}
 
+	// cacert, etcd's spelling of ca_file, is the same parameter.
+	alias := openStore(t, "rediss://"+tlsAddr+"/0?prefix=lhtest:tls:&cacert="+url.QueryEscape(caFile))
+	if _, err := alias.Get(ctx, "job"); err != nil {
+		t.Errorf("Get over TLS with cacert=: %v", err)
+	}
+	// server_name is applied: a name the certificate does not hold fails.
+	if _, err := lhredis.Open(ctx, "rediss://"+tlsAddr+"/0?ca_file="+url.QueryEscape(caFile)+"&server_name=other.example"); err == nil || !strings.Contains(err.Error(), "other.example") {
+		t.Errorf("rediss:// with server_name=other.example: err = %v, want a certificate error naming it", err)
+	}
 	// Without the CA the server's certificate is not trusted.
 	if _, err := lhredis.Open(ctx, "rediss://"+tlsAddr+"/0"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("rediss:// without the test CA: err = %v, want a certificate error", err)
@@ -499,4 +508,37 @@ func TestTLS(t *testing.T) {
 		t.Errorf("redis:// to the TLS port succeeded")
 	}
 	_ = srv
+}
+
+// TestTLSClientCertificate connects to a server that requires a client
+// certificate (tls-auth-clients yes) with cert_file and key_file, the TLS
+// parameters every store spells the same way.
+func TestTLSClientCertificate(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeTestPKI(t, dir)
+	port := freePort(t)
+	newRedisServer(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "yes")
+	base := fmt.Sprintf("rediss://127.0.0.1:%d/0?prefix=lhtest:mtls:&ca_file=%s", port, url.QueryEscape(caFile))
+	ctx := testCtx(t)
+
+	st := openStore(t, base+"&cert_file="+url.QueryEscape(certFile)+"&key_file="+url.QueryEscape(keyFile))
+	if _, err := st.Acquire(ctx, "job", "node-a", time.Minute, ""); err != nil {
+		t.Fatalf("Acquire with a client certificate: %v", err)
+	}
+	// Negative control: the server refuses a client without one.
+	if st, err := lhredis.Open(ctx, base+"&dial_timeout=2s&read_timeout=2s"); err == nil {
+		st.Close()
+		t.Fatal("a client without a certificate was let in: the test proves nothing")
+	}
+	// A certificate without its key is bad input.
+	u, _ := url.Parse(base + "&cert_file=" + url.QueryEscape(certFile))
+	if _, err := lhredis.OpenURL(ctx, u); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "key_file") {
+		t.Errorf("cert_file without key_file: err = %v, want ErrInvalid naming key_file", err)
+	}
+	// TLS parameters need the rediss scheme.
+	u, _ = url.Parse(fmt.Sprintf("redis://127.0.0.1:%d/0?cert_file=%s&key_file=%s", port, url.QueryEscape(certFile), url.QueryEscape(keyFile)))
+	if _, err := lhredis.OpenURL(ctx, u); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "cert_file, key_file need the rediss scheme") {
+		t.Errorf("cert_file on redis://: err = %v, want ErrInvalid saying it needs rediss", err)
+	}
 }

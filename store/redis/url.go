@@ -2,16 +2,14 @@ package redis
 
 import (
 	"context"
-	"crypto/x509"
-	"fmt"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // Schemes are the URL schemes OpenURL accepts.
@@ -22,7 +20,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Parse's error quotes the whole URL, password included.
-		return nil, invalidf("the Redis URL does not parse")
+		return nil, kit.Invalid("", "the Redis URL does not parse")
 	}
 	return open(ctx, u)
 }
@@ -41,6 +39,9 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 //	password_file=F    read the password from file F (trailing newline dropped), so
 //	                   that it is not on a command line
 //	ca_file=F          rediss: trust the PEM certificates in F instead of the system roots
+//	                   (cacert=F, etcd's spelling, is accepted too)
+//	cert_file=F        rediss: a client certificate (PEM), with key_file=F, its key
+//	server_name=N      rediss: the name to verify in the server's certificate
 //	tokens=M           how tokens are made: server_time (the default) or counter;
 //	                   see Tokens and Options.Tokens
 //	token_floor=N      a token every grant must be above, for example the highest
@@ -73,9 +74,9 @@ func open(ctx context.Context, u *url.URL) (*Store, error) {
 		c.Close()
 		if strings.Contains(err.Error(), "DB index is out of range") {
 			// The URL names a database the server does not have: bad input.
-			return nil, invalidf("Redis URL %s: database %d does not exist on this server (%v)", redact(u), opt.DB, err)
+			return nil, kit.Invalid("URL "+store.RedactURL(u), "database %d does not exist on this server (%v)", opt.DB, err)
 		}
-		return nil, fmt.Errorf("leasehold/redis: connect to %s: %w", redact(u), err)
+		return nil, kit.Wrap("connect to "+store.RedactURL(u), err)
 	}
 	sopts.CloseClient = true
 	s, err := New(c, sopts)
@@ -111,118 +112,66 @@ const maxTokenFloor = 1 << 53
 
 func parseURL(u *url.URL) (*goredis.Options, Options, error) {
 	if u == nil {
-		return nil, Options{}, invalidf("Redis URL is nil")
+		return nil, Options{}, kit.Invalid("", "Redis URL is nil")
 	}
-	bad := func(format string, args ...any) error {
-		return invalidf("Redis URL %s: %s", redact(u), fmt.Sprintf(format, args...))
-	}
+	p := kit.Params(u)
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, Options{}, bad("scheme %q is not redis or rediss", u.Scheme)
+		return nil, Options{}, p.Invalid("scheme %q is not redis or rediss", u.Scheme)
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return nil, Options{}, bad("no host; the form is redis://[user[:password]@]host[:port][/db]")
+		return nil, Options{}, p.Invalid("no host; the form is redis://[user[:password]@]host[:port][/db]")
 	}
-	q := u.Query()
-	take := func(key string) (string, bool) {
-		vs, ok := q[key]
-		delete(q, key)
-		if !ok {
-			return "", false
-		}
-		return vs[len(vs)-1], true
+	sopts := Options{Prefix: p.String("prefix", DefaultPrefix)}
+	if err := validatePrefix(sopts.Prefix); err != nil && p.Err() == nil {
+		p.Invalid("%v", err)
 	}
-	prefix, hasPrefix := take("prefix")
-	if hasPrefix && prefix == "" {
-		return nil, Options{}, bad("prefix is empty")
+	if p.OneOf("tokens", TokensServerTime.String(), TokensServerTime.String(), TokensCounter.String()) == TokensCounter.String() {
+		sopts.Tokens = TokensCounter
 	}
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	if err := validatePrefix(prefix); err != nil {
-		return nil, Options{}, bad("%s", err.(*invalidError).msg)
-	}
-	var sopts Options
-	if v, ok := take("tokens"); ok {
-		switch v {
-		case TokensServerTime.String():
-			sopts.Tokens = TokensServerTime
-		case TokensCounter.String():
-			sopts.Tokens = TokensCounter
-		default:
-			return nil, Options{}, bad("tokens=%q: want server_time or counter", v)
-		}
-	}
-	if v, ok := take("token_floor"); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 || n > maxTokenFloor {
-			return nil, Options{}, bad("token_floor=%q: want a decimal integer from 0 to %d", v, int64(maxTokenFloor))
-		}
+	if n := p.Int("token_floor", -1, 0, maxTokenFloor); n >= 0 {
 		sopts.Floor = func(context.Context, string) (int64, error) { return n, nil }
 	}
-	passwordFile, hasPasswordFile := take("password_file")
-	caFile, hasCAFile := take("ca_file")
-	if hasCAFile && u.Scheme != "rediss" {
-		return nil, Options{}, bad("ca_file needs the rediss scheme")
+	passwordFile := p.String("password_file", "")
+	tlsFiles := p.TLSFiles()
+	if err := p.Err(); err != nil {
+		return nil, Options{}, err
 	}
-	_, hasRetries := q["max_retries"]
+	if tlsFiles.Given() && u.Scheme != "rediss" {
+		names, verb := tlsFiles.Names(), "needs"
+		if len(names) > 1 {
+			verb = "need"
+		}
+		return nil, Options{}, p.Invalid("%s %s the rediss scheme", strings.Join(names, ", "), verb)
+	}
+	_, hasRetries := p.Rest()["max_retries"]
 
 	// go-redis parses the rest, and rejects options it does not know.
 	rest := *u
-	rest.RawQuery = q.Encode()
+	rest.RawQuery = p.Rest().Encode()
 	opt, err := goredis.ParseURL(rest.String())
 	if err != nil {
 		// Its errors name an option or the database; make sure of the password.
-		msg := err.Error()
-		if pw, set := u.User.Password(); set && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		}
-		return nil, Options{}, bad("%s", msg)
+		return nil, Options{}, p.Invalid("%s", storekit.Scrub(err.Error(), storekit.Secrets(u)))
 	}
-	if hasPasswordFile {
+	if passwordFile != "" {
 		if _, set := u.User.Password(); set {
-			return nil, Options{}, bad("both a password and password_file are given")
+			return nil, Options{}, p.Invalid("both a password and password_file are given")
 		}
 		b, err := os.ReadFile(passwordFile)
 		if err != nil {
-			return nil, Options{}, bad("password_file: %v", err)
+			return nil, Options{}, p.Invalid("password_file: %v", err)
 		}
 		opt.Password = strings.TrimRight(string(b), "\r\n")
 	}
-	if hasCAFile {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, Options{}, bad("ca_file: %v", err)
+	if tlsFiles.Given() {
+		p.ApplyTLS(tlsFiles, opt.TLSConfig)
+		if err := p.Err(); err != nil {
+			return nil, Options{}, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, Options{}, bad("ca_file %s holds no PEM certificate", caFile)
-		}
-		opt.TLSConfig.RootCAs = pool
 	}
 	if !hasRetries {
 		opt.MaxRetries = -1
 	}
 	opt.ContextTimeoutEnabled = true
-	sopts.Prefix = prefix
 	return opt, sopts, nil
 }
-
-// redact returns u for an error message, without its password. An opaque
-// URL (redis:user:pw@host, a missing "//") is not shown at all.
-func redact(u *url.URL) string {
-	if u.Opaque != "" {
-		return u.Scheme + ":(opaque URL not shown)"
-	}
-	return u.Redacted()
-}
-
-// invalidError is a bad argument: it matches store.ErrInvalid and reads
-// "leasehold/redis: invalid argument: ...".
-type invalidError struct{ msg string }
-
-func invalidf(format string, args ...any) error {
-	return &invalidError{msg: fmt.Sprintf(format, args...)}
-}
-
-func (e *invalidError) Error() string        { return "leasehold/redis: invalid argument: " + e.msg }
-func (e *invalidError) Is(target error) bool { return target == store.ErrInvalid }

@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // Watch implements store.Watcher. Release and ForceRelease publish on the lease's
@@ -26,10 +26,10 @@ import (
 // closed (messages may have been lost); callers poll and call Watch again,
 // which opens a new connection.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateName(name); err != nil {
+	if err := kit.CheckName("watch", name); err != nil {
 		return nil, err
 	}
 	ch, err := s.hub.watch(ctx, s.channel(name))
@@ -49,7 +49,10 @@ const confirmTimeout = 10 * time.Second
 
 var errHubClosed = errors.New("store closed")
 
-// hub multiplexes the watches of one Store over one pub/sub connection.
+// hub keeps the watches of one Store on one pub/sub connection at a time:
+// the session. It subscribes a Redis channel when its first watch starts
+// and unsubscribes it when its last ends; the fan-out to the watches is the
+// session's storekit.Hub.
 type hub struct {
 	c      goredis.UniversalClient
 	health time.Duration // healthInterval when the hub was made
@@ -57,15 +60,17 @@ type hub struct {
 	mu     sync.Mutex
 	sess   *session // nil: none open
 	closed bool
-	wg     sync.WaitGroup // the session loops and the watcher goroutines
+	wg     sync.WaitGroup // the session loops
 }
 
 // session is one pub/sub connection and what is subscribed on it. It lives
 // until the connection breaks or the store closes; it is never reused after.
+// Its end closes every watch on it: a message may have been lost.
 type session struct {
-	ps   *goredis.PubSub
-	done chan struct{} // closed by loop when the session is over
-	err  error         // why it ended; set before done is closed
+	ps    *goredis.PubSub
+	done  chan struct{} // closed by loop when the session is over
+	err   error         // why it ended; set before done is closed
+	watch storekit.Hub  // the watches, by Redis channel; closed by loop at the end
 
 	// Guarded by hub.mu:
 	chans map[string]*subState
@@ -73,14 +78,9 @@ type session struct {
 }
 
 type subState struct {
-	watchers   map[*watcher]struct{}
 	subscribed bool // a SUBSCRIBE was sent after the last UNSUBSCRIBE
 	sent       int  // SUBSCRIBE commands sent for this channel
 	acks       int  // subscribe replies received for this channel
-}
-
-type watcher struct {
-	out chan struct{}
 }
 
 func newHub(c goredis.UniversalClient) *hub { return &hub{c: c, health: healthInterval} }
@@ -92,13 +92,14 @@ func (h *hub) session() *session {
 	}
 	ps := h.c.Subscribe(context.Background())
 	sess := &session{ps: ps, done: make(chan struct{}), chans: map[string]*subState{}, acked: make(chan struct{})}
+	sess.watch.Idle = func(channel string) { h.idle(sess, channel) }
 	h.sess = sess
 	h.wg.Add(1)
 	go h.loop(sess)
 	return sess
 }
 
-// watch subscribes a new watcher to channel and waits for the subscription
+// watch subscribes a new watch to channel and waits for the subscription
 // to be confirmed.
 func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, error) {
 	h.mu.Lock()
@@ -107,20 +108,23 @@ func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, error
 		return nil, errHubClosed
 	}
 	sess := h.session()
+	sub, err := sess.watch.Subscribe(channel)
+	if err != nil { // not expected: an open session's watches are open
+		h.mu.Unlock()
+		return nil, err
+	}
 	st := sess.chans[channel]
 	if st == nil {
-		st = &subState{watchers: map[*watcher]struct{}{}}
+		st = &subState{}
 		sess.chans[channel] = st
 	}
-	w := &watcher{out: make(chan struct{}, 1)}
-	st.watchers[w] = struct{}{}
 	if !st.subscribed {
 		// SUBSCRIBE is only written here; its reply is read by loop.
 		if err := sess.ps.Subscribe(ctx, channel); err != nil {
-			delete(st.watchers, w)
 			h.mu.Unlock()
+			sub.Stop()
 			// go-redis may have reconnected the pub/sub connection under us,
-			// silently: end the session so that no watcher trusts it.
+			// silently: end the session so that no watch trusts it.
 			h.kill(sess)
 			return nil, err
 		}
@@ -128,66 +132,50 @@ func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, error
 		st.sent++
 	}
 	target := st.sent
-	h.wg.Add(1)
 	h.mu.Unlock()
 
-	// The watcher's goroutine owns removing w and closing w.out (under h.mu,
-	// so that loop never sends on a closed channel).
-	confirmed := make(chan error, 1)
-	go h.serve(ctx, sess, channel, w, target, confirmed)
-	if err := <-confirmed; err != nil {
+	// Subscribed to the hub before the reply: a message that arrives
+	// meanwhile wakes the watch (a spurious wake-up at worst).
+	if err := h.confirm(ctx, sess, channel, target); err != nil {
+		sub.Stop()
 		return nil, err
 	}
-	return w.out, nil
+	sub.Until(ctx)
+	return sub.C(), nil
 }
 
-// serve waits for the subscription of w to be confirmed (reporting on
-// confirmed), then until ctx ends or the session does, then removes w.
-func (h *hub) serve(ctx context.Context, sess *session, channel string, w *watcher, target int, confirmed chan<- error) {
-	defer h.wg.Done()
+// confirm waits until the SUBSCRIBE numbered target of channel is
+// confirmed, ctx ends, the session ends, or confirmTimeout passes.
+func (h *hub) confirm(ctx context.Context, sess *session, channel string, target int) error {
 	timer := time.NewTimer(confirmTimeout)
 	defer timer.Stop()
 	for {
 		h.mu.Lock()
-		st := sess.chans[channel]
-		ok := st.acks >= target
+		ok := sess.chans[channel].acks >= target
 		acked := sess.acked
 		h.mu.Unlock()
 		if ok {
-			confirmed <- nil
-			break
+			return nil
 		}
-		var err error
 		select {
 		case <-acked:
-			continue
 		case <-ctx.Done():
-			err = ctx.Err()
+			return ctx.Err()
 		case <-sess.done:
-			err = sess.err
+			return sess.err
 		case <-timer.C:
-			err = fmt.Errorf("no reply to SUBSCRIBE %s within %v", channel, confirmTimeout)
+			return fmt.Errorf("no reply to SUBSCRIBE %s within %v", channel, confirmTimeout)
 		}
-		h.remove(sess, channel, w)
-		confirmed <- err
-		return
 	}
-	select {
-	case <-ctx.Done():
-	case <-sess.done:
-	}
-	h.remove(sess, channel, w)
 }
 
-// remove takes w off channel, unsubscribing when it was the last watcher,
-// and closes w.out.
-func (h *hub) remove(sess *session, channel string, w *watcher) {
+// idle unsubscribes channel once its last watch has ended, unless a new
+// one has come in meanwhile (watch subscribes under h.mu too).
+func (h *hub) idle(sess *session, channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	close(w.out)
 	st := sess.chans[channel]
-	delete(st.watchers, w)
-	if len(st.watchers) > 0 || !st.subscribed {
+	if st == nil || !st.subscribed || sess.watch.Count(channel) > 0 {
 		return
 	}
 	select {
@@ -218,8 +206,8 @@ func (h *hub) killLocked(sess *session) {
 }
 
 // loop reads the session's connection: subscribe replies confirm watches,
-// messages wake watchers. Any error ends the session, which closes every
-// watcher's channel: a message may have been lost.
+// messages wake them. Any error ends the session, which closes every
+// watch's channel: a message may have been lost.
 func (h *hub) loop(sess *session) {
 	defer h.wg.Done()
 	ctx := context.Background()
@@ -252,16 +240,7 @@ func (h *hub) loop(sess *session) {
 			sess.acked = make(chan struct{})
 			h.mu.Unlock()
 		case *goredis.Message:
-			h.mu.Lock()
-			if st := sess.chans[m.Channel]; st != nil {
-				for w := range st.watchers {
-					select {
-					case w.out <- struct{}{}:
-					default:
-					}
-				}
-			}
-			h.mu.Unlock()
+			sess.watch.Notify(m.Channel)
 		}
 	}
 	h.mu.Lock()
@@ -272,9 +251,11 @@ func (h *hub) loop(sess *session) {
 	sess.ps.Close()
 	sess.err = fmt.Errorf("pub/sub connection ended: %w", err)
 	close(sess.done)
+	sess.watch.Close()
 }
 
-// close ends the open session and waits for every goroutine of the hub.
+// close ends the open session and waits for every session loop, which
+// closes the session's watches.
 func (h *hub) close() {
 	h.mu.Lock()
 	h.closed = true

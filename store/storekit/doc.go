@@ -18,9 +18,24 @@
 //
 // The argument checks every method starts with are kit.CheckAcquire,
 // CheckRenew, CheckRelease, CheckName (Get, Watch, ForceRelease, History),
-// CheckTerm and CheckTTL (RenewMany). They apply package store's rules
+// CheckTerm and CheckTTL (RenewMany), and CheckHolder and CheckMetadata for
+// a store's own operations. They apply package store's rules
 // (store.ValidateName and the others) and the store's MinTTL, and report in
-// the Invalid form.
+// the Invalid form. A method of a store then reads:
+//
+//	func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
+//		if err := s.life.Check(ctx); err != nil {
+//			return store.Record{}, err
+//		}
+//		if err := kit.CheckRenew(t, ttl); err != nil {
+//			return store.Record{}, err
+//		}
+//		...
+//		if notLive {
+//			return store.Record{}, kit.Wrap("renew "+t.String(), store.ErrNotHeld)
+//		}
+//		...
+//	}
 //
 // # Open and closed: Lifecycle
 //
@@ -41,8 +56,13 @@
 // channel that holds at most one pending wake-up and is closed when ctx ends
 // or hub.Close is called; the store calls hub.Notify(name) (or NotifyAll
 // after a reconnect) when it learns of a change. A store that subscribes
-// upstream per key uses Subscribe and Stop, and Hub.Idle to unsubscribe when
-// a key's last watch ends.
+// upstream per key uses Subscribe, waits for its upstream subscription,
+// then binds the subscription to ctx with Until (or ends it with Stop); and
+// sets Hub.Idle to unsubscribe upstream when a key's last watch ends. A
+// store whose connection breaks closes the hub (every watch channel closes:
+// a change may have been missed) and starts a new one, as Redis does per
+// pub/sub session; a store that restores its connection by itself keeps the
+// hub and calls NotifyAll once it is back, as PostgreSQL's listener does.
 //
 // # URL parameters: Params
 //
@@ -67,10 +87,19 @@
 // secret values a URL carries, in every escaped form, and Scrub(text,
 // secrets) removes them from a driver's error that may repeat them.
 //
+// # Units
+//
+// CeilMillis(ttl) is a ttl in whole milliseconds, rounded up, for a store
+// that keeps expiry in milliseconds: the lease is never kept shorter than
+// asked.
+//
 // # SQL identifiers
 //
 // kit.SQLIdent(op, "table", name, maxLen) is the one rule for a configured
 // table or schema name: lower-case ASCII letters, digits and '_', not
-// starting with a digit, at most 63 bytes. Such a name needs no quoting and
-// means the same to PostgreSQL, MySQL and SQLite.
+// starting with a digit, at most 63 bytes (maxLen lower, to leave room for
+// suffixes such as "_history"). Such a name needs no quoting and means the
+// same to PostgreSQL, MySQL and SQLite. kit.SQLIdentFold is the same rule
+// for an engine that ignores the case of identifiers (SQLite), where
+// upper-case letters are allowed too.
 package storekit

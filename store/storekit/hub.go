@@ -105,16 +105,24 @@ func (h *Hub) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.Until(ctx)
+	return s.c, nil
+}
+
+// Until stops the subscription when ctx ends (Watch is Subscribe and
+// Until). It is for a store that must do something between the two, such
+// as wait for an upstream subscription to be confirmed. Call it once.
+func (s *Subscription) Until(ctx context.Context) {
 	stop := context.AfterFunc(ctx, s.Stop)
+	h := s.hub
 	h.mu.Lock()
 	if s.ended {
 		h.mu.Unlock()
 		stop()
-	} else {
-		s.stopAfter = stop
-		h.mu.Unlock()
+		return
 	}
-	return s.c, nil
+	s.stopAfter = stop
+	h.mu.Unlock()
 }
 
 // Notify wakes every subscription of key.

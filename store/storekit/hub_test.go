@@ -175,3 +175,27 @@ func TestHubConcurrent(t *testing.T) {
 	wg.Wait()
 	h.Close()
 }
+
+func TestSubscriptionUntil(t *testing.T) {
+	var h storekit.Hub
+	s, err := h.Subscribe("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Notify("k") // before Until: kept
+	ctx, cancel := context.WithCancel(t.Context())
+	s.Until(ctx)
+	if !pending(s.C()) {
+		t.Errorf("a wake-up before Until was lost")
+	}
+	cancel()
+	for range s.C() { // closed by the end of ctx, or the test hangs
+	}
+	if h.Count("k") != 0 {
+		t.Errorf("Count after ctx ended = %d", h.Count("k"))
+	}
+	// Until on a stopped subscription does nothing.
+	s2, _ := h.Subscribe("k")
+	s2.Stop()
+	s2.Until(t.Context())
+}

@@ -87,6 +87,18 @@ func (k Kit) CheckName(op, name string) error {
 	return k.rewrap(op, store.ValidateName(name))
 }
 
+// CheckHolder checks a holder identity (store.ValidateHolder) for
+// operation op.
+func (k Kit) CheckHolder(op, holder string) error {
+	return k.rewrap(op, store.ValidateHolder(holder))
+}
+
+// CheckMetadata checks holder metadata (store.ValidateMetadata) for
+// operation op.
+func (k Kit) CheckMetadata(op, metadata string) error {
+	return k.rewrap(op, store.ValidateMetadata(metadata))
+}
+
 // CheckTerm checks a term (store.ValidateTerm) for operation op.
 func (k Kit) CheckTerm(op string, t store.Term) error {
 	return k.rewrap(op, store.ValidateTerm(t))

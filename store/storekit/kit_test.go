@@ -67,6 +67,8 @@ func TestChecks(t *testing.T) {
 		{"release", kit.CheckRelease(store.Term{Name: "/x", Holder: "h", Token: 1}), `leasehold/teststore: release: invalid argument: lease name "/x" starts with '/'`},
 		{"get", kit.CheckName("get", "a b"), `leasehold/teststore: get: invalid argument: lease name "a b" has ' ' at byte 1; allowed are letters, digits, '-', '_', '.', '/'`},
 		{"renew many", kit.CheckTTL("renew", -time.Second), "leasehold/teststore: renew: invalid argument: ttl -1s is not positive"},
+		{"holder", kit.CheckHolder("advisory lock", ""), "leasehold/teststore: advisory lock: invalid argument: holder identity is empty"},
+		{"metadata", kit.CheckMetadata("advisory lock", strings.Repeat("m", 2000)), "leasehold/teststore: advisory lock: invalid argument: metadata is 2000 bytes, the limit is 1024"},
 		{"term", kit.CheckTerm("force-release", store.Term{Holder: "h", Token: 1}), "leasehold/teststore: force-release: invalid argument: lease name is empty"},
 	}
 	for _, c := range cases {
@@ -85,6 +87,8 @@ func TestChecks(t *testing.T) {
 		kit.CheckRelease(good),
 		kit.CheckName("get", "a/b.c-d_e"),
 		kit.CheckTTL("renew", time.Hour),
+		kit.CheckHolder("x", "node-a"),
+		kit.CheckMetadata("x", ""),
 	} {
 		if err != nil {
 			t.Errorf("a good argument was refused: %v", err)
@@ -116,6 +120,33 @@ func TestSQLIdent(t *testing.T) {
 		err := kit.SQLIdent("open", "table", c.name, c.max)
 		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("SQLIdent(%q, %d) = %v, want ErrInvalid saying %q", c.name, c.max, err, c.want)
+		}
+	}
+	// SQLite ignores case: upper case passes there, and only there.
+	if err := kit.SQLIdentFold("open", "table", "My_Leases", 0); err != nil {
+		t.Errorf("SQLIdentFold(My_Leases): %v", err)
+	}
+	for _, bad := range []string{"My-Leases", "1T", "", strings.Repeat("A", 64)} {
+		if err := kit.SQLIdentFold("open", "table", bad, 0); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SQLIdentFold(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func TestCeilMillis(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{time.Millisecond, 1},
+		{time.Millisecond + 1, 2},
+		{999 * time.Microsecond, 1},
+		{1500 * time.Millisecond, 1500},
+		{0, 0},
+		{time.Duration(1<<63 - 1), (1<<63-1)/int64(time.Millisecond) + 1},
+	} {
+		if got := storekit.CeilMillis(c.d); got != c.want {
+			t.Errorf("CeilMillis(%v) = %d, want %d", c.d, got, c.want)
 		}
 	}
 }

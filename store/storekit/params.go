@@ -47,7 +47,7 @@ func (k Kit) Params(u *url.URL) *Params {
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		// The parse error quotes the bad part, which may hold a secret.
-		p.err = k.Invalid(p.op, "the query does not parse")
+		p.err = k.Invalid(p.op, "the URL query does not parse (look for a ';' or a '%%' not followed by two hex digits)")
 	}
 	p.q = q
 	return p

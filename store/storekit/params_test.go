@@ -79,7 +79,7 @@ func TestParamsBadValues(t *testing.T) {
 		{"cacert=/a&ca_file=/b", "parameters ca_file and cacert are the same parameter"},
 		{"cert_file=/c", "cert_file and key_file go together"},
 		{"bogus=1&zz=2", `unknown URL parameters "bogus", "zz"`},
-		{"table=%zz", "the query does not parse"},
+		{"table=%zz", "the URL query does not parse"},
 		{"token_password=" + secret, "is not true or false"},
 	}
 	for _, c := range cases {

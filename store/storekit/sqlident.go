@@ -12,10 +12,21 @@ const MaxSQLIdentLen = 63
 // without quotes, and it is never interpolated into SQL unchecked. what
 // names the identifier in the error ("table", "schema").
 //
-// A store whose engine ignores the case of identifiers (SQLite) checks the
-// name in lower case. Reserved prefixes (pg_, sqlite_) are the engine's
-// rule and the store's to add.
+// A store whose engine ignores the case of identifiers uses SQLIdentFold.
+// Reserved prefixes (pg_, sqlite_) are the engine's rule and the store's to
+// add.
 func (k Kit) SQLIdent(op, what, name string, maxLen int) error {
+	return k.sqlIdent(op, what, name, maxLen, false)
+}
+
+// SQLIdentFold is SQLIdent for an engine that ignores the case of ASCII
+// letters in identifiers (SQLite): the name is checked as the engine sees
+// it, in lower case, so upper-case letters are allowed too.
+func (k Kit) SQLIdentFold(op, what, name string, maxLen int) error {
+	return k.sqlIdent(op, what, name, maxLen, true)
+}
+
+func (k Kit) sqlIdent(op, what, name string, maxLen int, fold bool) error {
 	if maxLen <= 0 || maxLen > MaxSQLIdentLen {
 		maxLen = MaxSQLIdentLen
 	}
@@ -29,7 +40,10 @@ func (k Kit) SQLIdent(op, what, name string, maxLen int) error {
 		c := name[i]
 		switch {
 		case c >= 'a' && c <= 'z', c == '_':
+		case c >= 'A' && c <= 'Z' && fold:
 		case c >= '0' && c <= '9' && i > 0:
+		case fold:
+			return k.Invalid(op, "%s name %q is not a plain SQL identifier (letters, digits and '_', not starting with a digit)", what, name)
 		default:
 			return k.Invalid(op, "%s name %q is not a plain SQL identifier (lower-case letters, digits and '_', not starting with a digit)", what, name)
 		}
