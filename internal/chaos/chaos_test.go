@@ -1,4 +1,4 @@
-package chaos_test
+package chaos
 
 import (
 	"context"
@@ -14,37 +14,23 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/store"
-	"github.com/leasehold/leasehold/store/postgres"
-	"github.com/leasehold/leasehold/store/redis"
-	"github.com/leasehold/leasehold/store/sqlite"
+	"github.com/leasehold/leasehold/store/registry"
 )
 
 // The test binary is also the chaos node program: the harness re-executes
-// it with LEASEHOLD_CHAOS_NODE=1, and TestMain then runs chaos.NodeMain
+// it with LEASEHOLD_CHAOS_NODE=1, and TestMain then runs NodeMain
 // instead of the tests. No separate build is needed.
 const nodeEnv = "LEASEHOLD_CHAOS_NODE"
 
-var openers = map[string]chaos.Opener{
-	"sqlite":     sqlite.OpenURL,
-	"postgres":   postgres.OpenURL,
-	"postgresql": postgres.OpenURL,
-	"redis":      redis.OpenURL,
-}
-
-func openStore(ctx context.Context, u *url.URL) (store.Store, error) {
-	open, ok := openers[u.Scheme]
-	if !ok {
-		return nil, fmt.Errorf("no store for scheme %q: %w", u.Scheme, store.ErrInvalid)
-	}
-	return open(ctx, u)
-}
+// openStore opens a store the way the leasehold command does: through the
+// registry.
+var openStore Opener = registry.Open
 
 func TestMain(m *testing.M) {
 	if os.Getenv(nodeEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		code := chaos.NodeMain(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, openStore)
+		code := NodeMain(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, openStore)
 		stop()
 		os.Exit(code)
 	}
@@ -61,7 +47,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // baseConfig is a short run: a 2 s lease and the given length of faults.
-func baseConfig(t testing.TB, storeURL string, d time.Duration) chaos.Config {
+func baseConfig(t testing.TB, storeURL string, d time.Duration) Config {
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +57,7 @@ func baseConfig(t testing.TB, storeURL string, d time.Duration) chaos.Config {
 		dir = filepath.Join(out, strings.ReplaceAll(t.Name(), "/", "_"))
 		os.RemoveAll(dir)
 	}
-	return chaos.Config{
+	return Config{
 		StoreURL:    storeURL,
 		Open:        openStore,
 		NodeCommand: []string{self},
@@ -101,9 +87,9 @@ func seedFor(t testing.TB) uint64 {
 }
 
 // run runs c and requires a clean result with real activity.
-func runClean(t *testing.T, c chaos.Config) *chaos.Outcome {
+func runClean(t *testing.T, c Config) *Outcome {
 	t.Helper()
-	out, err := chaos.Run(context.Background(), c)
+	out, err := Run(context.Background(), c)
 	if err != nil {
 		t.Fatalf("chaos run: %v", err)
 	}
@@ -139,7 +125,7 @@ func TestChaosSQLite(t *testing.T) {
 	}
 	dir := t.TempDir()
 	c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 28*time.Second)
-	c.Faults = []string{chaos.FaultPause, chaos.FaultKill, chaos.FaultClock, chaos.FaultTwin} // a file has no network to cut
+	c.Faults = []string{FaultPause, FaultKill, FaultClock, FaultTwin} // a file has no network to cut
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults[:3]...)
 }
@@ -147,7 +133,7 @@ func TestChaosSQLite(t *testing.T) {
 // requireKinds checks that the run injected faults of these kinds (the
 // planner takes every kind once before repeating, so a run long enough for
 // n faults has the first n kinds of its shuffled bag).
-func requireKinds(t *testing.T, out *chaos.Outcome, kinds ...string) {
+func requireKinds(t *testing.T, out *Outcome, kinds ...string) {
 	t.Helper()
 	got := map[string]int{}
 	for _, f := range out.History.Faults {
@@ -177,9 +163,9 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 	// run in about five found none. 36 s fits about four.
 	c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 36*time.Second)
 	c.Unfenced = true
-	c.Faults = []string{chaos.FaultPause}
+	c.Faults = []string{FaultPause}
 	c.LeaderBias = 1
-	out, err := chaos.Run(context.Background(), c)
+	out, err := Run(context.Background(), c)
 	if err != nil {
 		t.Fatalf("chaos run: %v", err)
 	}
@@ -192,10 +178,10 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 	for _, c := range out.Result.Checks {
 		byCheck[c.Name] = c.Violations
 	}
-	if byCheck[chaos.CheckMonotonic] == 0 {
+	if byCheck[CheckMonotonic] == 0 {
 		t.Errorf("no stale write accepted was found: %v", byCheck)
 	}
-	if byCheck[chaos.CheckLinearizable] == 0 {
+	if byCheck[CheckLinearizable] == 0 {
 		t.Errorf("porcupine did not reject the unfenced register: %v", byCheck)
 	}
 	if !strings.Contains(out.Summary, "FAIL") || !strings.Contains(out.Summary, "UNFENCED") {
@@ -206,8 +192,8 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 func TestRunRejectsBadInputBeforeStarting(t *testing.T) {
 	c := baseConfig(t, "sqlite:///nonexistent/x.db", 20*time.Second)
 	c.Faults = []string{"pause", "meteor"}
-	_, err := chaos.Run(context.Background(), c)
-	if !errors.Is(err, chaos.ErrInvalid) || !strings.Contains(err.Error(), `unknown fault "meteor"`) {
+	_, err := Run(context.Background(), c)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `unknown fault "meteor"`) {
 		t.Fatalf("err = %v", err)
 	}
 	entries, _ := os.ReadDir(c.Dir)
@@ -222,16 +208,16 @@ func TestRunRefusesAUsedOutputDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(c.Dir, "history-n1.1.jsonl"), []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := chaos.Run(context.Background(), c)
-	if !errors.Is(err, chaos.ErrInvalid) || !strings.Contains(err.Error(), "is not empty") {
+	_, err := Run(context.Background(), c)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "is not empty") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestRunNamesABadStoreURLAsBadInput(t *testing.T) {
 	c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db")+"?colour=blue", 20*time.Second)
-	_, err := chaos.Run(context.Background(), c)
-	if !errors.Is(err, chaos.ErrInvalid) || errors.Is(err, chaos.ErrStore) {
+	_, err := Run(context.Background(), c)
+	if !errors.Is(err, ErrInvalid) || errors.Is(err, ErrStore) {
 		t.Fatalf("err = %v, want ErrInvalid", err)
 	}
 }
@@ -248,18 +234,18 @@ func TestChaosBrokenStoreIsCaught(t *testing.T) {
 	for _, tc := range []struct {
 		mode, check string
 	}{
-		{chaos.BrokenEarlyGrant, chaos.CheckExclusive},
-		{chaos.BrokenTokenDown, chaos.CheckTokenOrder},
+		{BrokenEarlyGrant, CheckExclusive},
+		{BrokenTokenDown, CheckTokenOrder},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			dir := t.TempDir()
 			c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 3*time.Second)
 			c.BrokenStore = tc.mode
-			c.Faults = []string{chaos.FaultKill} // hand-overs, so that several grants are made
+			c.Faults = []string{FaultKill} // hand-overs, so that several grants are made
 			c.LeaderBias = 1
 			c.Timings = leasehold.Timings{LeaseDuration: time.Second} // the rest scale: a short run
 			c.Slack = 200 * time.Millisecond
-			out, err := chaos.Run(context.Background(), c)
+			out, err := Run(context.Background(), c)
 			if err != nil {
 				t.Fatalf("chaos run: %v", err)
 			}
@@ -282,8 +268,8 @@ func TestChaosBrokenStoreIsCaught(t *testing.T) {
 func TestRunRejectsAnUnknownBrokenStore(t *testing.T) {
 	c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), 20*time.Second)
 	c.BrokenStore = "slightly"
-	_, err := chaos.Run(context.Background(), c)
-	if !errors.Is(err, chaos.ErrInvalid) || !strings.Contains(err.Error(), `broken store "slightly"`) {
+	_, err := Run(context.Background(), c)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `broken store "slightly"`) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -303,8 +289,8 @@ func TestRunRejectsTimingsBelowTheStoresLimits(t *testing.T) {
 		st, err := open(ctx, u)
 		return minLeaseStore{st}, err
 	}
-	_, err := chaos.Run(context.Background(), c)
-	if !errors.Is(err, chaos.ErrInvalid) || !strings.Contains(err.Error(), "below this store's minimum 1h0m0s") {
+	_, err := Run(context.Background(), c)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "below this store's minimum 1h0m0s") {
 		t.Fatalf("err = %v, want ErrInvalid naming the store's minimum", err)
 	}
 	if entries, _ := os.ReadDir(c.Dir); len(entries) != 0 {

@@ -1,4 +1,4 @@
-package chaos_test
+package chaos
 
 import (
 	"context"
@@ -10,15 +10,7 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-
-	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/store/etcd"
 )
-
-func init() {
-	openers["etcd"] = etcd.OpenURL
-	openers["etcds"] = etcd.OpenURL
-}
 
 // etcdMember is a one-member etcd cluster run inside the test process
 // (etcd's own server code, package embed), with short ticks so that 1 s
@@ -102,7 +94,7 @@ func TestChaosEtcd(t *testing.T) {
 	m := startEtcd(t)
 	c := baseConfig(t, m.URL(), 24*time.Second)
 	c.StoreControl = m // store-restart faults restart the member for real
-	c.Faults = []string{chaos.FaultStoreRestart, chaos.FaultKill, chaos.FaultLatency}
+	c.Faults = []string{FaultStoreRestart, FaultKill, FaultLatency}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }

@@ -1,20 +1,18 @@
-package chaos_test
+package chaos
 
 import (
 	"fmt"
 	"time"
-
-	"github.com/leasehold/leasehold/internal/chaos"
 )
 
 // A fault schedule is a pure function of its configuration and seed.
-func ExamplePlan() {
-	plan, err := chaos.Plan(chaos.PlanConfig{
+func Example_plan() {
+	plan, err := Plan(PlanConfig{
 		Seed:    42,
-		Faults:  []string{chaos.FaultPause, chaos.FaultKill, chaos.FaultBlackhole},
+		Faults:  []string{FaultPause, FaultKill, FaultBlackhole},
 		Span:    30 * time.Second,
 		Nodes:   3,
-		Timings: chaos.TimingsJSON{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 300 * time.Millisecond, Jitter: 0.2},
+		Timings: TimingsJSON{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 300 * time.Millisecond, Jitter: 0.2},
 		Slack:   time.Second,
 	})
 	if err != nil {
@@ -34,29 +32,29 @@ func ExamplePlan() {
 // The checker reads a history and says which property broke. Here a
 // register accepted token 1 after token 2: the stale write a fence exists to
 // refuse.
-func ExampleCheck() {
+func Example_check() {
 	sec := func(s float64) int64 { return int64(s * 1e9) }
-	ev := func(node string, s float64, e chaos.Event) chaos.Event {
+	ev := func(node string, s float64, e Event) Event {
 		e.Node, e.Inc, e.Wall, e.Clock = node, 1, sec(s), sec(s)
 		return e
 	}
-	h := &chaos.History{
-		Timings: chaos.TimingsJSON{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 300 * time.Millisecond},
+	h := &History{
+		Timings: TimingsJSON{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 300 * time.Millisecond},
 		Start:   0, End: sec(5),
-		Events: []chaos.Event{
-			ev("n1", 1, chaos.Event{Kind: chaos.EvAcquired, Token: 1, SafeUntil: sec(2.4)}),
-			ev("n1", 1, chaos.Event{Kind: chaos.EvWorkStart, Token: 1}),
-			ev("n2", 3, chaos.Event{Kind: chaos.EvAcquired, Token: 2, SafeUntil: sec(4.4)}),
-			ev("n2", 3, chaos.Event{Kind: chaos.EvWorkStart, Token: 2}),
+		Events: []Event{
+			ev("n1", 1, Event{Kind: EvAcquired, Token: 1, SafeUntil: sec(2.4)}),
+			ev("n1", 1, Event{Kind: EvWorkStart, Token: 1}),
+			ev("n2", 3, Event{Kind: EvAcquired, Token: 2, SafeUntil: sec(4.4)}),
+			ev("n2", 3, Event{Kind: EvWorkStart, Token: 2}),
 		},
-		Register: []chaos.RegisterEntry{
-			{Seq: 1, Resource: "r0", Token: 2, Value: "b", Writer: "n2.1", Result: chaos.Accepted},
-			{Seq: 2, Resource: "r0", Token: 1, Value: "a", Writer: "n1.1", Result: chaos.Accepted},
+		Register: []RegisterEntry{
+			{Seq: 1, Resource: "r0", Token: 2, Value: "b", Writer: "n2.1", Result: Accepted},
+			{Seq: 2, Resource: "r0", Token: 1, Value: "a", Writer: "n1.1", Result: Accepted},
 		},
 	}
-	r := chaos.Check(h, chaos.CheckOptions{})
+	r := Check(h, CheckOptions{})
 	for _, c := range r.Checks {
-		if c.Name == chaos.CheckMonotonic {
+		if c.Name == CheckMonotonic {
 			fmt.Println(c.Name, "violations:", c.Violations)
 		}
 	}

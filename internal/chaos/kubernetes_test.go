@@ -1,27 +1,23 @@
-package chaos_test
+package chaos
 
 import (
 	"context"
 	"errors"
-	"github.com/leasehold/leasehold"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 
-	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testenv"
 	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
 	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 )
-
-func init() {
-	openers[k8sstore.Scheme] = k8sstore.OpenURL
-}
 
 // startKube starts a kube-apiserver of the test's own (with its own etcd, on
 // loopback) and makes a namespace for the run. It returns the store URL:
@@ -71,7 +67,7 @@ func TestChaosKubernetes(t *testing.T) {
 	storeURL := startKube(t)
 	c := baseConfig(t, storeURL, 30*time.Second)
 	c.AllowRemote = true // the kubeconfig points at this test's own server on 127.0.0.1
-	c.Faults = []string{chaos.FaultPause, chaos.FaultKill, chaos.FaultClock, chaos.FaultTwin}
+	c.Faults = []string{FaultPause, FaultKill, FaultClock, FaultTwin}
 	// The store refuses a margin (lease - renew deadline) of a second or
 	// less: client-go, which may share a Lease, tells renewals apart only at
 	// whole seconds.
@@ -84,17 +80,17 @@ func TestChaosKubernetes(t *testing.T) {
 // where its kubeconfig points. Network faults are refused either way.
 func TestKubernetesStoreNeedsAllowRemoteAndNoNetworkFaults(t *testing.T) {
 	c := baseConfig(t, "kubernetes://chaos?kubeconfig=/nonexistent", 20*time.Second)
-	_, err := chaos.Validate(c)
-	if !errors.Is(err, chaos.ErrInvalid) || !contains(err, "cannot run against kubernetes:// stores without --allow-remote") {
+	_, err := Validate(c)
+	if !errors.Is(err, ErrInvalid) || !contains(err, "cannot run against kubernetes:// stores without --allow-remote") {
 		t.Fatalf("without AllowRemote: err = %v", err)
 	}
 	c.AllowRemote = true
-	if _, err := chaos.Validate(c); err != nil {
+	if _, err := Validate(c); err != nil {
 		t.Fatalf("with AllowRemote, default faults: %v", err)
 	}
-	c.Faults = []string{chaos.FaultPause, chaos.FaultBlackhole}
-	_, err = chaos.Validate(c)
-	if !errors.Is(err, chaos.ErrInvalid) || !contains(err, `fault "blackhole" needs a store reached over the network`) {
+	c.Faults = []string{FaultPause, FaultBlackhole}
+	_, err = Validate(c)
+	if !errors.Is(err, ErrInvalid) || !contains(err, `fault "blackhole" needs a store reached over the network`) {
 		t.Fatalf("blackhole: err = %v", err)
 	}
 }

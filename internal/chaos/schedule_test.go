@@ -151,9 +151,9 @@ func TestValidateRejectsBadInput(t *testing.T) {
 }
 
 func TestStoreURLRewriting(t *testing.T) {
-	u, kind, eps, err := parseStoreURL("postgres://u:secret@127.0.0.1:5432/db?schema=s&table=t&sslmode=disable", false)
-	if err != nil || kind != storeNetwork || !reflect.DeepEqual(eps, []string{"127.0.0.1:5432"}) {
-		t.Fatalf("parse: %v %v %v", kind, eps, err)
+	u, d, eps, err := parseStoreURL("postgres://u:secret@127.0.0.1:5432/db?schema=s&table=t&sslmode=disable", false)
+	if err != nil || d.Reach != store.ReachNetwork || !reflect.DeepEqual(eps, []string{"127.0.0.1:5432"}) {
+		t.Fatalf("parse: %v %v %v", d, eps, err)
 	}
 	if s := redact(u); strings.Contains(s, "secret") {
 		t.Fatalf("redact: %s", s)

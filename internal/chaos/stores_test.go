@@ -1,4 +1,4 @@
-package chaos_test
+package chaos
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
@@ -135,7 +134,7 @@ func TestChaosPostgres(t *testing.T) {
 	c := baseConfig(t, pgURL(t), 30*time.Second)
 	// The machine's shared PostgreSQL is not restarted: the harness emulates
 	// the restart at the proxies (every connection reset, new ones refused).
-	c.Faults = []string{chaos.FaultBlackhole, chaos.FaultLatency, chaos.FaultStoreRestart, chaos.FaultReset}
+	c.Faults = []string{FaultBlackhole, FaultLatency, FaultStoreRestart, FaultReset}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }
@@ -147,7 +146,7 @@ func TestChaosRedis(t *testing.T) {
 	r := startRedis(t)
 	c := baseConfig(t, r.URL(), 24*time.Second)
 	c.StoreControl = r // store-restart faults restart this redis-server for real
-	c.Faults = []string{chaos.FaultStoreRestart, chaos.FaultPause, chaos.FaultBlackhole}
+	c.Faults = []string{FaultStoreRestart, FaultPause, FaultBlackhole}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }

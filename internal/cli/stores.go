@@ -9,42 +9,19 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/leasehold/leasehold/store"
-	etcdstore "github.com/leasehold/leasehold/store/etcd"
-	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
-	"github.com/leasehold/leasehold/store/postgres"
-	redisstore "github.com/leasehold/leasehold/store/redis"
+	"github.com/leasehold/leasehold/store/registry"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
 
-// Opener opens the store a URL names. It must not put the URL's password in
-// its errors (the CLI also scrubs it, as a second line of defence).
-type Opener func(ctx context.Context, u *url.URL) (store.Store, error)
+// The stores, their schemes and examples come from store/registry: a store
+// registers there, once, and every command (and verify) knows it.
 
-// storeSchemes maps a URL scheme to its store. One line per scheme: each
-// store package adds its own (redis, rediss, etcd, kubernetes).
-var storeSchemes = map[string]Opener{
-	"sqlite":     sqlite.OpenURL,
-	"postgres":   postgres.OpenURL,
-	"postgresql": postgres.OpenURL,
-	"redis":      redisstore.OpenURL, "rediss": redisstore.OpenURL,
-	"etcd": etcdstore.OpenURL, "etcds": etcdstore.OpenURL,
-	"kubernetes": k8sstore.OpenURL,
-}
-
-func schemeNames() []string {
-	var names []string
-	for s := range storeSchemes {
-		names = append(names, s)
-	}
-	sort.Strings(names)
-	return names
-}
+func schemeNames() []string { return registry.Schemes() }
 
 // StoreEnv is the environment variable that names the store when --store is
 // not given.
@@ -85,22 +62,7 @@ func (s *storeFlag) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.timeout, "connect-timeout", 10*time.Second, "how long to wait for the store to answer at start")
 }
 
-func schemeExamples() []string {
-	examples := map[string]string{
-		"sqlite":     "sqlite:///path/leases.db",
-		"postgres":   "postgres://user@host/db",
-		"redis":      "redis://host:6379/0",
-		"etcd":       "etcd://host:2379",
-		"kubernetes": "kubernetes://namespace",
-	}
-	var out []string
-	for _, s := range schemeNames() {
-		if e, ok := examples[s]; ok {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func schemeExamples() []string { return registry.Examples() }
 
 // openedStore is a store and how to name it in messages.
 //
@@ -173,12 +135,13 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 		// certificate): refuse the URL instead.
 		return nil, usagef("%s %s: the query holds a ';', which would silently drop a parameter; separate parameters with '&' and escape a literal ';' as %%3B", from, name)
 	}
-	open, ok := storeSchemes[u.Scheme]
+	desc, ok := registry.Lookup(u.Scheme)
 	if !ok {
 		return nil, usagef("%s: unknown store scheme %q in %s; known: %s", from, u.Scheme, name, strings.Join(schemeNames(), ", "))
 	}
-	if s.readOnly {
-		if err := readOnlyURL(u); err != nil {
+	if s.readOnly && desc.ReadOnly != nil {
+		// Opening must create nothing: no SQLite file, no table.
+		if err := desc.ReadOnly(u); err != nil {
 			if errors.Is(err, store.ErrInvalid) {
 				return nil, usagef("%s %s: %v", from, name, scrub(env.secrets, err))
 			}
@@ -187,7 +150,7 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 	}
 	octx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	st, err := open(octx, u)
+	st, err := desc.Open(octx, u)
 	if err != nil {
 		err = scrub(env.secrets, err)
 		if errors.Is(err, store.ErrInvalid) {
@@ -199,30 +162,6 @@ func (s *storeFlag) open(ctx context.Context, env *Env) (*openedStore, error) {
 		fmt.Fprintf(env.Stderr, "leasehold: created a new lease store at %s\n", sq.Path())
 	}
 	return &openedStore{Store: st, Name: name}, nil
-}
-
-// readOnlyURL adjusts u so that opening the store creates nothing: a SQLite
-// file must exist (and is opened with create=false), a PostgreSQL URL loses
-// create_if_missing.
-func readOnlyURL(u *url.URL) error {
-	q := u.Query()
-	switch u.Scheme {
-	case "sqlite":
-		path, _, err := sqlite.ParseURL(u)
-		if err != nil {
-			return err
-		}
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("no SQLite store at %s (%w); this command creates no store: check the path", path, err)
-		}
-		q.Set("create", "false")
-	case "postgres", "postgresql":
-		q.Del(postgres.ParamCreateIfMissing)
-	default:
-		return nil
-	}
-	u.RawQuery = q.Encode()
-	return nil
 }
 
 // flagSet reports whether the flag name was given on the command line.

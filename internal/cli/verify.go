@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/registry"
 )
 
 // chaosNodeCommand is the hidden subcommand verify starts its nodes with.
@@ -126,12 +126,12 @@ Examples:
 			fmt.Fprintf(c.env.Stderr, "leasehold verify: no --store given: using a new SQLite file, %s\n", storeURL)
 		}
 	}
-	if all := f.faults == "all"; all && (strings.HasPrefix(storeURL, "sqlite:") || strings.HasPrefix(storeURL, "kubernetes:")) {
-		faults = nil // every kind a store without a proxy supports
+	if f.faults == "all" {
+		faults = nil // every kind the store supports: a store without a proxy has no network faults
 	}
 	cfg := chaos.Config{
 		StoreURL: storeURL, AllowRemote: f.allowRemote,
-		Open:        openByScheme,
+		Open:        registry.Open,
 		NodeCommand: []string{self, chaosNodeCommand},
 		Nodes:       f.nodes, Duration: f.duration, Seed: f.seed, Faults: faults, LeaderBias: f.leaderBias,
 		Timings: leasehold.Timings{LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RenewInterval: f.renewInterval,
@@ -186,15 +186,6 @@ func verifyUsage(from string, err error) error {
 	return err
 }
 
-// openByScheme opens a store with the command's registry.
-func openByScheme(ctx context.Context, u *url.URL) (store.Store, error) {
-	open, ok := storeSchemes[u.Scheme]
-	if !ok {
-		return nil, fmt.Errorf("%w: unknown store scheme %q; known: %s", store.ErrInvalid, u.Scheme, strings.Join(schemeNames(), ", "))
-	}
-	return open(ctx, u)
-}
-
 // chaosNodeCmd is one node of a verify run (hidden).
 type chaosNodeCmd struct{ env *Env }
 
@@ -207,7 +198,7 @@ func (c *chaosNodeCmd) Run(ctx context.Context, args []string) error {
 			return nil
 		}
 	}
-	if code := chaos.NodeMain(ctx, args, c.env.Stdin, c.env.Stdout, c.env.Stderr, openByScheme); code != 0 {
+	if code := chaos.NodeMain(ctx, args, c.env.Stdin, c.env.Stdout, c.env.Stderr, registry.Open); code != 0 {
 		return &ExitError{Code: code}
 	}
 	return nil

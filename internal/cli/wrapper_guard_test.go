@@ -46,7 +46,7 @@ var notForwarded = map[string]map[string]string{
 	},
 	// A chaos node's recorder: the node runs an elector on it and calls no
 	// operator's capability.
-	"chaos.recStore": {
+	"internal/chaos.recStore": {
 		"Lister": "elector only", "ForceReleaser": "elector only", "Migrator": "elector only", "Historian": "elector only",
 	},
 }

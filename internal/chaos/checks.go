@@ -1,0 +1,426 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+func (c *checker) checkMonotonic() string {
+	byRes := map[string][]RegisterEntry{}
+	n := 0
+	for _, r := range c.h.Register {
+		if r.Result == Accepted {
+			byRes[r.Resource] = append(byRes[r.Resource], r)
+			n++
+		}
+	}
+	for _, res := range sortedKeys(byRes) {
+		log := byRes[res]
+		sort.Slice(log, func(i, j int) bool { return log[i].Seq < log[j].Seq })
+		var max RegisterEntry
+		for _, r := range log {
+			if r.Token < max.Token {
+				c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: res,
+					Msg: fmt.Sprintf("resource %s accepted token %d from %s (write %s, seq %d) after it had accepted token %d from %s (seq %d): a stale write landed",
+						res, r.Token, r.Writer, r.Value, r.Seq, max.Token, max.Writer, max.Seq)})
+				continue
+			}
+			// One token from two writers is two terms (a store granted the
+			// token twice): the register must admit only the first.
+			if r.Token == max.Token && r.Writer != max.Writer {
+				c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: res,
+					Msg: fmt.Sprintf("resource %s accepted token %d from %s (write %s, seq %d) after it had accepted the same token from %s (seq %d): one token written by two terms",
+						res, r.Token, r.Writer, r.Value, r.Seq, max.Writer, max.Seq)})
+				continue
+			}
+			max = r
+		}
+	}
+	return fmt.Sprintf("%d accepted writes on %d resources", n, len(byRes))
+}
+
+func (c *checker) checkUniqueToken() string {
+	tokens := make([]int64, 0, len(c.grants))
+	for t := range c.grants {
+		tokens = append(tokens, t)
+	}
+	sort.Slice(tokens, func(i, j int) bool { return tokens[i] < tokens[j] })
+	for _, t := range tokens {
+		g := c.grants[t]
+		if t < 1 {
+			c.violate(Violation{Wall: g[0].wall, Proc: g[0].proc, Token: t, Msg: fmt.Sprintf("token %d granted to %s is below 1", t, g[0].proc)})
+		}
+		if len(g) > 1 {
+			var who []string
+			for _, x := range g {
+				who = append(who, fmt.Sprintf("%s (%s)", x.proc, x.holder))
+			}
+			c.violate(Violation{Wall: g[1].wall, Proc: g[1].proc, Token: t,
+				Msg: fmt.Sprintf("token %d was granted %d times: to %s", t, len(g), strings.Join(who, ", "))})
+		}
+	}
+	return fmt.Sprintf("%d grants", len(tokens))
+}
+
+// termWindow is when process proc ran the guarded work of token: from its
+// work-start to its work-stop (or the end of its history).
+func (c *checker) inTerm(proc string, token int64, wall int64) bool {
+	var start, stop int64 = -1, math.MaxInt64
+	for _, e := range c.byProc[proc] {
+		if e.Token != token {
+			continue
+		}
+		switch e.Kind {
+		case EvWorkStart:
+			start = e.Wall
+		case EvWorkStop:
+			stop = e.Wall
+		}
+	}
+	return start >= 0 && wall >= start && wall <= stop
+}
+
+func (c *checker) checkWriteOwner() string {
+	n := 0
+	for _, r := range c.h.Register {
+		if r.Result != Accepted {
+			continue
+		}
+		n++
+		g := c.grants[r.Token]
+		switch {
+		case len(g) == 0:
+			c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("resource %s accepted write %s with token %d from %s, but no node was ever granted token %d", r.Resource, r.Value, r.Token, r.Writer, r.Token)})
+			continue
+		case g[0].proc != r.Writer:
+			c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("resource %s accepted write %s with token %d from %s, but token %d was granted to %s", r.Resource, r.Value, r.Token, r.Writer, r.Token, g[0].proc)})
+			continue
+		}
+		w := c.byVal[r.Value]
+		switch {
+		case w == nil:
+			c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("resource %s accepted write %s (token %d, from %s) that no node recorded sending", r.Resource, r.Value, r.Token, r.Writer)})
+		case w.call.Token != r.Token || w.call.Proc() != r.Writer || w.call.Resource != r.Resource:
+			c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("resource %s logged write %s as token %d from %s, but %s sent it to %s with token %d", r.Resource, r.Value, r.Token, r.Writer, w.call.Proc(), w.call.Resource, w.call.Token)})
+		case !c.inTerm(r.Writer, r.Token, w.call.Wall):
+			c.violate(Violation{Wall: w.call.Wall, Proc: r.Writer, Token: r.Token, Resource: r.Resource,
+				Msg: fmt.Sprintf("write %s with token %d was sent by %s outside the guarded work of its term %d", r.Value, r.Token, r.Writer, r.Token)})
+		}
+	}
+	acked := 0
+	for _, w := range c.writes {
+		if w.result != Accepted {
+			continue
+		}
+		acked++
+		found := false
+		for _, r := range c.logVal[w.call.Value] {
+			if r.Result == Accepted && r.Token == w.call.Token && r.Resource == w.call.Resource {
+				found = true
+			}
+		}
+		if !found {
+			c.violate(Violation{Wall: w.ret.Wall, Proc: w.call.Proc(), Token: w.call.Token, Resource: w.call.Resource,
+				Msg: fmt.Sprintf("%s was told its write %s (token %d) to %s was accepted, but the register has no such write", w.call.Proc(), w.call.Value, w.call.Token, w.call.Resource)})
+		}
+	}
+	return fmt.Sprintf("%d writes accepted by the register, %d acknowledged to nodes", n, acked)
+}
+
+// pausedOver reports whether proc was frozen (a pause fault) at some moment
+// of [from, to] (wall ns).
+func (c *checker) pausedOver(proc string, from, to int64) bool {
+	for _, f := range c.h.Faults {
+		if f.Kind == FaultPause && f.Target == proc && f.Start <= to && f.End >= from {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *checker) checkSafeUntil() string {
+	t := c.h.Timings
+	const arithSlack = int64(2 * time.Millisecond)
+	n, exempt := 0, 0
+	for _, proc := range sortedKeys(c.byProc) {
+		lastAcquire, lastRenew := map[int64]Event{}, map[int64]Event{}
+		for _, e := range c.byProc[proc] {
+			switch e.Kind {
+			case EvAnswer:
+				if e.Err != "" || e.Token == 0 {
+					continue
+				}
+				if sc := c.callOf(proc, e.Req); sc != nil {
+					switch e.Call {
+					case CallAcquire:
+						lastAcquire[e.Token] = sc.req
+					case CallRenew:
+						lastRenew[e.Token] = sc.req
+					}
+				}
+			case EvAcquired, EvRenewed:
+				if e.SafeUntil == 0 {
+					continue
+				}
+				n++
+				// The request that granted or renewed the term is the last
+				// one the recorder saw answered with success for this token.
+				// It reached the store after the elector took its send time,
+				// so safeUntil may be no later than the recorded request's
+				// reading of the node's clock plus the renew deadline,
+				// whatever latency the library reports.
+				req, ok := lastAcquire[e.Token]
+				what := "an acquire"
+				if e.Kind == EvRenewed {
+					req, ok = lastRenew[e.Token]
+					what = "a renewal"
+				}
+				if !ok {
+					c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
+						Msg: fmt.Sprintf("%s reported %s of token %d (safeUntil %v on its clock), but its recorder saw no such request answered with success: the library reports a term the store did not give it",
+							proc, what, e.Token, time.Duration(e.SafeUntil))})
+					continue
+				}
+				limit := req.Clock + int64(t.RenewDeadline) + arithSlack
+				if e.SafeUntil > limit {
+					c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
+						Msg: fmt.Sprintf("%s %s token %d with safeUntil %v on its clock, later than the recorded send of the request (%v) + renewDeadline = %v (the library reported a latency of %v): safeUntil must count from when the request was sent",
+							proc, e.Kind, e.Token, time.Duration(e.SafeUntil), time.Duration(req.Clock), time.Duration(limit-arithSlack), time.Duration(e.Latency))})
+				}
+			case EvWriteCall, EvWorkStop:
+				if e.SafeUntil == 0 {
+					continue
+				}
+				n++
+				over := e.Clock - e.SafeUntil
+				if over <= 0 {
+					continue
+				}
+				// Clock rates stay above 1/2 (validated), so the deadline
+				// passed at most 2×over ago in real time.
+				if c.pausedOver(proc, e.Wall-2*over-int64(t.WindDown), e.Wall) {
+					exempt++
+					continue
+				}
+				what := "sent write " + e.Value
+				if e.Kind == EvWorkStop {
+					what = "returned from its guarded work"
+				}
+				c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
+					Msg: fmt.Sprintf("%s %s with token %d %v after its safeUntil, on its own clock, and it was not frozen then", proc, what, e.Token, time.Duration(over))})
+			}
+		}
+	}
+	return fmt.Sprintf("%d deadlines (%d overruns by frozen processes exempt)", n, exempt)
+}
+
+// callOf is the store call req of proc.
+func (c *checker) callOf(proc string, req int64) *storeCall {
+	return c.callBy[fmt.Sprintf("%s#%d", proc, req)]
+}
+
+// checkTokenOrder: if the answer of grant A was recorded before the request
+// of grant B was sent, the store made A before B, so B's token must be higher.
+// The request line is written before the call reaches the store and the
+// answer line after it returns, so this order is never inferred wrongly from
+// the order in which the lines were written. Grants whose answers overlap in
+// time are not ordered: the store may have made them either way.
+func (c *checker) checkTokenOrder() string {
+	var grants []*storeCall
+	for _, sc := range c.calls {
+		if sc.req.Call == CallAcquire && sc.ans != nil && sc.ans.Err == "" && sc.ans.Token != 0 {
+			grants = append(grants, sc)
+		}
+	}
+	byAns := append([]*storeCall(nil), grants...)
+	sort.SliceStable(byAns, func(i, j int) bool { return byAns[i].ans.Wall < byAns[j].ans.Wall })
+	byReq := append([]*storeCall(nil), grants...)
+	sort.SliceStable(byReq, func(i, j int) bool { return byReq[i].req.Wall < byReq[j].req.Wall })
+	var best *storeCall // the highest token among the grants answered so far
+	i := 0
+	for _, g := range byReq {
+		for i < len(byAns) && byAns[i].ans.Wall < g.req.Wall {
+			if best == nil || byAns[i].ans.Token > best.ans.Token {
+				best = byAns[i]
+			}
+			i++
+		}
+		if best != nil && g.ans.Token <= best.ans.Token {
+			c.violate(Violation{Wall: g.ans.Wall, Proc: g.req.Proc(), Token: g.ans.Token,
+				Msg: fmt.Sprintf("%s was granted token %d by an acquire sent %v after %s had been granted token %d (answer received first): tokens must rise in the order of grants",
+					g.req.Proc(), g.ans.Token, time.Duration(g.req.Wall-best.ans.Wall), best.req.Proc(), best.ans.Token)})
+		}
+	}
+	return fmt.Sprintf("%d grants recorded at the store's door", len(grants))
+}
+
+// liveWork is an interval (wall ns) in which a process ran a term's guarded
+// work believing it held the lease, and was not frozen.
+type liveWork struct {
+	proc     string
+	token    int64
+	from, to int64
+}
+
+// crossing is the wall time at which the node's clock reached s, between
+// two consecutive events of its process with a.Clock < s <= b.Clock. The
+// node's clock is a function of real time (it runs on while the process is
+// frozen), piecewise linear with changes only where an EvClockBefore/EvClock
+// pair brackets them, so interpolating between neighbours is exact to within
+// that bracket.
+func crossing(a, b Event, s int64) int64 {
+	if b.Clock <= a.Clock {
+		return b.Wall
+	}
+	f := float64(s-a.Clock) / float64(b.Clock-a.Clock)
+	return a.Wall + int64(f*float64(b.Wall-a.Wall))
+}
+
+// workIntervals are the live intervals of every term's guarded work.
+func (c *checker) workIntervals() []liveWork {
+	var out []liveWork
+	for _, proc := range sortedKeys(c.byProc) {
+		ev := c.byProc[proc]
+		var pauses [][2]int64
+		for _, f := range c.h.Faults {
+			// The harness records a pause's start before SIGSTOP and its end
+			// after SIGCONT: the span covers the whole freeze.
+			if f.Kind == FaultPause && f.Target == proc {
+				pauses = append(pauses, [2]int64{f.Start, f.End})
+			}
+		}
+		for i, e := range ev {
+			if e.Kind != EvWorkStart {
+				continue
+			}
+			tok, su := e.Token, e.SafeUntil
+			from, to := e.Wall, int64(-1)
+			if su != 0 && e.Clock >= su {
+				continue // started past its deadline: it never believed
+			}
+			for j := i + 1; j < len(ev) && to < 0; j++ {
+				x := ev[j]
+				if su != 0 && x.Clock >= su {
+					to = crossing(ev[j-1], x, su)
+					break
+				}
+				if x.Token != tok {
+					continue
+				}
+				switch x.Kind {
+				case EvWorkStop, EvLost:
+					to = x.Wall
+				case EvAcquired, EvRenewed, EvWriteCall, EvRenewFailed:
+					if x.SafeUntil != 0 {
+						su = x.SafeUntil
+					}
+				}
+			}
+			if to < 0 { // the history ends (killed): the last thing it recorded
+				to = ev[len(ev)-1].Wall
+			}
+			for _, iv := range subtract(from, to, pauses) {
+				out = append(out, liveWork{proc: proc, token: tok, from: iv[0], to: iv[1]})
+			}
+		}
+	}
+	return out
+}
+
+// subtract returns [from, to] without the spans in cut.
+func subtract(from, to int64, cut [][2]int64) [][2]int64 {
+	ivs := [][2]int64{{from, to}}
+	for _, p := range cut {
+		var next [][2]int64
+		for _, iv := range ivs {
+			if p[1] <= iv[0] || p[0] >= iv[1] {
+				next = append(next, iv)
+				continue
+			}
+			if iv[0] < p[0] {
+				next = append(next, [2]int64{iv[0], p[0]})
+			}
+			if p[1] < iv[1] {
+				next = append(next, [2]int64{p[1], iv[1]})
+			}
+		}
+		ivs = next
+	}
+	return ivs
+}
+
+func (c *checker) checkExclusive() string {
+	ivs := c.workIntervals()
+	sort.SliceStable(ivs, func(i, j int) bool { return ivs[i].from < ivs[j].from })
+	terms := map[string]bool{}
+	for i, a := range ivs {
+		terms[fmt.Sprintf("%s#%d", a.proc, a.token)] = true
+		for _, b := range ivs[i+1:] {
+			if b.from >= a.to {
+				break
+			}
+			if a.proc == b.proc && a.token == b.token {
+				continue
+			}
+			end := min(a.to, b.to)
+			c.violate(Violation{Wall: b.from, Proc: b.proc, Token: b.token,
+				Msg: fmt.Sprintf("%s (token %d) and %s (token %d) both ran guarded work believing they held the lease, neither frozen, for %v: %s started while %s still trusted its term",
+					a.proc, a.token, b.proc, b.token, time.Duration(end-b.from), b.proc, a.proc)})
+		}
+	}
+	return fmt.Sprintf("%d terms of guarded work, %d live intervals", len(terms), len(ivs))
+}
+
+// leaderTimes are the wall times of every grant and successful renewal:
+// the moments a leader demonstrably existed.
+func leaderTimes(h *History) []int64 {
+	var lead []int64
+	for _, e := range h.Events {
+		if e.Kind == EvAcquired || e.Kind == EvRenewed {
+			lead = append(lead, e.Wall)
+		}
+	}
+	sort.Slice(lead, func(i, j int) bool { return lead[i] < lead[j] })
+	return lead
+}
+
+// Recovery is the time from a fault's healing to the first grant or renewal
+// at or after it, and false if there was none before the history ends.
+func Recovery(h *History, f Fault) (time.Duration, bool) {
+	lead := leaderTimes(h)
+	i := sort.Search(len(lead), func(i int) bool { return lead[i] >= f.End })
+	if i == len(lead) {
+		return 0, false
+	}
+	return time.Duration(lead[i] - f.End), true
+}
+
+func (c *checker) checkFailover() string {
+	bound := int64(FailoverBound(c.h.Timings, c.h.Slack))
+	lead := leaderTimes(c.h)
+	n := 0
+	for _, f := range c.h.Faults {
+		if f.Err != "" {
+			continue // not injected
+		}
+		heal := f.End
+		if heal+bound > c.h.End {
+			continue // the run ended first; the harness leaves a quiet period to avoid this
+		}
+		n++
+		i := sort.Search(len(lead), func(i int) bool { return lead[i] >= heal })
+		if i < len(lead) && lead[i] <= heal+bound {
+			continue
+		}
+		c.violate(Violation{Wall: heal, Proc: f.Target,
+			Msg: fmt.Sprintf("no leader within %v after the %s fault on %s healed", time.Duration(bound), f.Kind, f.Target)})
+	}
+	return fmt.Sprintf("%d healed faults, bound %v", n, time.Duration(bound))
+}

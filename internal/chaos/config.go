@@ -1,0 +1,274 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/postgres"
+)
+
+// StoreControl stops and starts the store, for real store restarts. The
+// harness uses it when the caller runs the store itself (a test's own
+// redis-server, an embedded etcd member); without it, a store restart is
+// emulated at the proxies: every connection is reset and new ones are
+// refused while the store is "down".
+type StoreControl interface {
+	Stop(ctx context.Context) error
+	Start(ctx context.Context) error
+}
+
+// Config configures a run. Zero fields take the defaults in the comments.
+type Config struct {
+	// StoreURL names the store (see SupportedSchemes). Required. Network
+	// stores must be on a loopback address unless AllowRemote is set; a
+	// Kubernetes store (whose server the kubeconfig names, not the URL)
+	// needs AllowRemote always, and is not proxied: no network faults.
+	StoreURL    string
+	AllowRemote bool
+	// Open opens a store by URL, in the harness and (the same registry) in
+	// the nodes. Required.
+	Open Opener
+	// NodeCommand is the node program and its leading arguments; the harness
+	// appends the node's flags. Required (the leasehold command passes
+	// itself with its hidden node subcommand; tests re-execute themselves).
+	NodeCommand []string
+	// NodeEnv is added to the nodes' environment.
+	NodeEnv []string
+
+	// Nodes is the number of node processes (default 3, at most 9).
+	Nodes int
+	// Duration is how long faults are injected, after the first leader is
+	// elected (default 30 s). The run ends after the last fault's quiet period.
+	Duration time.Duration
+	// Seed draws the fault schedule and the clock offsets. Zero: a random
+	// seed, reported in the outcome so that the run can be repeated.
+	Seed uint64
+	// Faults are the fault kinds to inject (default: every kind the store
+	// supports; a local store such as SQLite has no network to cut).
+	Faults []string
+	// LeaderBias is the share of node faults aimed at whichever node leads
+	// (default 0.7; 1 aims every one at the leader).
+	LeaderBias float64
+
+	// Timings of the lease (default: a 2 s lease, 1.4 s renew deadline,
+	// 400 ms renew interval, 300 ms retry period, 0.2 jitter, 400 ms wind-down).
+	// With only LeaseDuration set, the rest scale as in leasehold.Timings,
+	// and WindDown is half of RenewDeadline - RenewInterval.
+	Timings leasehold.Timings
+	// Slack is added to the failover bound (default 1 s: process scheduling
+	// and store round trips on a loaded machine).
+	Slack time.Duration
+	// MaxSkew bounds the constant offset of each node's clock (default 5 s).
+	MaxSkew time.Duration
+	// MaxDrift bounds clock-rate faults: rates in [1-MaxDrift, 1+MaxDrift]
+	// (default 0.2). It must stay below 1 - RenewDeadline/LeaseDuration.
+	MaxDrift float64
+	// WriteInterval is the pause between a leader's writes (default 10 ms).
+	WriteInterval time.Duration
+	// Think is how long each write is held between the node deciding to
+	// send it and sending it, without looking at the lease (default 40 ms;
+	// must be below WindDown).
+	Think time.Duration
+	// Resources is the number of register resources the leader writes to in
+	// turn (default 2).
+	Resources int
+	// Register is the fenced register's kind: "http", "postgres" or
+	// "sqlite". Default: postgres for a PostgreSQL store (a table on the same
+	// server, on a connection that bypasses the proxy), sqlite for SQLite (its
+	// own file), http otherwise (a server in the harness).
+	Register string
+	// Unfenced turns the register's token check off: the negative control.
+	// The checker must then find violations.
+	Unfenced bool
+	// BrokenStore, if set, makes every node use a deliberately broken
+	// wrapper of the store (BrokenEarlyGrant, BrokenTokenDown): a negative
+	// control for the checks that judge the store. The checker must then
+	// find violations. Nothing else selects these wrappers.
+	BrokenStore string
+	// ReadInterval is how often the harness reads each resource (default 100 ms).
+	ReadInterval time.Duration
+	// Dir receives the histories and the report (default: a new temporary
+	// directory).
+	Dir string
+	// Keep leaves the PostgreSQL register tables in place.
+	Keep bool
+	// StoreControl, if set, makes store-restart faults real restarts.
+	StoreControl StoreControl
+	// Progress, if set, receives a line per fault as the run goes.
+	Progress io.Writer
+	// LinearizeTimeout bounds the porcupine search (default 30 s).
+	LinearizeTimeout time.Duration
+}
+
+// DefaultTimings are the chaos run's default lease timings.
+func DefaultTimings() leasehold.Timings {
+	return leasehold.Timings{
+		LeaseDuration: 2 * time.Second,
+		RenewDeadline: 1400 * time.Millisecond,
+		RenewInterval: 400 * time.Millisecond,
+		RetryPeriod:   300 * time.Millisecond,
+		Jitter:        0.2,
+		WindDown:      400 * time.Millisecond,
+	}
+}
+
+// normalize fills defaults and validates c. It returns the store and its
+// endpoints.
+func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
+	bad := func(format string, args ...any) (*url.URL, *store.Descriptor, []string, error) {
+		return nil, nil, nil, fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	if c.StoreURL == "" {
+		return bad("no store URL")
+	}
+	u, desc, eps, err := parseStoreURL(c.StoreURL, c.AllowRemote)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if c.Open == nil {
+		return bad("no store opener")
+	}
+	if len(c.NodeCommand) == 0 {
+		return bad("no node command")
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 3
+	}
+	if c.LeaderBias == 0 {
+		c.LeaderBias = 0.7
+	}
+	if c.LeaderBias < 0 || c.LeaderBias > 1 {
+		return bad("leader bias %v must be in [0, 1]", c.LeaderBias)
+	}
+	if c.Nodes < 2 || c.Nodes > 9 {
+		return bad("--nodes %d: need 2 to 9 nodes", c.Nodes)
+	}
+	if c.Duration == 0 {
+		c.Duration = 30 * time.Second
+	}
+	if c.Duration < 0 {
+		return bad("--duration %v is negative", c.Duration)
+	}
+	if c.Timings == (leasehold.Timings{}) {
+		c.Timings = DefaultTimings()
+	} else {
+		wd := c.Timings.WindDown
+		c.Timings = c.Timings.WithDefaults()
+		if wd == 0 {
+			c.Timings.WindDown = (c.Timings.RenewDeadline - c.Timings.RenewInterval) / 2
+		}
+	}
+	if err := c.Timings.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	t := c.Timings
+	if c.Slack == 0 {
+		c.Slack = time.Second
+	}
+	if c.Slack < 0 {
+		return bad("--slack %v is negative", c.Slack)
+	}
+	if c.MaxSkew == 0 {
+		c.MaxSkew = 5 * time.Second
+	}
+	if c.MaxSkew < 0 {
+		return bad("--max-skew %v is negative", c.MaxSkew)
+	}
+	if c.MaxDrift == 0 {
+		c.MaxDrift = 0.2
+	}
+	limit := 1 - float64(t.RenewDeadline)/float64(t.LeaseDuration)
+	switch {
+	case c.MaxDrift < 0 || c.MaxDrift >= 0.5:
+		return bad("--max-drift %v must be in [0, 0.5)", c.MaxDrift)
+	case c.MaxDrift >= limit:
+		return bad("--max-drift %v is impossible with these timings: a clock that slow stretches the renew deadline (%v) to %v of real time, past the lease (%v), so the holder would trust its term after a rival may take over; keep it below 1 - renewDeadline/leaseDuration = %.3f",
+			c.MaxDrift, t.RenewDeadline, time.Duration(float64(t.RenewDeadline)/(1-c.MaxDrift)).Round(time.Millisecond), t.LeaseDuration, limit)
+	}
+	if c.WriteInterval == 0 {
+		c.WriteInterval = 10 * time.Millisecond
+	}
+	if c.WriteInterval < 0 {
+		return bad("--write-interval %v is negative", c.WriteInterval)
+	}
+	if c.Think == 0 {
+		c.Think = min(40*time.Millisecond, t.WindDown/4)
+	}
+	if c.Think < 0 || c.Think >= t.WindDown {
+		return bad("--think %v must be in [0, wind-down %v): a write prepared just before the work is told to stop must still land before safeUntil", c.Think, t.WindDown)
+	}
+	if c.Resources == 0 {
+		c.Resources = 2
+	}
+	if c.Resources < 1 || c.Resources > 8 {
+		return bad("--resources %d: need 1 to 8", c.Resources)
+	}
+	if c.ReadInterval == 0 {
+		c.ReadInterval = 100 * time.Millisecond
+	}
+	if c.ReadInterval < 0 {
+		return bad("read interval %v is negative", c.ReadInterval)
+	}
+	if len(c.Faults) == 0 {
+		for _, f := range AllFaults {
+			if !proxied(desc.Reach) && isNetworkFault(f) {
+				continue
+			}
+			c.Faults = append(c.Faults, f)
+		}
+	}
+	for _, f := range c.Faults {
+		if _, err := ParseFaults(f); err != nil {
+			return nil, nil, nil, err
+		}
+		if desc.Reach == store.ReachLocal && isNetworkFault(f) {
+			return bad("fault %q needs a store reached over the network; %s:// is a local file with no connection to cut (use %s, %s, %s, %s)",
+				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
+		}
+		if desc.Reach == store.ReachAPI && isNetworkFault(f) {
+			return bad("fault %q needs a store reached over the network through the harness's proxy; the harness does not proxy %s:// stores (their server's address is in the kubeconfig, not the URL) (use %s, %s, %s, %s)",
+				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
+		}
+	}
+	if c.BrokenStore != "" {
+		if err := validBroken(c.BrokenStore); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	switch c.Register {
+	case "":
+		c.Register = defaultRegister(desc)
+	case RegisterHTTP, RegisterSQLite:
+	case RegisterPostgres:
+		if desc != &postgres.Descriptor {
+			return bad("--register postgres needs a PostgreSQL store (it puts the register on the same server)")
+		}
+	default:
+		return bad("--register %q: want %s, %s or %s", c.Register, RegisterHTTP, RegisterPostgres, RegisterSQLite)
+	}
+	return u, desc, eps, nil
+}
+
+func (c *Config) timingsJSON() TimingsJSON {
+	t := c.Timings
+	return TimingsJSON{LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RenewInterval: t.RenewInterval,
+		RetryPeriod: t.RetryPeriod, Jitter: t.Jitter, WindDown: t.WindDown}
+}
+
+// Validate checks a configuration without running it, and returns the fault
+// schedule its seed gives.
+func Validate(c Config) ([]Planned, error) {
+	if _, _, _, err := c.normalize(); err != nil {
+		return nil, err
+	}
+	return Plan(c.planConfig())
+}
+
+func (c *Config) planConfig() PlanConfig {
+	return PlanConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack, MaxDrift: c.MaxDrift, LeaderBias: c.LeaderBias}
+}
