@@ -133,7 +133,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	var wg sync.WaitGroup
 	var minErr, maxErr error
 	wg.Go(func() { s.minSession, minErr = probeTimeout(octx, cfg.Servers, time.Millisecond) })
-	wg.Go(func() { s.maxSession, maxErr = probeTimeout(octx, cfg.Servers, 1<<31-1) })
+	wg.Go(func() { s.maxSession, maxErr = probeTimeout(octx, cfg.Servers, (1<<31-1)*time.Millisecond) })
 	wg.Wait()
 	if err := errors.Join(minErr, maxErr); err != nil {
 		if ctx.Err() != nil {

@@ -288,6 +288,9 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 	e.schedule(e.deadline)
 
 	sid := sess.conn.SessionID()
+	if testHookBeforeCreate != nil {
+		testHookBeforeCreate()
+	}
 	ops = append(ops,
 		&zk.CreateRequest{Path: p + "/" + e.prefix, Data: encodeNode(holder, metadata, ttl), Acl: s.cfg.ACL, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: p, Data: encodeRecord(e.prefix), Version: -1})
@@ -360,6 +363,10 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 	}
 	return store.Record{}, true, nil
 }
+
+// testHookBeforeCreate, if set (by tests), runs before the transaction that
+// creates a contender node is sent.
+var testHookBeforeCreate func()
 
 // ensurePath creates the lease's path and the paths above it (persistent
 // nodes, with the store's ACL) where missing.
