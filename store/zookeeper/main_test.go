@@ -46,6 +46,12 @@ func shared(t testing.TB) *zktest.Server {
 		if sharedErr == nil {
 			sharedSrv, sharedErr = zktest.StartServer(zktest.Options{Dir: sharedDir})
 		}
+		if sharedErr == nil {
+			// The tests' roots live under /lh-test, open to all: a store
+			// creates the paths above its root with its own ACL, and the
+			// first test there must not lock the others out.
+			sharedErr = createOpen(sharedSrv.Addr(), "/lh-test")
+		}
 	})
 	if errors.Is(sharedErr, zktest.ErrNotInstalled) {
 		testenv.Missing(t, "ZooKeeper", zktest.HowToInstall+" ("+sharedErr.Error()+")")
@@ -54,6 +60,20 @@ func shared(t testing.TB) *zktest.Server {
 		t.Fatal(sharedErr)
 	}
 	return sharedSrv
+}
+
+// createOpen creates path p, open to anyone, on the server at addr.
+func createOpen(addr, p string) error {
+	c, events, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	go drain(events)
+	if _, err := c.Create(p, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return fmt.Errorf("create %s: %w", p, err)
+	}
+	return nil
 }
 
 var rootSeq atomic.Int64

@@ -197,7 +197,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if ttl%time.Millisecond != 0 {
 		ttl = ttl.Truncate(time.Millisecond) + time.Millisecond
 	}
-	op := fmt.Sprintf("acquire %q for %s", name, holder)
+	op := fmt.Sprintf("acquire %q (%s) for %s", name, s.Path(name), holder)
 	sess, err := s.sessionFor(ctx, ttl)
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
@@ -475,7 +475,16 @@ func (s *Store) reap(e *entry) {
 		case <-ctx.Done():
 		}
 	}()
-	if err := s.deleteLocked(ctx, e); err != nil && !s.life.Closed() {
+	err := s.deleteLocked(ctx, e)
+	switch {
+	case err == nil, s.life.Closed():
+	case errors.Is(err, zk.ErrNoAuth):
+		// The ACL does not let this user delete its own node: end the
+		// session instead (closing a session needs no permission) once it
+		// carries nothing else.
+		s.retire(e.sess)
+		s.dropLocked(e)
+	default:
 		e.schedule(time.Now().Add(max(s.tick(), 100*time.Millisecond)))
 	}
 }
@@ -500,7 +509,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	if err := kit.CheckRenew(t, ttl); err != nil {
 		return store.Record{}, err
 	}
-	op := "renew " + t.String()
+	op := fmt.Sprintf("renew %s (%s)", t, s.Path(t.Name))
 	s.mu.Lock()
 	e := s.byTerm[t]
 	s.mu.Unlock()
@@ -636,7 +645,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err := kit.CheckRelease(t); err != nil {
 		return err
 	}
-	op := "release " + t.String()
+	op := fmt.Sprintf("release %s (%s)", t, s.Path(t.Name))
 	s.mu.Lock()
 	e := s.byTerm[t]
 	s.mu.Unlock()
@@ -709,7 +718,7 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	}
 	rec, err := s.get(ctx, s.ctl.conn, name, true)
 	if err != nil {
-		return store.Record{}, kit.Wrap(fmt.Sprintf("get %q", name), s.life.ClosedOr(err))
+		return store.Record{}, kit.Wrap(fmt.Sprintf("get %q (%s)", name, s.Path(name)), s.life.ClosedOr(err))
 	}
 	return rec, nil
 }
