@@ -26,7 +26,7 @@ type ledger struct {
 func newLedger(t *testing.T) *ledger {
 	l := &ledger{t: t, active: map[string]int64{}, starts: map[string]int{}}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || testing.Verbose() {
 			l.dump()
 		}
 	})
