@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/store"
 )
 
 // proxied starts a fault proxy in front of the shared server, closed when t
 // ends.
-func proxied(t *testing.T) *chaos.Proxy {
+func proxied(t *testing.T) *faultproxy.Proxy {
 	t.Helper()
-	p, err := chaos.NewProxy(shared(t).Addr())
+	p, err := faultproxy.New(shared(t).Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

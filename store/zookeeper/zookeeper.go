@@ -808,3 +808,35 @@ func (s *Store) describeHead(ctx context.Context, conn *zk.Conn, name string, c 
 	}
 	return rec, nil
 }
+
+// TermNode returns the ZooKeeper path of term t's contender node, or an
+// error matching store.ErrNotHeld if t is not the live term. The node
+// exists exactly as long as the term is live (its name is unique to the
+// attempt that created it, and its data version stays 0), so a write inside
+// ZooKeeper is fenced by making it a transaction that checks the node:
+//
+//	node, err := st.TermNode(ctx, leader.Term())
+//	_, err = conn.Multi(&zk.CheckVersionRequest{Path: node, Version: 0},
+//		&zk.SetDataRequest{Path: "/app/config", Data: v, Version: -1})
+//	// zk.ErrNoNode: the term has ended; nothing was written.
+func (s *Store) TermNode(ctx context.Context, t store.Term) (string, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return "", err
+	}
+	if err := kit.CheckTerm("term node", t); err != nil {
+		return "", err
+	}
+	op := fmt.Sprintf("term node %s (%s)", t, s.Path(t.Name))
+	node, err := s.findNode(ctx, t)
+	if err != nil {
+		return "", kit.Wrap(op, s.life.ClosedOr(err))
+	}
+	live, err := s.findTerm(ctx, t)
+	if err != nil {
+		return "", kit.Wrap(op, s.life.ClosedOr(err))
+	}
+	if node == "" || !live {
+		return "", kit.Wrap(op, store.ErrNotHeld)
+	}
+	return s.Path(t.Name) + "/" + node, nil
+}

@@ -27,7 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/faultproxy"
 )
 
 // EnvClasspath overrides where the ZooKeeper server's jars are found.
@@ -316,7 +316,7 @@ type Ensemble struct {
 	Servers []*Server
 	// proxies[i][j] are the quorum and election proxies member i uses to
 	// reach member j.
-	proxies [][][2]*chaos.Proxy
+	proxies [][][2]*faultproxy.Proxy
 }
 
 // StartEnsemble starts n members in subdirectories of o.Dir and waits until
@@ -348,15 +348,15 @@ func StartEnsemble(n int, o Options) (_ *Ensemble, err error) {
 			}
 		}
 	}
-	e.proxies = make([][][2]*chaos.Proxy, n)
+	e.proxies = make([][][2]*faultproxy.Proxy, n)
 	for i := 0; i < n; i++ {
-		e.proxies[i] = make([][2]*chaos.Proxy, n)
+		e.proxies[i] = make([][2]*faultproxy.Proxy, n)
 		for j := 0; j < n; j++ {
 			if i == j {
 				continue
 			}
 			for k, port := range []int{pp[j].quorum, pp[j].election} {
-				p, err := chaos.NewProxy(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+				p, err := faultproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 				if err != nil {
 					return nil, err
 				}
@@ -403,7 +403,7 @@ func StartEnsemble(n int, o Options) (_ *Ensemble, err error) {
 	return e, nil
 }
 
-func proxyPort(p *chaos.Proxy) int {
+func proxyPort(p *faultproxy.Proxy) int {
 	_, port, _ := net.SplitHostPort(p.Addr())
 	n, _ := strconv.Atoi(port)
 	return n
