@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/redis"
 	"github.com/leasehold/leasehold/store/sqlite"
+	"github.com/leasehold/leasehold/store/zookeeper"
 )
 
 // stores are the registered stores, in the README's order.
@@ -31,6 +32,7 @@ var stores = []*store.Descriptor{
 	&postgres.Descriptor,
 	&redis.Descriptor,
 	&etcd.Descriptor,
+	&zookeeper.Descriptor,
 	&kubernetes.Descriptor,
 }
 
