@@ -58,7 +58,7 @@ type options struct {
 	diag         int
 }
 
-var allStores = []string{"redis", "postgres", "etcd", "kubernetes"}
+var allStores = []string{"redis", "postgres", "etcd", "zookeeper", "kubernetes"}
 var allScenarios = []string{"handoff", "early", "failover", "cycles", "contention", "renew", "fence", "cmd"}
 
 func logf(format string, args ...any) {

@@ -31,6 +31,7 @@ type envs struct {
 	redis *redisEnv
 	pg    *pgEnv
 	etcd  *etcdEnv
+	zk    *zkEnv
 	kube  *kubeEnv
 	renew *renewEnv
 	fence *fenceEnv
@@ -55,6 +56,9 @@ func (e *envs) close() {
 	}
 	if e.etcd != nil {
 		e.etcd.close()
+	}
+	if e.zk != nil {
+		e.zk.close()
 	}
 	if e.kube != nil {
 		e.kube.close()
@@ -129,6 +133,20 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 					r.fail(scCmdHandoff, "build")
 				}
 			}
+		}
+	}
+	if o.stores["zookeeper"] {
+		ze, err := startZooKeeper(octx, runID)
+		if err != nil {
+			if err := missing("zookeeper", err); err != nil {
+				return nil, err
+			}
+		} else {
+			e.zk = ze
+			r.Machine["zookeeper"] = ze.version()
+			libs = append(libs, ze.floorLib())
+			libs = append(libs, ze.libs(o.handoffTTL)...)
+			libs = append(libs, lhTryLib("zookeeper", ze.st, o.handoffTTL))
 		}
 	}
 	if o.stores["kubernetes"] {
@@ -236,6 +254,13 @@ func runRound(ctx context.Context, r *Results, o options, e *envs, libs []*lib, 
 		for i := 0; i < o.failovers; i++ {
 			for _, l := range order {
 				if l.kind == "try" || (l.kind == "floor" && l.store != "etcd") {
+					continue
+				}
+				// zk.Lock has no renewal to stop (its session is its
+				// lease, kept by the client library), and leasehold's
+				// contenders share one store handle, whose sessions live
+				// on when one contender "crashes": no failover there.
+				if l.store == "zookeeper" {
 					continue
 				}
 				runFailover(ctx, r, l, tag("f", l), o.failTTL)
