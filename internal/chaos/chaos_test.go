@@ -125,7 +125,7 @@ func TestChaosSQLite(t *testing.T) {
 	}
 	dir := t.TempDir()
 	c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 28*time.Second)
-	c.Faults = []string{FaultPause, FaultKill, FaultClock, FaultTwin} // a file has no network to cut
+	c.Faults = []string{faultPause, faultKill, faultClock, faultTwin} // a file has no network to cut
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults[:3]...)
 }
@@ -163,7 +163,7 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 	// run in about five found none. 36 s fits about four.
 	c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 36*time.Second)
 	c.Unfenced = true
-	c.Faults = []string{FaultPause}
+	c.Faults = []string{faultPause}
 	c.LeaderBias = 1
 	out, err := Run(context.Background(), c)
 	if err != nil {
@@ -178,10 +178,10 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 	for _, c := range out.Result.Checks {
 		byCheck[c.Name] = c.Violations
 	}
-	if byCheck[CheckMonotonic] == 0 {
+	if byCheck[chkMonotonic] == 0 {
 		t.Errorf("no stale write accepted was found: %v", byCheck)
 	}
-	if byCheck[CheckLinearizable] == 0 {
+	if byCheck[chkLinearizable] == 0 {
 		t.Errorf("porcupine did not reject the unfenced register: %v", byCheck)
 	}
 	if !strings.Contains(out.Summary, "FAIL") || !strings.Contains(out.Summary, "UNFENCED") {
@@ -234,14 +234,14 @@ func TestChaosBrokenStoreIsCaught(t *testing.T) {
 	for _, tc := range []struct {
 		mode, check string
 	}{
-		{BrokenEarlyGrant, CheckExclusive},
-		{BrokenTokenDown, CheckTokenOrder},
+		{brokenEarlyGrant, chkExclusive},
+		{brokenTokenDown, chkTokenOrder},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			dir := t.TempDir()
 			c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 3*time.Second)
 			c.BrokenStore = tc.mode
-			c.Faults = []string{FaultKill} // hand-overs, so that several grants are made
+			c.Faults = []string{faultKill} // hand-overs, so that several grants are made
 			c.LeaderBias = 1
 			c.Timings = leasehold.Timings{LeaseDuration: time.Second} // the rest scale: a short run
 			c.Slack = 200 * time.Millisecond

@@ -6,67 +6,67 @@ import (
 	"time"
 )
 
-// The checks Check runs, by name.
+// The checks checkHistory runs, by name.
 const (
-	// CheckMonotonic: the resource never accepts a token lower than one it
+	// chkMonotonic: the resource never accepts a token lower than one it
 	// accepted, nor the token it last accepted from another writer (another
 	// term with that token); per resource, in the register's own order of
 	// writes.
-	CheckMonotonic = "register-monotonic"
-	// CheckUniqueToken: no token is ever granted to two holders (or twice).
-	CheckUniqueToken = "token-unique"
-	// CheckTokenOrder: grants have strictly rising tokens in the order the
+	chkMonotonic = "register-monotonic"
+	// chkUniqueToken: no token is ever granted to two holders (or twice).
+	chkUniqueToken = "token-unique"
+	// chkTokenOrder: grants have strictly rising tokens in the order the
 	// store made them, as observed: a grant whose answer the node recorded
 	// before another grant's request was sent came first, so its token must
 	// be lower. token-unique catches a token granted twice; this catches a
 	// later grant with a lower token.
-	CheckTokenOrder = "token-order"
-	// CheckWriteOwner: every write the register accepted came from the term
+	chkTokenOrder = "token-order"
+	// chkWriteOwner: every write the register accepted came from the term
 	// that owned its token (the process that was granted the token, inside
 	// that term's guarded work), and every write a node saw accepted is in the
 	// register's log with that token.
-	CheckWriteOwner = "write-owner"
-	// CheckExclusive: no two live processes run guarded work at once. A
+	chkWriteOwner = "write-owner"
+	// chkExclusive: no two live processes run guarded work at once. A
 	// process runs a term's work believing it holds the lease from the
 	// work's start until the work returns, the term is lost, or the node's
 	// own clock passes the term's safeUntil, whichever comes first; time in
 	// which the process was frozen (a pause fault) is not live. These
 	// intervals, on the host's wall clock, must not overlap for two
 	// different terms.
-	CheckExclusive = "exclusive-work"
-	// CheckSafeUntil: no guarded work sends a write or returns after its
+	chkExclusive = "exclusive-work"
+	// chkSafeUntil: no guarded work sends a write or returns after its
 	// safeUntil, measured on the node's own clock (unless the process was
 	// frozen by a pause over that moment: a frozen process cannot stop
 	// itself, which is what the fence is for); and each safeUntil is at most
 	// the send time of its acquire or renew request plus the renew deadline.
 	// The send time is the one the node's recorder wrote just before the
 	// request reached the store, not the latency the library reports.
-	CheckSafeUntil = "safe-until"
-	// CheckFailover: after each fault heals, a leader exists (a grant or a
+	chkSafeUntil = "safe-until"
+	// chkFailover: after each fault heals, a leader exists (a grant or a
 	// renewal succeeds) within leaseDuration + retryPeriod×(1+jitter) + slack.
-	CheckFailover = "failover"
-	// CheckLinearizable: the register's history (the nodes' writes with the
+	chkFailover = "failover"
+	// chkLinearizable: the register's history (the nodes' writes with the
 	// answers they got, the harness's reads) is linearizable against the
 	// model of a fenced register, per resource (porcupine).
-	CheckLinearizable = "linearizable"
+	chkLinearizable = "linearizable"
 )
 
-// CheckNames lists the checks in the order Check runs them.
-var CheckNames = []string{CheckMonotonic, CheckUniqueToken, CheckTokenOrder, CheckWriteOwner, CheckExclusive, CheckSafeUntil, CheckFailover, CheckLinearizable}
+// checkNames lists the checks in the order checkHistory runs them.
+var checkNames = []string{chkMonotonic, chkUniqueToken, chkTokenOrder, chkWriteOwner, chkExclusive, chkSafeUntil, chkFailover, chkLinearizable}
 
 var checkTitles = map[string]string{
-	CheckMonotonic:    "the resource never accepts an older term (a lower token, or the same token from another writer)",
-	CheckUniqueToken:  "no token is ever granted to two holders",
-	CheckTokenOrder:   "a grant observed after another has a higher token",
-	CheckWriteOwner:   "every accepted write came from the term that owned its token",
-	CheckExclusive:    "no two live processes run guarded work at once",
-	CheckSafeUntil:    "no guarded work runs past its safeUntil (on its own clock), counted from the recorded send",
-	CheckFailover:     "after each fault heals, a leader exists within leaseDuration + retryPeriod + slack",
-	CheckLinearizable: "the fenced register is linearizable (porcupine, per resource)",
+	chkMonotonic:    "the resource never accepts an older term (a lower token, or the same token from another writer)",
+	chkUniqueToken:  "no token is ever granted to two holders",
+	chkTokenOrder:   "a grant observed after another has a higher token",
+	chkWriteOwner:   "every accepted write came from the term that owned its token",
+	chkExclusive:    "no two live processes run guarded work at once",
+	chkSafeUntil:    "no guarded work runs past its safeUntil (on its own clock), counted from the recorded send",
+	chkFailover:     "after each fault heals, a leader exists within leaseDuration + retryPeriod + slack",
+	chkLinearizable: "the fenced register is linearizable (porcupine, per resource)",
 }
 
-// CheckTitle is the one-line statement of a check.
-func CheckTitle(name string) string { return checkTitles[name] }
+// checkTitle is the one-line statement of a check.
+func checkTitle(name string) string { return checkTitles[name] }
 
 // Violation is one breach of a check.
 type Violation struct {
@@ -80,8 +80,8 @@ type Violation struct {
 
 func (v Violation) String() string { return v.Check + ": " + v.Msg }
 
-// CheckOutcome is the verdict of one check.
-type CheckOutcome struct {
+// checkOutcome is the verdict of one check.
+type checkOutcome struct {
 	Name       string `json:"name"`
 	Title      string `json:"title"`
 	Violations int    `json:"violations"`
@@ -91,8 +91,8 @@ type CheckOutcome struct {
 	Inconclusive string `json:"inconclusive,omitempty"`
 }
 
-// Stats are the figures of a run.
-type Stats struct {
+// runStats are the figures of a run.
+type runStats struct {
 	WritesAccepted int            `json:"writes_accepted"`
 	WritesRefused  int            `json:"writes_refused"`
 	WritesUnknown  int            `json:"writes_unknown"`
@@ -109,18 +109,18 @@ type Stats struct {
 	Linearizable  string          `json:"linearizable"` // Ok, Illegal or Unknown (timed out)
 }
 
-// Result is what Check found.
+// Result is what the checker found.
 type Result struct {
-	Checks     []CheckOutcome `json:"checks"`
+	Checks     []checkOutcome `json:"checks"`
 	Violations []Violation    `json:"violations"`
-	Stats      Stats          `json:"stats"`
+	Stats      runStats       `json:"stats"`
 }
 
 // OK reports whether no check found a violation.
 func (r *Result) OK() bool { return len(r.Violations) == 0 }
 
-// CheckOptions tune Check.
-type CheckOptions struct {
+// checkOptions tune checkHistory.
+type checkOptions struct {
 	// LinearizeTimeout bounds the porcupine search; zero means 30 s. A search
 	// that times out makes the check inconclusive, not failed.
 	LinearizeTimeout time.Duration
@@ -129,16 +129,16 @@ type CheckOptions struct {
 	MaxViolations int
 }
 
-// FailoverBound is leaseDuration + retryPeriod×(1+jitter) + slack: the
+// failoverBound is leaseDuration + retryPeriod×(1+jitter) + slack: the
 // longest a healthy cluster may go without a leader after a fault heals. The
 // retry period counts its jitter: a candidate may wait that long between tries.
-func FailoverBound(t TimingsJSON, slack time.Duration) time.Duration {
+func failoverBound(t timingsRecord, slack time.Duration) time.Duration {
 	jitter := max(t.Jitter, 0) // leasehold.NoJitter is negative: no jitter
 	return t.LeaseDuration + time.Duration(float64(t.RetryPeriod)*(1+jitter)) + slack
 }
 
-// Check runs every check over h. It is a pure function of the history.
-func Check(h *History, opts CheckOptions) *Result {
+// checkHistory runs every check over h. It is a pure function of the history.
+func checkHistory(h *history, opts checkOptions) *Result {
 	if opts.LinearizeTimeout <= 0 {
 		opts.LinearizeTimeout = 30 * time.Second
 	}
@@ -148,14 +148,14 @@ func Check(h *History, opts CheckOptions) *Result {
 	c := &checker{h: h, opts: opts, res: &Result{}}
 	c.index()
 	c.stats()
-	c.run(CheckMonotonic, c.checkMonotonic)
-	c.run(CheckUniqueToken, c.checkUniqueToken)
-	c.run(CheckTokenOrder, c.checkTokenOrder)
-	c.run(CheckWriteOwner, c.checkWriteOwner)
-	c.run(CheckExclusive, c.checkExclusive)
-	c.run(CheckSafeUntil, c.checkSafeUntil)
-	c.run(CheckFailover, c.checkFailover)
-	c.run(CheckLinearizable, c.checkLinearizable)
+	c.run(chkMonotonic, c.checkMonotonic)
+	c.run(chkUniqueToken, c.checkUniqueToken)
+	c.run(chkTokenOrder, c.checkTokenOrder)
+	c.run(chkWriteOwner, c.checkWriteOwner)
+	c.run(chkExclusive, c.checkExclusive)
+	c.run(chkSafeUntil, c.checkSafeUntil)
+	c.run(chkFailover, c.checkFailover)
+	c.run(chkLinearizable, c.checkLinearizable)
 	return c.res
 }
 
@@ -168,36 +168,36 @@ type grant struct {
 // storeCall is one store call a node's recorder saw: its request line and,
 // if the process lived to see it, its answer line.
 type storeCall struct {
-	req Event
-	ans *Event
+	req event
+	ans *event
 }
 
 type writeOp struct {
-	call   Event
-	ret    *Event // nil: no answer recorded (the process died or froze)
+	call   event
+	ret    *event // nil: no answer recorded (the process died or froze)
 	result string
 }
 
 type checker struct {
-	h    *History
-	opts CheckOptions
+	h    *history
+	opts checkOptions
 	res  *Result
 
-	byProc map[string][]Event
+	byProc map[string][]event
 	grants map[int64][]grant
 	writes []*writeOp          // in call order (wall)
 	byVal  map[string]*writeOp // by value (unique per write)
-	logVal map[string][]RegisterEntry
+	logVal map[string][]registerEntry
 	calls  []*storeCall          // in request order (wall)
 	callBy map[string]*storeCall // by proc#req
 
-	cur        *CheckOutcome
+	cur        *checkOutcome
 	curListed  int
 	inconclude string
 }
 
 func (c *checker) run(name string, f func() string) {
-	c.cur = &CheckOutcome{Name: name, Title: checkTitles[name]}
+	c.cur = &checkOutcome{Name: name, Title: checkTitles[name]}
 	c.curListed = 0
 	c.inconclude = ""
 	c.cur.Checked = f()
@@ -215,12 +215,12 @@ func (c *checker) violate(v Violation) {
 }
 
 func (c *checker) index() {
-	c.byProc = map[string][]Event{}
+	c.byProc = map[string][]event{}
 	c.grants = map[int64][]grant{}
 	c.byVal = map[string]*writeOp{}
-	c.logVal = map[string][]RegisterEntry{}
-	ev := append([]Event(nil), c.h.Events...)
-	SortEvents(ev)
+	c.logVal = map[string][]registerEntry{}
+	ev := append([]event(nil), c.h.Events...)
+	sortEvents(ev)
 	calls := map[string]*writeOp{}  // proc#op
 	reqs := map[string]*storeCall{} // proc#req
 	c.callBy = reqs
@@ -228,25 +228,25 @@ func (c *checker) index() {
 		p := e.Proc()
 		c.byProc[p] = append(c.byProc[p], e)
 		switch e.Kind {
-		case EvRequest:
+		case evRequest:
 			sc := &storeCall{req: e}
 			reqs[fmt.Sprintf("%s#%d", p, e.Req)] = sc
 			c.calls = append(c.calls, sc)
-		case EvAnswer:
+		case evAnswer:
 			if sc, ok := reqs[fmt.Sprintf("%s#%d", p, e.Req)]; ok {
 				a := e
 				sc.ans = &a
 			}
-		case EvAcquired:
+		case evAcquired:
 			c.grants[e.Token] = append(c.grants[e.Token], grant{proc: p, holder: e.Holder, wall: e.Wall})
-		case EvWriteCall:
+		case evWriteCall:
 			w := &writeOp{call: e}
 			calls[fmt.Sprintf("%s#%d", p, e.Op)] = w
 			c.writes = append(c.writes, w)
 			if e.Value != "" {
 				c.byVal[e.Value] = w
 			}
-		case EvWriteReturn:
+		case evWriteReturn:
 			if w, ok := calls[fmt.Sprintf("%s#%d", p, e.Op)]; ok {
 				r := e
 				w.ret = &r
@@ -267,9 +267,9 @@ func (c *checker) stats() {
 	}
 	for _, w := range c.writes {
 		switch w.result {
-		case Accepted:
+		case writeAccepted:
 			s.WritesAccepted++
-		case Refused:
+		case writeRefused:
 			s.WritesRefused++
 		default:
 			s.WritesUnknown++
@@ -282,7 +282,7 @@ func (c *checker) stats() {
 	}
 	s.Terms = len(c.grants)
 	s.Processes = len(c.byProc)
-	s.FailoverBound = FailoverBound(c.h.Timings, c.h.Slack)
+	s.FailoverBound = failoverBound(c.h.Timings, c.h.Slack)
 	s.Failovers = c.failovers()
 }
 
@@ -290,15 +290,15 @@ func (c *checker) stats() {
 // start to the first grant of a newer term, if that came before the next
 // fault began.
 func (c *checker) failovers() []time.Duration {
-	faults := append([]Fault(nil), c.h.Faults...)
+	faults := append([]fault(nil), c.h.Faults...)
 	sort.Slice(faults, func(i, j int) bool { return faults[i].Start < faults[j].Start })
-	var acquired []Event
+	var acquired []event
 	for _, e := range c.h.Events {
-		if e.Kind == EvAcquired {
+		if e.Kind == evAcquired {
 			acquired = append(acquired, e)
 		}
 	}
-	SortEvents(acquired)
+	sortEvents(acquired)
 	var out []time.Duration
 	for i, f := range faults {
 		if !f.Leader {

@@ -20,25 +20,25 @@ func at(s float64) int64 { return base + int64(s*1e9) }
 func sec(s float64) int64 { return int64(s * 1e9) }
 
 type histBuilder struct {
-	h    *History
+	h    *history
 	reqN int64
 }
 
-// granted records a successful acquire (EvAcquired) or renewal (EvRenewed)
+// granted records a successful acquire (evAcquired) or renewal (evRenewed)
 // of token by proc, answered at s for a request the recorder saw lat
 // seconds earlier, with safeUntil counted from that request.
 func (b *histBuilder) granted(proc string, s float64, kind, holder string, token int64, lat float64) {
 	b.reqN++
-	call, reqTok := CallAcquire, int64(0)
-	if kind == EvRenewed {
-		call, reqTok = CallRenew, token
+	call, reqTok := callAcquire, int64(0)
+	if kind == evRenewed {
+		call, reqTok = callRenew, token
 	}
-	b.ev(proc, s-lat, Event{Kind: EvRequest, Req: b.reqN, Call: call, Token: reqTok})
-	b.ev(proc, s, Event{Kind: EvAnswer, Req: b.reqN, Call: call, Token: token})
-	b.ev(proc, s, Event{Kind: kind, Holder: holder, Token: token, SafeUntil: sec(s - lat + 1.4), Latency: sec(lat)})
+	b.ev(proc, s-lat, event{Kind: evRequest, Req: b.reqN, Call: call, Token: reqTok})
+	b.ev(proc, s, event{Kind: evAnswer, Req: b.reqN, Call: call, Token: token})
+	b.ev(proc, s, event{Kind: kind, Holder: holder, Token: token, SafeUntil: sec(s - lat + 1.4), Latency: sec(lat)})
 }
 
-func (b *histBuilder) ev(proc string, s float64, e Event) {
+func (b *histBuilder) ev(proc string, s float64, e event) {
 	slot, inc, _ := strings.Cut(proc, ".")
 	e.Node = slot
 	fmt.Sscanf(inc, "%d", &e.Inc)
@@ -50,62 +50,62 @@ func (b *histBuilder) ev(proc string, s float64, e Event) {
 
 func (b *histBuilder) write(proc string, s float64, op int64, res string, token int64, safeUntil float64, result string) string {
 	v := fmt.Sprintf("%s#%d", proc, op)
-	b.ev(proc, s, Event{Kind: EvWriteCall, Op: op, Token: token, Resource: res, Value: v, SafeUntil: sec(safeUntil)})
-	b.ev(proc, s+0.002, Event{Kind: EvWriteReturn, Op: op, Token: token, Resource: res, Value: v, Result: result})
+	b.ev(proc, s, event{Kind: evWriteCall, Op: op, Token: token, Resource: res, Value: v, SafeUntil: sec(safeUntil)})
+	b.ev(proc, s+0.002, event{Kind: evWriteReturn, Op: op, Token: token, Resource: res, Value: v, Result: result})
 	return v
 }
 
 func (b *histBuilder) logged(res string, token int64, value, writer string, s float64) {
-	b.h.Register = append(b.h.Register, RegisterEntry{Seq: int64(len(b.h.Register) + 1), Wall: at(s), Resource: res, Token: token, Value: value, Writer: writer, Result: Accepted})
+	b.h.Register = append(b.h.Register, registerEntry{Seq: int64(len(b.h.Register) + 1), Wall: at(s), Resource: res, Token: token, Value: value, Writer: writer, Result: writeAccepted})
 }
 
-func testTimings() TimingsJSON {
-	return TimingsJSON{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond,
+func testTimings() timingsRecord {
+	return timingsRecord{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond,
 		RetryPeriod: 300 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
 }
 
 // cleanHistory: n1 leads with token 1, is paused past its lease, n2 takes
 // over with token 2, n1 wakes up and its late write is refused.
-func cleanHistory() *History {
-	b := &histBuilder{h: &History{Store: "test://", Seed: 1, Fenced: true, Timings: testTimings(), Slack: time.Second,
+func cleanHistory() *history {
+	b := &histBuilder{h: &history{Store: "test://", Seed: 1, Fenced: true, Timings: testTimings(), Slack: time.Second,
 		Start: at(0), End: at(9), Resources: []string{"r0", "r1"}}}
 	const lat = 0.005
-	b.ev("n1.1", 0, Event{Kind: EvStart, Identity: "n1", Holder: "n1-aaaa"})
-	b.ev("n2.1", 0, Event{Kind: EvStart, Identity: "n2", Holder: "n2-bbbb"})
-	b.granted("n1.1", 1.0, EvAcquired, "n1-aaaa", 1, lat)
-	b.ev("n1.1", 1.0, Event{Kind: EvWorkStart, Token: 1, SafeUntil: sec(0.995 + 1.4)})
-	v1 := b.write("n1.1", 1.1, 1, "r0", 1, 2.395, Accepted)
+	b.ev("n1.1", 0, event{Kind: evStart, Identity: "n1", Holder: "n1-aaaa"})
+	b.ev("n2.1", 0, event{Kind: evStart, Identity: "n2", Holder: "n2-bbbb"})
+	b.granted("n1.1", 1.0, evAcquired, "n1-aaaa", 1, lat)
+	b.ev("n1.1", 1.0, event{Kind: evWorkStart, Token: 1, SafeUntil: sec(0.995 + 1.4)})
+	v1 := b.write("n1.1", 1.1, 1, "r0", 1, 2.395, writeAccepted)
 	b.logged("r0", 1, v1, "n1.1", 1.101)
-	b.granted("n1.1", 1.4, EvRenewed, "", 1, lat)
-	v2 := b.write("n1.1", 1.5, 2, "r1", 1, 2.795, Accepted)
+	b.granted("n1.1", 1.4, evRenewed, "", 1, lat)
+	v2 := b.write("n1.1", 1.5, 2, "r1", 1, 2.795, writeAccepted)
 	b.logged("r1", 1, v2, "n1.1", 1.501)
-	b.granted("n1.1", 1.8, EvRenewed, "", 1, lat)
-	b.granted("n1.1", 2.2, EvRenewed, "", 1, lat)
-	v3 := b.write("n1.1", 2.4, 3, "r0", 1, 3.595, Accepted)
+	b.granted("n1.1", 1.8, evRenewed, "", 1, lat)
+	b.granted("n1.1", 2.2, evRenewed, "", 1, lat)
+	v3 := b.write("n1.1", 2.4, 3, "r0", 1, 3.595, writeAccepted)
 	b.logged("r0", 1, v3, "n1.1", 2.401)
 	// Paused from 2.5 s to 5.5 s: n2 takes over at 4.8 s.
-	b.h.Faults = append(b.h.Faults, Fault{Kind: FaultPause, Target: "n1.1", Leader: true, Token: 1, Start: at(2.5), End: at(5.5), Detail: "SIGSTOP"})
-	b.granted("n2.1", 4.8, EvAcquired, "n2-bbbb", 2, lat)
-	b.ev("n2.1", 4.8, Event{Kind: EvWorkStart, Token: 2, SafeUntil: sec(4.795 + 1.4)})
-	v4 := b.write("n2.1", 4.9, 1, "r0", 2, 6.195, Accepted)
+	b.h.Faults = append(b.h.Faults, fault{Kind: faultPause, Target: "n1.1", Leader: true, Token: 1, Start: at(2.5), End: at(5.5), Detail: "SIGSTOP"})
+	b.granted("n2.1", 4.8, evAcquired, "n2-bbbb", 2, lat)
+	b.ev("n2.1", 4.8, event{Kind: evWorkStart, Token: 2, SafeUntil: sec(4.795 + 1.4)})
+	v4 := b.write("n2.1", 4.9, 1, "r0", 2, 6.195, writeAccepted)
 	b.logged("r0", 2, v4, "n2.1", 4.901)
-	v5 := b.write("n2.1", 5.0, 2, "r1", 2, 6.195, Accepted)
+	v5 := b.write("n2.1", 5.0, 2, "r1", 2, 6.195, writeAccepted)
 	b.logged("r1", 2, v5, "n2.1", 5.001)
 	for s := 5.2; s < 8.9; s += 0.4 {
-		b.granted("n2.1", s, EvRenewed, "", 2, lat)
+		b.granted("n2.1", s, evRenewed, "", 2, lat)
 	}
 	// n1 wakes: its write, prepared before the pause, goes out late and is refused.
-	b.write("n1.1", 5.5, 4, "r1", 1, 3.595, Refused)
-	b.ev("n1.1", 5.503, Event{Kind: EvLost, Token: 1, SafeUntil: sec(3.595), Reason: "expired"})
-	b.ev("n1.1", 5.504, Event{Kind: EvWorkStop, Token: 1, SafeUntil: sec(3.595)})
-	v6 := b.write("n2.1", 6.0, 3, "r0", 2, 7.395, Accepted)
+	b.write("n1.1", 5.5, 4, "r1", 1, 3.595, writeRefused)
+	b.ev("n1.1", 5.503, event{Kind: evLost, Token: 1, SafeUntil: sec(3.595), Reason: "expired"})
+	b.ev("n1.1", 5.504, event{Kind: evWorkStop, Token: 1, SafeUntil: sec(3.595)})
+	v6 := b.write("n2.1", 6.0, 3, "r0", 2, 7.395, writeAccepted)
 	b.logged("r0", 2, v6, "n2.1", 6.001)
-	b.h.Reads = []ReadOp{
+	b.h.Reads = []readOp{
 		{Call: at(3.0), Return: at(3.001), Resource: "r0", Value: v3, Token: 1},
 		{Call: at(7.0), Return: at(7.001), Resource: "r0", Value: v6, Token: 2},
 		{Call: at(7.0), Return: at(7.001), Resource: "r1", Value: v5, Token: 2},
 	}
-	SortEvents(b.h.Events)
+	sortEvents(b.h.Events)
 	return b.h
 }
 
@@ -121,15 +121,15 @@ func violationsOf(r *Result) map[string]int {
 
 func TestCheckCleanHistoryPasses(t *testing.T) {
 	h := cleanHistory()
-	r := Check(h, CheckOptions{})
+	r := checkHistory(h, checkOptions{})
 	if !r.OK() {
 		t.Fatalf("clean history has violations: %v", r.Violations)
 	}
-	if len(r.Checks) != len(CheckNames) {
-		t.Fatalf("ran %d checks, want %d", len(r.Checks), len(CheckNames))
+	if len(r.Checks) != len(checkNames) {
+		t.Fatalf("ran %d checks, want %d", len(r.Checks), len(checkNames))
 	}
 	for i, c := range r.Checks {
-		if c.Name != CheckNames[i] || c.Checked == "" || c.Title == "" {
+		if c.Name != checkNames[i] || c.Checked == "" || c.Title == "" {
 			t.Errorf("check %d = %+v", i, c)
 		}
 	}
@@ -145,11 +145,11 @@ func TestCheckCleanHistoryPasses(t *testing.T) {
 	}
 	// The late write after the pause was exempt, and said so.
 	for _, c := range r.Checks {
-		if c.Name == CheckSafeUntil && !strings.Contains(c.Checked, "2 overruns by frozen processes exempt") {
+		if c.Name == chkSafeUntil && !strings.Contains(c.Checked, "2 overruns by frozen processes exempt") {
 			t.Errorf("safe-until examined %q", c.Checked)
 		}
 	}
-	sum := Summary(h, r)
+	sum := summaryLine(h, r)
 	for _, want := range []string{"PASS", "faults 1 (pause 1)", "writes 6 accepted, 1 refused, 0 unknown", "violations 0", "failover p50 2.3s p99 2.3s max 2.3s (n=1)", "linearizable Ok"} {
 		if !strings.Contains(sum, want) {
 			t.Errorf("summary %q lacks %q", sum, want)
@@ -161,75 +161,75 @@ func TestCheckCleanHistoryPasses(t *testing.T) {
 func TestCheckCatchesEachViolation(t *testing.T) {
 	cases := []struct {
 		name   string
-		break_ func(h *History)
+		break_ func(h *history)
 		want   []string // checks that must fail
 		other  bool     // other checks may fail too
 	}{
 		{
 			name: "stale write accepted (fencing off)",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				for i := range h.Events {
-					if h.Events[i].Value == "n1.1#4" && h.Events[i].Kind == EvWriteReturn {
-						h.Events[i].Result = Accepted
+					if h.Events[i].Value == "n1.1#4" && h.Events[i].Kind == evWriteReturn {
+						h.Events[i].Result = writeAccepted
 					}
 				}
-				h.Register = append(h.Register, RegisterEntry{Seq: 99, Wall: at(5.501), Resource: "r1", Token: 1, Value: "n1.1#4", Writer: "n1.1", Result: Accepted})
+				h.Register = append(h.Register, registerEntry{Seq: 99, Wall: at(5.501), Resource: "r1", Token: 1, Value: "n1.1#4", Writer: "n1.1", Result: writeAccepted})
 				h.Reads[2].Value, h.Reads[2].Token = "n1.1#4", 1 // what an unfenced register holds
 			},
-			want: []string{CheckMonotonic, CheckLinearizable},
+			want: []string{chkMonotonic, chkLinearizable},
 		},
 		{
 			name: "token granted twice",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				b := &histBuilder{h: h, reqN: 100}
-				b.granted("n3.1", 6, EvAcquired, "n3-cccc", 2, 0.005)
-				SortEvents(h.Events)
+				b.granted("n3.1", 6, evAcquired, "n3-cccc", 2, 0.005)
+				sortEvents(h.Events)
 			},
 			// Granted after token 2's answer came back: not rising either.
-			want: []string{CheckUniqueToken, CheckTokenOrder},
+			want: []string{chkUniqueToken, chkTokenOrder},
 		},
 		{
 			name: "one token written by two terms (register admits token == highest from another writer)",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				// The store grants token 2 again, to n3 (a store that lost
 				// data), and the register admits n3's write with it after
 				// n2's: two terms wrote with one token.
 				b := &histBuilder{h: h, reqN: 100}
-				b.granted("n3.1", 6.2, EvAcquired, "n3-cccc", 2, 0.005)
-				v := b.write("n3.1", 6.3, 1, "r0", 2, 7.595, Accepted)
+				b.granted("n3.1", 6.2, evAcquired, "n3-cccc", 2, 0.005)
+				v := b.write("n3.1", 6.3, 1, "r0", 2, 7.595, writeAccepted)
 				b.logged("r0", 2, v, "n3.1", 6.301)
 				h.Reads[1].Value = v // what such a register holds at 7 s
-				SortEvents(h.Events)
+				sortEvents(h.Events)
 			},
-			want:  []string{CheckUniqueToken, CheckMonotonic, CheckLinearizable},
+			want:  []string{chkUniqueToken, chkMonotonic, chkLinearizable},
 			other: true, // write-owner: token 2 was granted to n2 first
 		},
 		{
 			name: "a later grant with a lower token",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				b := &histBuilder{h: h, reqN: 100}
-				b.granted("n3.1", 6, EvAcquired, "n3-cccc", 4, 0.005)
-				b.granted("n3.1", 7, EvAcquired, "n3-cccc", 3, 0.005) // sent after token 4 was granted
-				SortEvents(h.Events)
+				b.granted("n3.1", 6, evAcquired, "n3-cccc", 4, 0.005)
+				b.granted("n3.1", 7, evAcquired, "n3-cccc", 3, 0.005) // sent after token 4 was granted
+				sortEvents(h.Events)
 			},
-			want: []string{CheckTokenOrder},
+			want: []string{chkTokenOrder},
 		},
 		{
 			name: "a grant no store call gave",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				// The library reports a term its recorder never saw granted.
-				h.Events = append(h.Events, Event{Wall: at(6), Node: "n3", Inc: 1, Kind: EvAcquired, Holder: "n3-cccc", Token: 3, SafeUntil: sec(7.395), Latency: sec(0.005), Clock: sec(6)})
-				SortEvents(h.Events)
+				h.Events = append(h.Events, event{Wall: at(6), Node: "n3", Inc: 1, Kind: evAcquired, Holder: "n3-cccc", Token: 3, SafeUntil: sec(7.395), Latency: sec(0.005), Clock: sec(6)})
+				sortEvents(h.Events)
 			},
-			want: []string{CheckSafeUntil},
+			want: []string{chkSafeUntil},
 		},
 		{
 			name: "two live leaders at once (a store that granted before expiry)",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				// n1 is never paused: it keeps renewing, and the store grants
 				// token 2 to n2 at 4.8 s anyway. n1 learns at 5.3 s.
 				h.Faults = nil
-				var keep []Event
+				var keep []event
 				for _, e := range h.Events {
 					if e.Node == "n1" && e.Wall > at(2.45) {
 						continue
@@ -239,18 +239,18 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				h.Events = keep
 				b := &histBuilder{h: h, reqN: 100}
 				for s := 2.6; s < 5.25; s += 0.4 {
-					b.granted("n1.1", s, EvRenewed, "", 1, 0.005)
+					b.granted("n1.1", s, evRenewed, "", 1, 0.005)
 				}
-				b.ev("n1.1", 5.3, Event{Kind: EvRenewFailed, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4), Err: "not held"})
-				b.ev("n1.1", 5.3, Event{Kind: EvLost, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4), Reason: "lost"})
-				b.ev("n1.1", 5.31, Event{Kind: EvWorkStop, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4)})
-				SortEvents(h.Events)
+				b.ev("n1.1", 5.3, event{Kind: evRenewFailed, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4), Err: "not held"})
+				b.ev("n1.1", 5.3, event{Kind: evLost, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4), Reason: "lost"})
+				b.ev("n1.1", 5.31, event{Kind: evWorkStop, Token: 1, SafeUntil: sec(5.395 - 0.4 + 1.4)})
+				sortEvents(h.Events)
 			},
-			want: []string{CheckExclusive},
+			want: []string{chkExclusive},
 		},
 		{
 			name: "safeUntil from the answer, hidden behind a false latency",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				// The recorder saw n2's renewal sent at 5.0 s; the library
 				// claims no latency and counts from the answer at 5.2 s. The
 				// library's own numbers are consistent: only the recorder
@@ -258,27 +258,27 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				var req int64
 				for i := range h.Events {
 					e := &h.Events[i]
-					if e.Kind == EvRenewed && e.Node == "n2" && e.Wall == at(5.2) {
+					if e.Kind == evRenewed && e.Node == "n2" && e.Wall == at(5.2) {
 						e.Latency = 0
 						e.SafeUntil = e.Clock + sec(1.4)
 					}
-					if e.Kind == EvAnswer && e.Node == "n2" && e.Wall == at(5.2) {
+					if e.Kind == evAnswer && e.Node == "n2" && e.Wall == at(5.2) {
 						req = e.Req
 					}
 				}
 				for i := range h.Events {
 					e := &h.Events[i]
-					if e.Kind == EvRequest && e.Node == "n2" && e.Req == req {
+					if e.Kind == evRequest && e.Node == "n2" && e.Req == req {
 						e.Wall, e.Mono, e.Clock = at(5.0), sec(5.0), sec(5.0)
 					}
 				}
-				SortEvents(h.Events)
+				sortEvents(h.Events)
 			},
-			want: []string{CheckSafeUntil},
+			want: []string{chkSafeUntil},
 		},
 		{
 			name: "write with another term's token",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				// n1 sends a write with token 2, which was granted to n2.
 				for i := range h.Events {
 					if h.Events[i].Value == "n1.1#3" {
@@ -291,60 +291,60 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 					}
 				}
 			},
-			want:  []string{CheckWriteOwner},
+			want:  []string{chkWriteOwner},
 			other: true, // token 2 before token 1's writes also breaks the register's order
 		},
 		{
 			name: "write after safeUntil without a pause",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				for i := range h.Events {
-					if h.Events[i].Value == "n2.1#3" && h.Events[i].Kind == EvWriteCall {
+					if h.Events[i].Value == "n2.1#3" && h.Events[i].Kind == evWriteCall {
 						h.Events[i].SafeUntil = h.Events[i].Clock - sec(0.1)
 					}
 				}
 			},
-			want: []string{CheckSafeUntil},
+			want: []string{chkSafeUntil},
 		},
 		{
 			name: "safeUntil counted from the answer, not the send",
-			break_: func(h *History) {
+			break_: func(h *history) {
 				for i := range h.Events {
 					e := &h.Events[i]
-					if e.Kind == EvRenewed && e.Node == "n2" && e.Wall == at(5.2) {
+					if e.Kind == evRenewed && e.Node == "n2" && e.Wall == at(5.2) {
 						e.Latency = sec(0.2)
 						e.SafeUntil = e.Clock + sec(1.4) // receipt + renewDeadline: 0.2 s too late
 					}
 				}
 			},
-			want: []string{CheckSafeUntil},
+			want: []string{chkSafeUntil},
 		},
 		{
 			name: "no leader after a fault heals",
-			break_: func(h *History) {
-				var keep []Event
+			break_: func(h *history) {
+				var keep []event
 				for _, e := range h.Events {
-					if e.Kind == EvRenewed && e.Wall > at(6) {
+					if e.Kind == evRenewed && e.Wall > at(6) {
 						continue
 					}
 					keep = append(keep, e)
 				}
 				h.Events = keep
 				h.End = at(12)
-				h.Faults = append(h.Faults, Fault{Kind: FaultBlackhole, Target: "n2.1", Leader: true, Token: 2, Start: at(6.1), End: at(6.5)})
+				h.Faults = append(h.Faults, fault{Kind: faultBlackhole, Target: "n2.1", Leader: true, Token: 2, Start: at(6.1), End: at(6.5)})
 			},
-			want: []string{CheckFailover},
+			want: []string{chkFailover},
 		},
 		{
 			name: "read of an overwritten value",
-			break_: func(h *History) {
-				h.Reads = append(h.Reads, ReadOp{Call: at(8), Return: at(8.001), Resource: "r0", Value: "n1.1#3", Token: 1})
+			break_: func(h *history) {
+				h.Reads = append(h.Reads, readOp{Call: at(8), Return: at(8.001), Resource: "r0", Value: "n1.1#3", Token: 1})
 			},
-			want: []string{CheckLinearizable},
+			want: []string{chkLinearizable},
 		},
 		{
 			name: "acknowledged write missing from the register",
-			break_: func(h *History) {
-				var keep []RegisterEntry
+			break_: func(h *history) {
+				var keep []registerEntry
 				for _, r := range h.Register {
 					if r.Value != "n2.1#3" {
 						keep = append(keep, r)
@@ -352,7 +352,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				}
 				h.Register = keep
 			},
-			want:  []string{CheckWriteOwner},
+			want:  []string{chkWriteOwner},
 			other: true, // the read at 7 s then sees a value nobody wrote
 		},
 	}
@@ -360,7 +360,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := cleanHistory()
 			tc.break_(h)
-			r := Check(h, CheckOptions{})
+			r := checkHistory(h, checkOptions{})
 			got := violationsOf(r)
 			for _, w := range tc.want {
 				if got[w] == 0 {
@@ -378,8 +378,8 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 					}
 				}
 			}
-			if r.OK() || !strings.Contains(Summary(h, r), "FAIL") {
-				t.Errorf("summary does not fail: %s", Summary(h, r))
+			if r.OK() || !strings.Contains(summaryLine(h, r), "FAIL") {
+				t.Errorf("summary does not fail: %s", summaryLine(h, r))
 			}
 		})
 	}
@@ -394,15 +394,15 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 func TestCheckEqualTokenFromAnotherWriterRefusedIsCorrect(t *testing.T) {
 	h := cleanHistory()
 	b := &histBuilder{h: h, reqN: 100}
-	b.granted("n3.1", 6.2, EvAcquired, "n3-cccc", 2, 0.005)
-	b.write("n3.1", 6.3, 1, "r0", 2, 7.595, Refused)
-	SortEvents(h.Events)
-	r := Check(h, CheckOptions{})
+	b.granted("n3.1", 6.2, evAcquired, "n3-cccc", 2, 0.005)
+	b.write("n3.1", 6.3, 1, "r0", 2, 7.595, writeRefused)
+	sortEvents(h.Events)
+	r := checkHistory(h, checkOptions{})
 	got := violationsOf(r)
-	if got[CheckUniqueToken] == 0 {
+	if got[chkUniqueToken] == 0 {
 		t.Errorf("token-unique did not catch token 2 granted twice: %v", r.Violations)
 	}
-	if got[CheckMonotonic] != 0 || got[CheckLinearizable] != 0 {
+	if got[chkMonotonic] != 0 || got[chkLinearizable] != 0 {
 		t.Errorf("a register that refused the equal token from another writer was blamed: %v", r.Violations)
 	}
 	if r.Stats.Linearizable != string(porcupine.Ok) {
@@ -412,7 +412,7 @@ func TestCheckEqualTokenFromAnotherWriterRefusedIsCorrect(t *testing.T) {
 
 // The fenced-register model, step by step: the term (token, writer) decides.
 func TestRegisterModelIdentifiesTheTerm(t *testing.T) {
-	step := RegisterModel().Step
+	step := registerModel().Step
 	s := any(regState{})
 	for i, w := range []struct {
 		token  int64
@@ -444,7 +444,7 @@ func TestRegisterModelIdentifiesTheTerm(t *testing.T) {
 func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
 	h := cleanHistory()
 	h.Faults = nil
-	var keep []Event
+	var keep []event
 	for _, e := range h.Events {
 		if e.Node == "n1" && e.Wall > at(2.45) {
 			continue
@@ -454,27 +454,27 @@ func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
 	h.Events = keep
 	b := &histBuilder{h: h, reqN: 100}
 	for s := 2.6; s < 4.65; s += 0.4 { // last renewal at 4.4 s: safeUntil 5.795 s
-		b.granted("n1.1", s, EvRenewed, "", 1, 0.005)
+		b.granted("n1.1", s, evRenewed, "", 1, 0.005)
 	}
 	// Frozen from 4.7 s to 6.5 s; n2 starts at 4.8 s; n1 wakes past its
 	// safeUntil, so its late write and its work's end do not count.
-	h.Faults = []Fault{{Kind: FaultPause, Target: "n1.1", Leader: true, Token: 1, Start: at(4.7), End: at(6.5)}}
-	b.write("n1.1", 6.5, 9, "r1", 1, 5.795, Refused)
-	b.ev("n1.1", 6.51, Event{Kind: EvLost, Token: 1, SafeUntil: sec(5.795), Reason: "expired"})
-	b.ev("n1.1", 6.52, Event{Kind: EvWorkStop, Token: 1, SafeUntil: sec(5.795)})
-	SortEvents(h.Events)
-	r := Check(h, CheckOptions{})
-	if got := violationsOf(r); got[CheckExclusive] != 0 {
+	h.Faults = []fault{{Kind: faultPause, Target: "n1.1", Leader: true, Token: 1, Start: at(4.7), End: at(6.5)}}
+	b.write("n1.1", 6.5, 9, "r1", 1, 5.795, writeRefused)
+	b.ev("n1.1", 6.51, event{Kind: evLost, Token: 1, SafeUntil: sec(5.795), Reason: "expired"})
+	b.ev("n1.1", 6.52, event{Kind: evWorkStop, Token: 1, SafeUntil: sec(5.795)})
+	sortEvents(h.Events)
+	r := checkHistory(h, checkOptions{})
+	if got := violationsOf(r); got[chkExclusive] != 0 {
 		t.Fatalf("a frozen holder counted as live: %v", r.Violations)
 	}
 	// The same, not frozen: now n1 was live and believing until 5.795 s.
 	h.Faults = nil
-	r = Check(h, CheckOptions{})
-	if got := violationsOf(r); got[CheckExclusive] == 0 {
+	r = checkHistory(h, checkOptions{})
+	if got := violationsOf(r); got[chkExclusive] == 0 {
 		t.Fatalf("a live holder overlapping its successor was not caught: %v", r.Violations)
 	}
 	for _, v := range r.Violations {
-		if v.Check == CheckExclusive && !strings.Contains(v.Msg, "n1.1 (token 1) and n2.1 (token 2)") {
+		if v.Check == chkExclusive && !strings.Contains(v.Msg, "n1.1 (token 1) and n2.1 (token 2)") {
 			t.Errorf("violation names the wrong terms: %s", v)
 		}
 	}
@@ -485,18 +485,18 @@ func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
 func TestTokenOrderIgnoresOverlappingGrants(t *testing.T) {
 	h := cleanHistory()
 	b := &histBuilder{h: h, reqN: 100}
-	b.granted("n3.1", 6.1, EvAcquired, "n3-cccc", 4, 0.2)   // sent 5.9, answered 6.1
-	b.granted("n4.1", 6.05, EvAcquired, "n4-dddd", 3, 0.05) // sent 6.0, answered 6.05
-	SortEvents(h.Events)
-	r := Check(h, CheckOptions{})
-	if got := violationsOf(r); got[CheckTokenOrder] != 0 {
+	b.granted("n3.1", 6.1, evAcquired, "n3-cccc", 4, 0.2)   // sent 5.9, answered 6.1
+	b.granted("n4.1", 6.05, evAcquired, "n4-dddd", 3, 0.05) // sent 6.0, answered 6.05
+	sortEvents(h.Events)
+	r := checkHistory(h, checkOptions{})
+	if got := violationsOf(r); got[chkTokenOrder] != 0 {
 		t.Fatalf("overlapping grants were ordered: %v", r.Violations)
 	}
 	// Sent after the other's answer: ordered, and out of order.
-	b.granted("n4.1", 6.3, EvAcquired, "n4-dddd", 3, 0.05)
-	SortEvents(h.Events)
-	r = Check(h, CheckOptions{})
-	if got := violationsOf(r); got[CheckTokenOrder] == 0 {
+	b.granted("n4.1", 6.3, evAcquired, "n4-dddd", 3, 0.05)
+	sortEvents(h.Events)
+	r = checkHistory(h, checkOptions{})
+	if got := violationsOf(r); got[chkTokenOrder] == 0 {
 		t.Fatalf("a later grant with a lower token was not caught: %v", r.Violations)
 	}
 }
@@ -507,14 +507,14 @@ func TestOperationsResolveUnknownWritesFromTheLog(t *testing.T) {
 	// an accepted write with an open-ended return. A write without an answer
 	// that the register never logged had no effect and is left out.
 	for i := range h.Events {
-		if h.Events[i].Value == "n2.1#3" && h.Events[i].Kind == EvWriteReturn {
-			h.Events[i].Result = Unknown
+		if h.Events[i].Value == "n2.1#3" && h.Events[i].Kind == evWriteReturn {
+			h.Events[i].Result = writeUnknown
 		}
 	}
 	b := &histBuilder{h: h}
-	b.ev("n2.1", 6.5, Event{Kind: EvWriteCall, Op: 4, Token: 2, Resource: "r1", Value: "n2.1#4", SafeUntil: sec(7.395)})
-	SortEvents(h.Events)
-	ops := Operations(h)
+	b.ev("n2.1", 6.5, event{Kind: evWriteCall, Op: 4, Token: 2, Resource: "r1", Value: "n2.1#4", SafeUntil: sec(7.395)})
+	sortEvents(h.Events)
+	ops := operationsOf(h)
 	var found bool
 	for _, op := range ops {
 		in := op.Input.(regInput)
@@ -531,7 +531,7 @@ func TestOperationsResolveUnknownWritesFromTheLog(t *testing.T) {
 	if !found {
 		t.Error("the logged write with no answer is missing")
 	}
-	r := Check(h, CheckOptions{})
+	r := checkHistory(h, checkOptions{})
 	if !r.OK() {
 		t.Errorf("violations: %v", r.Violations)
 	}
@@ -543,23 +543,23 @@ func TestOperationsResolveUnknownWritesFromTheLog(t *testing.T) {
 func TestHistoryRoundTripAndReport(t *testing.T) {
 	h := cleanHistory()
 	var buf bytes.Buffer
-	if err := WriteHistory(&buf, h); err != nil {
+	if err := writeHistory(&buf, h); err != nil {
 		t.Fatal(err)
 	}
-	h2, err := ReadHistory(&buf)
+	h2, err := readHistory(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(h2.Events) != len(h.Events) || h2.Timings != h.Timings || len(h2.Faults) != 1 {
 		t.Fatalf("round trip lost data")
 	}
-	r := Check(h2, CheckOptions{})
+	r := checkHistory(h2, checkOptions{})
 	var page bytes.Buffer
-	if err := WriteReport(&page, h2, r); err != nil {
+	if err := writeReport(&page, h2, r); err != nil {
 		t.Fatal(err)
 	}
 	s := page.String()
-	for _, want := range []string{"<svg", "PASS", "#1</text>", "#2</text>", "refused: n1.1 wrote n1.1#4 with token 1", "pause on n1.1", CheckLinearizable} {
+	for _, want := range []string{"<svg", "PASS", "#1</text>", "#2</text>", "refused: n1.1 wrote n1.1#4 with token 1", "pause on n1.1", chkLinearizable} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -578,18 +578,18 @@ func TestReadEventsSkipsATruncatedLastLine(t *testing.T) {
 	in := `{"wall":1,"ev":"start","node":"n1","inc":1}
 {"wall":2,"ev":"acquired","node":"n1","inc":1,"token":3}
 {"wall":3,"ev":"write-ca`
-	ev, err := ReadEvents(strings.NewReader(in))
+	ev, err := readEvents(strings.NewReader(in))
 	if err != nil || len(ev) != 2 || ev[1].Token != 3 {
-		t.Fatalf("ReadEvents = %v, %v", ev, err)
+		t.Fatalf("readEvents = %v, %v", ev, err)
 	}
-	if _, err := ReadEvents(strings.NewReader("garbage\n" + in)); err == nil {
+	if _, err := readEvents(strings.NewReader("garbage\n" + in)); err == nil {
 		t.Fatal("a bad line in the middle was accepted")
 	}
 }
 
 func TestPercentile(t *testing.T) {
 	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	if Percentile(d, 0.5) != 5 || Percentile(d, 0.99) != 10 || Percentile(nil, 0.5) != 0 || Percentile(d[:1], 0.99) != 1 {
+	if percentile(d, 0.5) != 5 || percentile(d, 0.99) != 10 || percentile(nil, 0.5) != 0 || percentile(d[:1], 0.99) != 1 {
 		t.Fatal("wrong percentiles")
 	}
 }

@@ -9,10 +9,10 @@ import (
 )
 
 func (c *checker) checkMonotonic() string {
-	byRes := map[string][]RegisterEntry{}
+	byRes := map[string][]registerEntry{}
 	n := 0
 	for _, r := range c.h.Register {
-		if r.Result == Accepted {
+		if r.Result == writeAccepted {
 			byRes[r.Resource] = append(byRes[r.Resource], r)
 			n++
 		}
@@ -20,7 +20,7 @@ func (c *checker) checkMonotonic() string {
 	for _, res := range sortedKeys(byRes) {
 		log := byRes[res]
 		sort.Slice(log, func(i, j int) bool { return log[i].Seq < log[j].Seq })
-		var max RegisterEntry
+		var max registerEntry
 		for _, r := range log {
 			if r.Token < max.Token {
 				c.violate(Violation{Wall: r.Wall, Proc: r.Writer, Token: r.Token, Resource: res,
@@ -74,9 +74,9 @@ func (c *checker) inTerm(proc string, token int64, wall int64) bool {
 			continue
 		}
 		switch e.Kind {
-		case EvWorkStart:
+		case evWorkStart:
 			start = e.Wall
-		case EvWorkStop:
+		case evWorkStop:
 			stop = e.Wall
 		}
 	}
@@ -86,7 +86,7 @@ func (c *checker) inTerm(proc string, token int64, wall int64) bool {
 func (c *checker) checkWriteOwner() string {
 	n := 0
 	for _, r := range c.h.Register {
-		if r.Result != Accepted {
+		if r.Result != writeAccepted {
 			continue
 		}
 		n++
@@ -116,13 +116,13 @@ func (c *checker) checkWriteOwner() string {
 	}
 	acked := 0
 	for _, w := range c.writes {
-		if w.result != Accepted {
+		if w.result != writeAccepted {
 			continue
 		}
 		acked++
 		found := false
 		for _, r := range c.logVal[w.call.Value] {
-			if r.Result == Accepted && r.Token == w.call.Token && r.Resource == w.call.Resource {
+			if r.Result == writeAccepted && r.Token == w.call.Token && r.Resource == w.call.Resource {
 				found = true
 			}
 		}
@@ -138,7 +138,7 @@ func (c *checker) checkWriteOwner() string {
 // of [from, to] (wall ns).
 func (c *checker) pausedOver(proc string, from, to int64) bool {
 	for _, f := range c.h.Faults {
-		if f.Kind == FaultPause && f.Target == proc && f.Start <= to && f.End >= from {
+		if f.Kind == faultPause && f.Target == proc && f.Start <= to && f.End >= from {
 			return true
 		}
 	}
@@ -150,22 +150,22 @@ func (c *checker) checkSafeUntil() string {
 	const arithSlack = int64(2 * time.Millisecond)
 	n, exempt := 0, 0
 	for _, proc := range sortedKeys(c.byProc) {
-		lastAcquire, lastRenew := map[int64]Event{}, map[int64]Event{}
+		lastAcquire, lastRenew := map[int64]event{}, map[int64]event{}
 		for _, e := range c.byProc[proc] {
 			switch e.Kind {
-			case EvAnswer:
+			case evAnswer:
 				if e.Err != "" || e.Token == 0 {
 					continue
 				}
 				if sc := c.callOf(proc, e.Req); sc != nil {
 					switch e.Call {
-					case CallAcquire:
+					case callAcquire:
 						lastAcquire[e.Token] = sc.req
-					case CallRenew:
+					case callRenew:
 						lastRenew[e.Token] = sc.req
 					}
 				}
-			case EvAcquired, EvRenewed:
+			case evAcquired, evRenewed:
 				if e.SafeUntil == 0 {
 					continue
 				}
@@ -178,7 +178,7 @@ func (c *checker) checkSafeUntil() string {
 				// whatever latency the library reports.
 				req, ok := lastAcquire[e.Token]
 				what := "an acquire"
-				if e.Kind == EvRenewed {
+				if e.Kind == evRenewed {
 					req, ok = lastRenew[e.Token]
 					what = "a renewal"
 				}
@@ -194,7 +194,7 @@ func (c *checker) checkSafeUntil() string {
 						Msg: fmt.Sprintf("%s %s token %d with safeUntil %v on its clock, later than the recorded send of the request (%v) + renewDeadline = %v (the library reported a latency of %v): safeUntil must count from when the request was sent",
 							proc, e.Kind, e.Token, time.Duration(e.SafeUntil), time.Duration(req.Clock), time.Duration(limit-arithSlack), time.Duration(e.Latency))})
 				}
-			case EvWriteCall, EvWorkStop:
+			case evWriteCall, evWorkStop:
 				if e.SafeUntil == 0 {
 					continue
 				}
@@ -210,7 +210,7 @@ func (c *checker) checkSafeUntil() string {
 					continue
 				}
 				what := "sent write " + e.Value
-				if e.Kind == EvWorkStop {
+				if e.Kind == evWorkStop {
 					what = "returned from its guarded work"
 				}
 				c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
@@ -235,7 +235,7 @@ func (c *checker) callOf(proc string, req int64) *storeCall {
 func (c *checker) checkTokenOrder() string {
 	var grants []*storeCall
 	for _, sc := range c.calls {
-		if sc.req.Call == CallAcquire && sc.ans != nil && sc.ans.Err == "" && sc.ans.Token != 0 {
+		if sc.req.Call == callAcquire && sc.ans != nil && sc.ans.Err == "" && sc.ans.Token != 0 {
 			grants = append(grants, sc)
 		}
 	}
@@ -272,10 +272,10 @@ type liveWork struct {
 // crossing is the wall time at which the node's clock reached s, between
 // two consecutive events of its process with a.Clock < s <= b.Clock. The
 // node's clock is a function of real time (it runs on while the process is
-// frozen), piecewise linear with changes only where an EvClockBefore/EvClock
+// frozen), piecewise linear with changes only where an evClockBefore/evClock
 // pair brackets them, so interpolating between neighbours is exact to within
 // that bracket.
-func crossing(a, b Event, s int64) int64 {
+func crossing(a, b event, s int64) int64 {
 	if b.Clock <= a.Clock {
 		return b.Wall
 	}
@@ -292,12 +292,12 @@ func (c *checker) workIntervals() []liveWork {
 		for _, f := range c.h.Faults {
 			// The harness records a pause's start before SIGSTOP and its end
 			// after SIGCONT: the span covers the whole freeze.
-			if f.Kind == FaultPause && f.Target == proc {
+			if f.Kind == faultPause && f.Target == proc {
 				pauses = append(pauses, [2]int64{f.Start, f.End})
 			}
 		}
 		for i, e := range ev {
-			if e.Kind != EvWorkStart {
+			if e.Kind != evWorkStart {
 				continue
 			}
 			tok, su := e.Token, e.SafeUntil
@@ -315,9 +315,9 @@ func (c *checker) workIntervals() []liveWork {
 					continue
 				}
 				switch x.Kind {
-				case EvWorkStop, EvLost:
+				case evWorkStop, evLost:
 					to = x.Wall
-				case EvAcquired, EvRenewed, EvWriteCall, EvRenewFailed:
+				case evAcquired, evRenewed, evWriteCall, evRenewFailed:
 					if x.SafeUntil != 0 {
 						su = x.SafeUntil
 					}
@@ -380,10 +380,10 @@ func (c *checker) checkExclusive() string {
 
 // leaderTimes are the wall times of every grant and successful renewal:
 // the moments a leader demonstrably existed.
-func leaderTimes(h *History) []int64 {
+func leaderTimes(h *history) []int64 {
 	var lead []int64
 	for _, e := range h.Events {
-		if e.Kind == EvAcquired || e.Kind == EvRenewed {
+		if e.Kind == evAcquired || e.Kind == evRenewed {
 			lead = append(lead, e.Wall)
 		}
 	}
@@ -391,9 +391,9 @@ func leaderTimes(h *History) []int64 {
 	return lead
 }
 
-// Recovery is the time from a fault's healing to the first grant or renewal
+// recovery is the time from a fault's healing to the first grant or renewal
 // at or after it, and false if there was none before the history ends.
-func Recovery(h *History, f Fault) (time.Duration, bool) {
+func recovery(h *history, f fault) (time.Duration, bool) {
 	lead := leaderTimes(h)
 	i := sort.Search(len(lead), func(i int) bool { return lead[i] >= f.End })
 	if i == len(lead) {
@@ -403,7 +403,7 @@ func Recovery(h *History, f Fault) (time.Duration, bool) {
 }
 
 func (c *checker) checkFailover() string {
-	bound := int64(FailoverBound(c.h.Timings, c.h.Slack))
+	bound := int64(failoverBound(c.h.Timings, c.h.Slack))
 	lead := leaderTimes(c.h)
 	n := 0
 	for _, f := range c.h.Faults {

@@ -9,7 +9,7 @@ import (
 	"github.com/leasehold/leasehold"
 )
 
-// DriftClock is a leasehold.Clock that is offset from the system clock and
+// driftClock is a leasehold.Clock that is offset from the system clock and
 // runs at a rate: after d of real time it has advanced rate×d. Its readings
 // carry a monotonic reading (they are derived from time.Now with Add), so a
 // difference of two readings is the elapsed time on this clock, as the core
@@ -17,11 +17,11 @@ import (
 // pending timers are re-armed so that each fires when this clock reaches its
 // target.
 //
-// A chaos node runs its elector on a DriftClock to model clock skew (a
+// A chaos node runs its elector on a driftClock to model clock skew (a
 // constant offset, which leasehold must ignore: it only subtracts readings)
 // and rate drift (a clock that runs fast or slow, which shifts the holder's
 // safeUntil in real time).
-type DriftClock struct {
+type driftClock struct {
 	mu     sync.Mutex
 	base   time.Time // system reading at the last change
 	virt   time.Time // this clock's reading at base
@@ -29,16 +29,16 @@ type DriftClock struct {
 	timers map[*driftTimer]struct{} // the armed timers
 }
 
-var _ leasehold.Clock = (*DriftClock)(nil)
+var _ leasehold.Clock = (*driftClock)(nil)
 
-// NewDriftClock returns a clock offset from the system clock by offset,
+// newDriftClock returns a clock offset from the system clock by offset,
 // running at rate (1 is real time; it must be positive and finite).
-func NewDriftClock(offset time.Duration, rate float64) (*DriftClock, error) {
+func newDriftClock(offset time.Duration, rate float64) (*driftClock, error) {
 	if err := validRate(rate); err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	return &DriftClock{base: now, virt: now.Add(offset), rate: rate, timers: map[*driftTimer]struct{}{}}, nil
+	return &driftClock{base: now, virt: now.Add(offset), rate: rate, timers: map[*driftTimer]struct{}{}}, nil
 }
 
 func validRate(rate float64) error {
@@ -49,18 +49,18 @@ func validRate(rate float64) error {
 }
 
 // Now returns this clock's reading.
-func (c *DriftClock) Now() time.Time {
+func (c *driftClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.nowLocked(time.Now())
 }
 
-func (c *DriftClock) nowLocked(real time.Time) time.Time {
+func (c *driftClock) nowLocked(real time.Time) time.Time {
 	return c.virt.Add(time.Duration(float64(real.Sub(c.base)) * c.rate))
 }
 
 // Rate returns the current rate.
-func (c *DriftClock) Rate() float64 {
+func (c *driftClock) Rate() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.rate
@@ -70,7 +70,7 @@ func (c *DriftClock) Rate() float64 {
 // step must not be negative: a monotonic clock never goes back). Armed
 // timers are re-armed for the new rate; a timer whose target the step
 // passed fires at once.
-func (c *DriftClock) Set(rate float64, step time.Duration) error {
+func (c *driftClock) Set(rate float64, step time.Duration) error {
 	if err := validRate(rate); err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (c *DriftClock) Set(rate float64, step time.Duration) error {
 }
 
 // NewTimer returns a timer that fires when this clock has advanced d.
-func (c *DriftClock) NewTimer(d time.Duration) leasehold.Timer {
+func (c *driftClock) NewTimer(d time.Duration) leasehold.Timer {
 	t := &driftTimer{c: c, ch: make(chan time.Time, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -105,7 +105,7 @@ func (c *DriftClock) NewTimer(d time.Duration) leasehold.Timer {
 // 1.23 and later, Stop and Reset discard a value that was sent but not yet
 // received, so a caller never reads a stale firing.
 type driftTimer struct {
-	c      *DriftClock
+	c      *driftClock
 	ch     chan time.Time
 	target time.Time   // guarded by c.mu
 	rt     *time.Timer // the real timer; guarded by c.mu

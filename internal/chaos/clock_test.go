@@ -11,7 +11,7 @@ import (
 
 func TestDriftClockRateAndOffset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, err := NewDriftClock(5*time.Second, 2)
+		c, err := newDriftClock(5*time.Second, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestDriftClockRateAndOffset(t *testing.T) {
 
 func TestDriftClockTimers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, _ := NewDriftClock(0, 2)
+		c, _ := newDriftClock(0, 2)
 		start := time.Now()
 		tm := c.NewTimer(4 * time.Second) // 2 s of real time at rate 2
 		<-tm.C()
@@ -95,11 +95,11 @@ func TestDriftClockTimers(t *testing.T) {
 
 func TestDriftClockRejectsBadInput(t *testing.T) {
 	for _, r := range []float64{0, -1} {
-		if _, err := NewDriftClock(0, r); err == nil {
+		if _, err := newDriftClock(0, r); err == nil {
 			t.Errorf("rate %v accepted", r)
 		}
 	}
-	c, _ := NewDriftClock(0, 1)
+	c, _ := newDriftClock(0, 1)
 	if err := c.Set(1, -time.Second); err == nil {
 		t.Error("a backward step was accepted")
 	}

@@ -24,7 +24,7 @@ type StoreControl interface {
 
 // Config configures a run. Zero fields take the defaults in the comments.
 type Config struct {
-	// StoreURL names the store (see SupportedSchemes). Required. Network
+	// StoreURL names the store (any scheme of store/registry). Required. Network
 	// stores must be on a loopback address unless AllowRemote is set; a
 	// Kubernetes store (whose server the kubeconfig names, not the URL)
 	// needs AllowRemote always, and is not proxied: no network faults.
@@ -86,7 +86,7 @@ type Config struct {
 	// The checker must then find violations.
 	Unfenced bool
 	// BrokenStore, if set, makes every node use a deliberately broken
-	// wrapper of the store (BrokenEarlyGrant, BrokenTokenDown): a negative
+	// wrapper of the store (brokenEarlyGrant, brokenTokenDown): a negative
 	// control for the checks that judge the store. The checker must then
 	// find violations. Nothing else selects these wrappers.
 	BrokenStore string
@@ -105,8 +105,8 @@ type Config struct {
 	LinearizeTimeout time.Duration
 }
 
-// DefaultTimings are the chaos run's default lease timings.
-func DefaultTimings() leasehold.Timings {
+// defaultTimings are the chaos run's default lease timings.
+func defaultTimings() leasehold.Timings {
 	return leasehold.Timings{
 		LeaseDuration: 2 * time.Second,
 		RenewDeadline: 1400 * time.Millisecond,
@@ -155,7 +155,7 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 		return bad("--duration %v is negative", c.Duration)
 	}
 	if c.Timings == (leasehold.Timings{}) {
-		c.Timings = DefaultTimings()
+		c.Timings = defaultTimings()
 	} else {
 		wd := c.Timings.WindDown
 		c.Timings = c.Timings.WithDefaults()
@@ -228,11 +228,11 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 		}
 		if desc.Reach == store.ReachLocal && isNetworkFault(f) {
 			return bad("fault %q needs a store reached over the network; %s:// is a local file with no connection to cut (use %s, %s, %s, %s)",
-				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
+				f, u.Scheme, faultPause, faultKill, faultClock, faultTwin)
 		}
 		if desc.Reach == store.ReachAPI && isNetworkFault(f) {
 			return bad("fault %q needs a store reached over the network through the harness's proxy; the harness does not proxy %s:// stores (their server's address is in the kubeconfig, not the URL) (use %s, %s, %s, %s)",
-				f, u.Scheme, FaultPause, FaultKill, FaultClock, FaultTwin)
+				f, u.Scheme, faultPause, faultKill, faultClock, faultTwin)
 		}
 	}
 	if c.BrokenStore != "" {
@@ -243,20 +243,20 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 	switch c.Register {
 	case "":
 		c.Register = defaultRegister(desc)
-	case RegisterHTTP, RegisterSQLite:
-	case RegisterPostgres:
+	case registerHTTP, registerSQLite:
+	case registerPostgres:
 		if desc != &postgres.Descriptor {
 			return bad("--register postgres needs a PostgreSQL store (it puts the register on the same server)")
 		}
 	default:
-		return bad("--register %q: want %s, %s or %s", c.Register, RegisterHTTP, RegisterPostgres, RegisterSQLite)
+		return bad("--register %q: want %s, %s or %s", c.Register, registerHTTP, registerPostgres, registerSQLite)
 	}
 	return u, desc, eps, nil
 }
 
-func (c *Config) timingsJSON() TimingsJSON {
+func (c *Config) timingsJSON() timingsRecord {
 	t := c.Timings
-	return TimingsJSON{LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RenewInterval: t.RenewInterval,
+	return timingsRecord{LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RenewInterval: t.RenewInterval,
 		RetryPeriod: t.RetryPeriod, Jitter: t.Jitter, WindDown: t.WindDown}
 }
 
@@ -266,9 +266,9 @@ func Validate(c Config) ([]Planned, error) {
 	if _, _, _, err := c.normalize(); err != nil {
 		return nil, err
 	}
-	return Plan(c.planConfig())
+	return planFaults(c.planConfig())
 }
 
-func (c *Config) planConfig() PlanConfig {
-	return PlanConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack, MaxDrift: c.MaxDrift, LeaderBias: c.LeaderBias}
+func (c *Config) planConfig() scheduleConfig {
+	return scheduleConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack, MaxDrift: c.MaxDrift, LeaderBias: c.LeaderBias}
 }

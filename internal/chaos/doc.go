@@ -6,23 +6,25 @@
 //
 // A run ([Run]) starts node processes ([NodeMain]) that contend for one lease
 // with leasehold.NewElector; the leader writes to a fenced register with its
-// term (token, and its process as the holder). Between each node and the store sits a TCP fault [Proxy] (except
-// on SQLite, a file, and Kubernetes, whose server the kubeconfig names: there
-// only pauses, kills, clocks and twins are injected); each node's
-// elector runs on a [DriftClock]. The harness pauses (SIGSTOP), kills and
-// restarts nodes, cuts, resets and slows their connections, restarts the
-// store (for real through a [StoreControl], or emulated at the proxies), skews
-// and drifts their clocks, and starts twins with a node's identity, following
-// a schedule drawn from the seed ([Plan]). [Check] then verifies, from the
-// recorded [History] alone: that the register never accepted a token lower
-// than one it had accepted, nor one token from two writers; that no token was granted twice, and that a grant
-// observed after another has a higher token; that every accepted write came
-// from its token's term; that no two live (not frozen) processes ran guarded
-// work at once; that no work ran past its safeUntil on its own clock, and no
-// safeUntil was counted from later than the request's send as the node's own
-// recorder saw it (not as the library reports); that a leader came back within the failover
-// bound after each fault healed; and that the register is linearizable
-// (porcupine, per resource). [Summary] and [WriteReport] present the result.
+// term (token, and its process as the holder). Between each node and the
+// store sits a TCP fault proxy (except on SQLite, a file, and Kubernetes,
+// whose server the kubeconfig names: there only pauses, kills, clocks and
+// twins are injected); each node's elector runs on a drift clock. The harness
+// pauses (SIGSTOP), kills and restarts nodes, cuts, resets and slows their
+// connections, restarts the store (for real through a [StoreControl], or
+// emulated at the proxies), skews and drifts their clocks, and starts twins
+// with a node's identity, following a schedule drawn from the seed
+// (planFaults). The checker (checkHistory) then verifies, from the recorded
+// history alone: that the register never accepted a token lower than one it
+// had accepted, nor one token from two writers; that no token was granted
+// twice, and that a grant observed after another has a higher token; that
+// every accepted write came from its token's term; that no two live (not
+// frozen) processes ran guarded work at once; that no work ran past its
+// safeUntil on its own clock, and no safeUntil was counted from later than
+// the request's send as the node's own recorder saw it (not as the library
+// reports); that a leader came back within the failover bound after each
+// fault healed; and that the register is linearizable (porcupine, per
+// resource). It writes a one-line summary and an HTML report.
 //
 // # What is and is not guaranteed
 //

@@ -94,7 +94,7 @@ func TestChaosEtcd(t *testing.T) {
 	m := startEtcd(t)
 	c := baseConfig(t, m.URL(), 24*time.Second)
 	c.StoreControl = m // store-restart faults restart the member for real
-	c.Faults = []string{FaultStoreRestart, FaultKill, FaultLatency}
+	c.Faults = []string{faultStoreRestart, faultKill, faultLatency}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }

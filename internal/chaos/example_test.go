@@ -7,12 +7,12 @@ import (
 
 // A fault schedule is a pure function of its configuration and seed.
 func Example_plan() {
-	plan, err := Plan(PlanConfig{
+	plan, err := planFaults(scheduleConfig{
 		Seed:    42,
-		Faults:  []string{FaultPause, FaultKill, FaultBlackhole},
+		Faults:  []string{faultPause, faultKill, faultBlackhole},
 		Span:    30 * time.Second,
 		Nodes:   3,
-		Timings: TimingsJSON{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 300 * time.Millisecond, Jitter: 0.2},
+		Timings: timingsRecord{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 300 * time.Millisecond, Jitter: 0.2},
 		Slack:   time.Second,
 	})
 	if err != nil {
@@ -34,27 +34,27 @@ func Example_plan() {
 // refuse.
 func Example_check() {
 	sec := func(s float64) int64 { return int64(s * 1e9) }
-	ev := func(node string, s float64, e Event) Event {
+	ev := func(node string, s float64, e event) event {
 		e.Node, e.Inc, e.Wall, e.Clock = node, 1, sec(s), sec(s)
 		return e
 	}
-	h := &History{
-		Timings: TimingsJSON{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 300 * time.Millisecond},
+	h := &history{
+		Timings: timingsRecord{LeaseDuration: 2 * time.Second, RenewDeadline: 1400 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 300 * time.Millisecond},
 		Start:   0, End: sec(5),
-		Events: []Event{
-			ev("n1", 1, Event{Kind: EvAcquired, Token: 1, SafeUntil: sec(2.4)}),
-			ev("n1", 1, Event{Kind: EvWorkStart, Token: 1}),
-			ev("n2", 3, Event{Kind: EvAcquired, Token: 2, SafeUntil: sec(4.4)}),
-			ev("n2", 3, Event{Kind: EvWorkStart, Token: 2}),
+		Events: []event{
+			ev("n1", 1, event{Kind: evAcquired, Token: 1, SafeUntil: sec(2.4)}),
+			ev("n1", 1, event{Kind: evWorkStart, Token: 1}),
+			ev("n2", 3, event{Kind: evAcquired, Token: 2, SafeUntil: sec(4.4)}),
+			ev("n2", 3, event{Kind: evWorkStart, Token: 2}),
 		},
-		Register: []RegisterEntry{
-			{Seq: 1, Resource: "r0", Token: 2, Value: "b", Writer: "n2.1", Result: Accepted},
-			{Seq: 2, Resource: "r0", Token: 1, Value: "a", Writer: "n1.1", Result: Accepted},
+		Register: []registerEntry{
+			{Seq: 1, Resource: "r0", Token: 2, Value: "b", Writer: "n2.1", Result: writeAccepted},
+			{Seq: 2, Resource: "r0", Token: 1, Value: "a", Writer: "n1.1", Result: writeAccepted},
 		},
 	}
-	r := Check(h, CheckOptions{})
+	r := checkHistory(h, checkOptions{})
 	for _, c := range r.Checks {
-		if c.Name == CheckMonotonic {
+		if c.Name == chkMonotonic {
 			fmt.Println(c.Name, "violations:", c.Violations)
 		}
 	}

@@ -39,7 +39,7 @@ func (h *harness) execute(ctx context.Context, plan []Planned) error {
 }
 
 // inject carries out one planned fault and returns its record.
-func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
+func (h *harness) inject(ctx context.Context, p Planned) (fault, error) {
 	rec, leader := h.leader(ctx)
 	target := leader
 	if !p.Leader || target == nil {
@@ -47,7 +47,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 		target = h.procs[fmt.Sprintf("n%d", p.Node+1)]
 		h.mu.Unlock()
 	}
-	f := Fault{Kind: p.Kind, Target: target.name, Leader: leader != nil && target == leader}
+	f := fault{Kind: p.Kind, Target: target.name, Leader: leader != nil && target == leader}
 	if rec.Live() {
 		f.Token = rec.Token
 	}
@@ -58,14 +58,14 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 	f.Start = time.Now().UnixNano()
 	var err error
 	switch p.Kind {
-	case FaultPause:
+	case faultPause:
 		h.progress("chaos: %s pause %s (%s) for %v", h.elapsed(), target.name, role, p.Duration.Round(time.Millisecond))
 		f.Detail = fmt.Sprintf("SIGSTOP for %v", p.Duration.Round(time.Millisecond))
 		if err = signalStop(target.cmd.Process); err == nil {
 			sleepCtx(ctx, p.Duration)
 			err = signalCont(target.cmd.Process)
 		}
-	case FaultKill:
+	case faultKill:
 		h.progress("chaos: %s kill %s (%s), restart after %v", h.elapsed(), target.name, role, p.Duration.Round(time.Millisecond))
 		target.killed = true
 		target.cmd.Process.Kill()
@@ -76,7 +76,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 		if err == nil {
 			f.Detail = fmt.Sprintf("SIGKILL, restarted as %s after %v", np.name, p.Duration.Round(time.Millisecond))
 		}
-	case FaultBlackhole:
+	case faultBlackhole:
 		h.progress("chaos: %s blackhole %s (%s) for %v", h.elapsed(), target.name, role, p.Duration.Round(time.Millisecond))
 		f.Detail = fmt.Sprintf("no bytes forwarded for %v", p.Duration.Round(time.Millisecond))
 		for _, px := range target.proxies {
@@ -86,7 +86,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 		for _, px := range target.proxies {
 			px.Heal()
 		}
-	case FaultReset:
+	case faultReset:
 		n := 0
 		for _, px := range target.proxies {
 			_, before := px.Stats()
@@ -96,7 +96,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 		}
 		h.progress("chaos: %s reset %s (%s): %d connections", h.elapsed(), target.name, role, n)
 		f.Detail = fmt.Sprintf("%d connections reset", n)
-	case FaultLatency:
+	case faultLatency:
 		h.progress("chaos: %s latency +%v on %s (%s) for %v", h.elapsed(), p.Latency.Round(time.Millisecond), target.name, role, p.Duration.Round(time.Millisecond))
 		f.Detail = fmt.Sprintf("+%v per round trip for %v", p.Latency.Round(time.Millisecond), p.Duration.Round(time.Millisecond))
 		for _, px := range target.proxies {
@@ -106,7 +106,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 		for _, px := range target.proxies {
 			px.Heal()
 		}
-	case FaultStoreRestart:
+	case faultStoreRestart:
 		f.Target, f.Leader = "store", false
 		if h.cfg.StoreControl != nil {
 			h.progress("chaos: %s restart the store (down %v)", h.elapsed(), p.Duration.Round(time.Millisecond))
@@ -139,14 +139,14 @@ func (h *harness) inject(ctx context.Context, p Planned) (Fault, error) {
 				px.Refuse(false)
 			}
 		}
-	case FaultClock:
+	case faultClock:
 		h.progress("chaos: %s clock of %s (%s): rate %.3f, step +%v, for %v", h.elapsed(), target.name, role, p.Rate, p.Step.Round(time.Millisecond), p.Duration.Round(time.Millisecond))
 		f.Detail = fmt.Sprintf("rate %.3f, step +%v, for %v", p.Rate, p.Step.Round(time.Millisecond), p.Duration.Round(time.Millisecond))
 		if _, err = fmt.Fprintf(target.stdin, "clock %s %s\n", strconv.FormatFloat(p.Rate, 'f', 4, 64), p.Step); err == nil {
 			sleepCtx(ctx, p.Duration)
 			_, err = fmt.Fprintf(target.stdin, "clock 1 0s\n")
 		}
-	case FaultTwin:
+	case faultTwin:
 		twinSlot := target.slot + "b"
 		var tw *proc
 		tw, err = h.startProc(ctx, twinSlot, target.identity, target.offset)

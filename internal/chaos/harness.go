@@ -25,9 +25,9 @@ type Outcome struct {
 	Dir     string
 	Seed    uint64
 	Plan    []Planned
-	History *History
+	History *history
 	Result  *Result
-	// Summary is the one-line summary (see Summary).
+	// Summary is the one-line summary (see summaryLine).
 	Summary string
 	// Report is the path of the HTML report.
 	Report string
@@ -45,16 +45,16 @@ type harness struct {
 	dir     string
 	lease   string
 	st      store.Store // the harness's own handle, straight to the store
-	reg     Register
+	reg     register
 	start   time.Time
-	nodeURL func(proxies []*Proxy) string
+	nodeURL func(proxies []*proxy) string
 
 	mu      sync.Mutex
 	procs   map[string]*proc // live process per slot
 	all     []*proc
-	proxies map[string][]*Proxy // per slot
-	faults  []Fault
-	reads   []ReadOp
+	proxies map[string][]*proxy // per slot
+	faults  []fault
+	reads   []readOp
 }
 
 // Run runs the chaos test c describes and checks its history. It returns an
@@ -72,7 +72,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := Plan(c.planConfig())
+	plan, err := planFaults(c.planConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	crand.Read(idb[:])
 	runID := hex.EncodeToString(idb[:])
 	h := &harness{cfg: c, u: u, desc: desc, eps: eps, dir: dir, lease: "chaos-" + runID,
-		procs: map[string]*proc{}, proxies: map[string][]*Proxy{}}
+		procs: map[string]*proc{}, proxies: map[string][]*proxy{}}
 	defer h.closeProxies()
 
 	// The harness's own store handle: for who leads, and (PostgreSQL) to
@@ -103,7 +103,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: store %s: %w", ErrInvalid, redact(u), err)
 	}
-	h.nodeURL = func(proxies []*Proxy) string {
+	h.nodeURL = func(proxies []*proxy) string {
 		if !proxied(desc.Reach) {
 			return storeURL.String()
 		}
@@ -122,7 +122,7 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	if err := c.Timings.ValidateFor(h.st); err != nil {
 		return nil, fmt.Errorf("%w: timings for %s://: %w", ErrInvalid, u.Scheme, err)
 	}
-	if c.BrokenStore == BrokenEarlyGrant {
+	if c.BrokenStore == brokenEarlyGrant {
 		if _, ok := h.st.(store.ForceReleaser); !ok {
 			return nil, fmt.Errorf("%w: --broken-store %s needs a store with ForceRelease; %s:// has none", ErrInvalid, c.BrokenStore, u.Scheme)
 		}
@@ -184,9 +184,9 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := Check(hist, CheckOptions{LinearizeTimeout: c.LinearizeTimeout})
+	res := checkHistory(hist, checkOptions{LinearizeTimeout: c.LinearizeTimeout})
 	out := &Outcome{Dir: dir, Seed: c.Seed, Plan: plan, History: hist, Result: res, UnexpectedExits: h.unexpectedExits()}
-	out.Summary = Summary(hist, res)
+	out.Summary = summaryLine(hist, res)
 	if err := h.writeOutputs(out); err != nil {
 		return nil, err
 	}
@@ -207,10 +207,10 @@ func (h *harness) elapsed() string {
 	return fmt.Sprintf("%6.2fs", time.Since(h.start).Seconds())
 }
 
-func (h *harness) openRegister(ctx context.Context, runID string, resources []string) (Register, error) {
+func (h *harness) openRegister(ctx context.Context, runID string, resources []string) (register, error) {
 	fenced := !h.cfg.Unfenced
 	switch h.cfg.Register {
-	case RegisterPostgres:
+	case registerPostgres:
 		table := "chaos_reg_" + runID
 		if s := h.u.Query().Get("schema"); s != "" {
 			if !tableRE.MatchString(s) || strings.Contains(s, ".") {
@@ -222,7 +222,7 @@ func (h *harness) openRegister(ctx context.Context, runID string, resources []st
 		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		return newPGRegister(rctx, plainPostgres(h.u), table, resources, fenced, h.cfg.Keep)
-	case RegisterSQLite:
+	case registerSQLite:
 		return newSQLiteRegister(ctx, filepath.Join(h.dir, "register.db"), "register", resources, fenced)
 	default:
 		return newHTTPRegister(resources, fenced)
@@ -285,7 +285,7 @@ func (h *harness) readLoop(ctx context.Context, resources []string) {
 			if ctx.Err() != nil {
 				return
 			}
-			op := ReadOp{Call: call.UnixNano(), Return: time.Now().UnixNano(), Resource: r, Value: v, Token: tok}
+			op := readOp{Call: call.UnixNano(), Return: time.Now().UnixNano(), Resource: r, Value: v, Token: tok}
 			if err != nil {
 				op.Err = err.Error()
 			}
@@ -299,16 +299,16 @@ func (h *harness) readLoop(ctx context.Context, resources []string) {
 	}
 }
 
-func (h *harness) collect(ctx context.Context, resources []string) (*History, error) {
+func (h *harness) collect(ctx context.Context, resources []string) (*history, error) {
 	h.mu.Lock()
 	var paths []string
 	for _, p := range h.all {
 		paths = append(paths, p.history)
 	}
-	faults := append([]Fault(nil), h.faults...)
-	reads := append([]ReadOp(nil), h.reads...)
+	faults := append([]fault(nil), h.faults...)
+	reads := append([]readOp(nil), h.reads...)
 	h.mu.Unlock()
-	events, err := ReadEventFiles(paths)
+	events, err := readEventFiles(paths)
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +319,7 @@ func (h *harness) collect(ctx context.Context, resources []string) (*History, er
 		return nil, err
 	}
 	sort.Slice(faults, func(i, j int) bool { return faults[i].Start < faults[j].Start })
-	return &History{
+	return &history{
 		Store: redact(h.u), Seed: h.cfg.Seed, Fenced: !h.cfg.Unfenced, BrokenStore: h.cfg.BrokenStore, Timings: h.cfg.timingsJSON(), Slack: h.cfg.Slack,
 		Start: h.start.UnixNano(), End: time.Now().UnixNano(),
 		Events: events, Register: log, RegisterLogsRefused: h.reg.LogsRefused(), Reads: reads, Faults: faults,
@@ -339,7 +339,7 @@ func (h *harness) writeOutputs(out *Outcome) error {
 		}
 		return fh.Close()
 	}
-	if err := write("history.json", func(w io.Writer) error { return WriteHistory(w, out.History) }); err != nil {
+	if err := write("history.json", func(w io.Writer) error { return writeHistory(w, out.History) }); err != nil {
 		return err
 	}
 	if err := write("result.json", func(w io.Writer) error {
@@ -355,7 +355,7 @@ func (h *harness) writeOutputs(out *Outcome) error {
 		return err
 	}
 	out.Report = filepath.Join(h.dir, "report.html")
-	return write("report.html", func(w io.Writer) error { return WriteReport(w, out.History, out.Result) })
+	return write("report.html", func(w io.Writer) error { return writeReport(w, out.History, out.Result) })
 }
 
 // errNotSupported is returned on platforms without SIGSTOP.

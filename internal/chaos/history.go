@@ -12,48 +12,48 @@ import (
 	"time"
 )
 
-// Kinds of node history events (Event.Kind).
+// Kinds of node history events (event.Kind).
 const (
-	EvStart       = "start"         // the process started; Holder is its holder identity
-	EvAcquired    = "acquired"      // a term was granted: Token, SafeUntil, Latency of the acquire
-	EvAcquireErr  = "acquire-error" // an acquire attempt got no definite answer (Err): it may have granted a term
-	EvRenewed     = "renewed"       // a renewal succeeded: SafeUntil moved; Latency
-	EvRenewFailed = "renew-failed"  // a renewal failed (Err)
-	EvLost        = "lost"          // the node stopped holding Token (Reason)
-	EvReleased    = "released"      // the release request returned (Err)
-	EvWorkStart   = "work-start"    // the guarded work began, under Token
-	EvWorkStop    = "work-stop"     // the guarded work returned
-	EvWriteCall   = "write-call"    // a write to the register is about to be sent (Op, Res, Value, Token)
-	EvWriteReturn = "write-return"  // its answer: Result accepted, refused or error
-	EvClockBefore = "clock-before"  // the node's clock is about to be changed: its last reading before
-	EvClock       = "clock"         // the node's clock was changed (Detail)
-	EvRequest     = "request"       // the elector's Call (with Req, and Token for renew and release) is about to reach the store
-	EvAnswer      = "answer"        // the store answered request Req: Token granted or renewed, or Err
-	EvExit        = "exit"          // the process is exiting normally
+	evStart       = "start"         // the process started; Holder is its holder identity
+	evAcquired    = "acquired"      // a term was granted: Token, SafeUntil, Latency of the acquire
+	evAcquireErr  = "acquire-error" // an acquire attempt got no definite answer (Err): it may have granted a term
+	evRenewed     = "renewed"       // a renewal succeeded: SafeUntil moved; Latency
+	evRenewFailed = "renew-failed"  // a renewal failed (Err)
+	evLost        = "lost"          // the node stopped holding Token (Reason)
+	evReleased    = "released"      // the release request returned (Err)
+	evWorkStart   = "work-start"    // the guarded work began, under Token
+	evWorkStop    = "work-stop"     // the guarded work returned
+	evWriteCall   = "write-call"    // a write to the register is about to be sent (Op, Res, Value, Token)
+	evWriteReturn = "write-return"  // its answer: Result accepted, refused or error
+	evClockBefore = "clock-before"  // the node's clock is about to be changed: its last reading before
+	evClock       = "clock"         // the node's clock was changed (Detail)
+	evRequest     = "request"       // the elector's Call (with Req, and Token for renew and release) is about to reach the store
+	evAnswer      = "answer"        // the store answered request Req: Token granted or renewed, or Err
+	evExit        = "exit"          // the process is exiting normally
 )
 
-// Store calls the node records (Event.Call).
+// Store calls the node records (event.Call).
 const (
-	CallAcquire = "acquire"
-	CallRenew   = "renew"
-	CallRelease = "release"
+	callAcquire = "acquire"
+	callRenew   = "renew"
+	callRelease = "release"
 )
 
-// Results of a write (Event.Result, RegisterEntry.Result).
+// Results of a write (event.Result, registerEntry.Result).
 const (
-	Accepted = "accepted"
-	Refused  = "refused"
-	Unknown  = "error" // no definite answer: the write may or may not have landed
+	writeAccepted = "accepted"
+	writeRefused  = "refused"
+	writeUnknown  = "error" // no definite answer: the write may or may not have landed
 )
 
-// Event is one line of a node's history file. Times are recorded three ways:
+// event is one line of a node's history file. Times are recorded three ways:
 // Wall is the host's wall clock (Unix nanoseconds; every process on the host
 // shares it, so the checker orders events of different processes by it); Mono
 // is the real monotonic time since the process started; Clock and SafeUntil
 // are readings of the node's own injected clock (nanoseconds since that
 // clock's reading at process start), the clock on which the node decides when
 // to stop trusting its term.
-type Event struct {
+type event struct {
 	Wall  int64  `json:"wall"`
 	Mono  int64  `json:"mono"`
 	Clock int64  `json:"clock"`
@@ -74,22 +74,22 @@ type Event struct {
 	Value     string `json:"value,omitempty"`
 	Result    string `json:"result,omitempty"`
 	Detail    string `json:"detail,omitempty"`
-	// Req numbers a store call within the process (EvRequest, EvAnswer);
-	// Call names it (CallAcquire, CallRenew, CallRelease).
+	// Req numbers a store call within the process (evRequest, evAnswer);
+	// Call names it (callAcquire, callRenew, callRelease).
 	Req  int64  `json:"req,omitempty"`
 	Call string `json:"call,omitempty"`
 }
 
 // Proc names one process: its slot and incarnation, such as "n2.3".
-func (e Event) Proc() string { return ProcName(e.Node, e.Inc) }
+func (e event) Proc() string { return procName(e.Node, e.Inc) }
 
-// ProcName is the name of incarnation inc of slot node.
-func ProcName(node string, inc int) string { return fmt.Sprintf("%s.%d", node, inc) }
+// procName is the name of incarnation inc of slot node.
+func procName(node string, inc int) string { return fmt.Sprintf("%s.%d", node, inc) }
 
-// RegisterEntry is one write the fenced register logged. SQL registers log
+// registerEntry is one write the fenced register logged. SQL registers log
 // the writes they accepted, in the same statement as the write; the HTTP
 // register logs every attempt, accepted or refused.
-type RegisterEntry struct {
+type registerEntry struct {
 	Seq      int64  `json:"seq"` // the register's own order of writes
 	Wall     int64  `json:"wall"`
 	Resource string `json:"res"`
@@ -99,8 +99,8 @@ type RegisterEntry struct {
 	Result   string `json:"result"` // Accepted or Refused
 }
 
-// ReadOp is one read of the register by the harness.
-type ReadOp struct {
+// readOp is one read of the register by the harness.
+type readOp struct {
 	Call     int64  `json:"call"` // wall ns
 	Return   int64  `json:"return"`
 	Resource string `json:"res"`
@@ -109,9 +109,9 @@ type ReadOp struct {
 	Err      string `json:"err,omitempty"`
 }
 
-// Fault is one fault the harness injected. Start and End are wall times (Unix
+// fault is one fault the harness injected. Start and End are wall times (Unix
 // ns); End is when the fault healed (equal to Start for an instant fault).
-type Fault struct {
+type fault struct {
 	Kind   string `json:"kind"`
 	Target string `json:"target,omitempty"` // the process (Event.Proc), or "store"
 	// Leader is true when the target held the lease when the fault began.
@@ -123,31 +123,31 @@ type Fault struct {
 	Err    string `json:"err,omitempty"`
 }
 
-// History is everything a run recorded: the input of the checker.
-type History struct {
+// history is everything a run recorded: the input of the checker.
+type history struct {
 	Store  string `json:"store"` // the store URL, password redacted
 	Seed   uint64 `json:"seed"`
 	Fenced bool   `json:"fenced"`
 	// BrokenStore names the broken-store negative control the run used, if any.
-	BrokenStore string      `json:"broken_store,omitempty"`
-	Timings     TimingsJSON `json:"timings"`
-	// Slack is added to the failover bound (see Check).
+	BrokenStore string        `json:"broken_store,omitempty"`
+	Timings     timingsRecord `json:"timings"`
+	// Slack is added to the failover bound (see checkHistory).
 	Slack    time.Duration   `json:"slack"`
 	Start    int64           `json:"start"`
 	End      int64           `json:"end"`
-	Events   []Event         `json:"events"`
-	Register []RegisterEntry `json:"register"`
+	Events   []event         `json:"events"`
+	Register []registerEntry `json:"register"`
 	// RegisterLogsRefused is true when Register holds refused attempts too
 	// (the HTTP register), not only the accepted writes (SQL registers).
 	RegisterLogsRefused bool     `json:"register_logs_refused"`
-	Reads               []ReadOp `json:"reads"`
-	Faults              []Fault  `json:"faults"`
+	Reads               []readOp `json:"reads"`
+	Faults              []fault  `json:"faults"`
 	// Resources are the register's resources.
 	Resources []string `json:"resources"`
 }
 
-// TimingsJSON is leasehold.Timings as recorded in a history.
-type TimingsJSON struct {
+// timingsRecord is leasehold.Timings as recorded in a history.
+type timingsRecord struct {
 	LeaseDuration time.Duration `json:"lease_duration"`
 	RenewDeadline time.Duration `json:"renew_deadline"`
 	RenewInterval time.Duration `json:"renew_interval"`
@@ -168,7 +168,7 @@ type historyWriter struct {
 	err   error
 }
 
-func (w *historyWriter) emit(e Event) {
+func (w *historyWriter) emit(e event) {
 	now := time.Now()
 	e.Wall = now.UnixNano()
 	e.Mono = int64(now.Sub(w.start))
@@ -176,7 +176,7 @@ func (w *historyWriter) emit(e Event) {
 	e.Node, e.Inc = w.node, w.inc
 	b, err := json.Marshal(e)
 	if err != nil {
-		panic(err) // an Event always marshals
+		panic(err) // an event always marshals
 	}
 	b = append(b, '\n')
 	w.mu.Lock()
@@ -189,10 +189,10 @@ func (w *historyWriter) emit(e Event) {
 	}
 }
 
-// ReadEvents reads a node history file. A truncated last line (a process
+// readEvents reads a node history file. A truncated last line (a process
 // killed mid-write) is skipped; any other bad line is an error.
-func ReadEvents(r io.Reader) ([]Event, error) {
-	var out []Event
+func readEvents(r io.Reader) ([]event, error) {
+	var out []event
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	var pending error
@@ -202,7 +202,7 @@ func ReadEvents(r io.Reader) ([]Event, error) {
 		if pending != nil {
 			return nil, pending
 		}
-		var e Event
+		var e event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			pending = fmt.Errorf("leasehold/chaos: history line %d: %w", line, err)
 			continue
@@ -215,40 +215,40 @@ func ReadEvents(r io.Reader) ([]Event, error) {
 	return out, nil // a bad last line is a truncated write: dropped
 }
 
-// ReadEventFiles reads and merges history files, ordered by wall time.
-func ReadEventFiles(paths []string) ([]Event, error) {
-	var all []Event
+// readEventFiles reads and merges history files, ordered by wall time.
+func readEventFiles(paths []string) ([]event, error) {
+	var all []event
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
 			return nil, fmt.Errorf("leasehold/chaos: %w", err)
 		}
-		ev, err := ReadEvents(f)
+		ev, err := readEvents(f)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%w (%s)", err, p)
 		}
 		all = append(all, ev...)
 	}
-	SortEvents(all)
+	sortEvents(all)
 	return all, nil
 }
 
-// SortEvents orders events by wall time, keeping each process's own order.
-func SortEvents(ev []Event) {
+// sortEvents orders events by wall time, keeping each process's own order.
+func sortEvents(ev []event) {
 	sort.SliceStable(ev, func(i, j int) bool { return ev[i].Wall < ev[j].Wall })
 }
 
-// WriteHistory writes h as JSON.
-func WriteHistory(w io.Writer, h *History) error {
+// writeHistory writes h as JSON.
+func writeHistory(w io.Writer, h *history) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", " ")
 	return enc.Encode(h)
 }
 
-// ReadHistory reads a history written by WriteHistory.
-func ReadHistory(r io.Reader) (*History, error) {
-	var h History
+// readHistory reads a history written by writeHistory.
+func readHistory(r io.Reader) (*history, error) {
+	var h history
 	if err := json.NewDecoder(r).Decode(&h); err != nil {
 		return nil, fmt.Errorf("leasehold/chaos: read history: %w", err)
 	}

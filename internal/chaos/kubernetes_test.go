@@ -67,7 +67,7 @@ func TestChaosKubernetes(t *testing.T) {
 	storeURL := startKube(t)
 	c := baseConfig(t, storeURL, 30*time.Second)
 	c.AllowRemote = true // the kubeconfig points at this test's own server on 127.0.0.1
-	c.Faults = []string{FaultPause, FaultKill, FaultClock, FaultTwin}
+	c.Faults = []string{faultPause, faultKill, faultClock, faultTwin}
 	// The store refuses a margin (lease - renew deadline) of a second or
 	// less: client-go, which may share a Lease, tells renewals apart only at
 	// whole seconds.
@@ -88,7 +88,7 @@ func TestKubernetesStoreNeedsAllowRemoteAndNoNetworkFaults(t *testing.T) {
 	if _, err := Validate(c); err != nil {
 		t.Fatalf("with AllowRemote, default faults: %v", err)
 	}
-	c.Faults = []string{FaultPause, FaultBlackhole}
+	c.Faults = []string{faultPause, faultBlackhole}
 	_, err = Validate(c)
 	if !errors.Is(err, ErrInvalid) || !contains(err, `fault "blackhole" needs a store reached over the network`) {
 		t.Fatalf("blackhole: err = %v", err)

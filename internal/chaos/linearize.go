@@ -34,9 +34,9 @@ type regState struct {
 	Writer string `json:",omitempty"` // the holder of the last accepted term
 }
 
-// RegisterModel is the porcupine model of one fenced register, partitioned
+// registerModel is the porcupine model of one fenced register, partitioned
 // by resource.
-func RegisterModel() porcupine.Model {
+func registerModel() porcupine.Model {
 	return porcupine.Model{
 		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 			byRes := map[string][]porcupine.Operation{}
@@ -83,13 +83,13 @@ func RegisterModel() porcupine.Model {
 	}
 }
 
-// Operations turns a history into porcupine operations: each write with the
+// operationsOf turns a history into porcupine operations: each write with the
 // answer its node got and each successful read. A write without a definite
 // answer is resolved from the register's log: if the register accepted it, it
 // is an accepted write whose return is unknown (concurrent with everything
 // after its call); otherwise it had no effect and is left out.
-func Operations(h *History) []porcupine.Operation {
-	c := &checker{h: h, opts: CheckOptions{}, res: &Result{}}
+func operationsOf(h *history) []porcupine.Operation {
+	c := &checker{h: h, opts: checkOptions{}, res: &Result{}}
 	c.index()
 	return c.operations()
 }
@@ -100,11 +100,11 @@ func (c *checker) operations() []porcupine.Operation {
 	for _, w := range c.writes {
 		in := regInput{Resource: w.call.Resource, Token: w.call.Token, Writer: w.call.Proc(), Value: w.call.Value}
 		switch w.result {
-		case Accepted, Refused:
-			ops = append(ops, porcupine.Operation{Input: in, Call: w.call.Wall, Output: regOutput{Accepted: w.result == Accepted}, Return: w.ret.Wall})
+		case writeAccepted, writeRefused:
+			ops = append(ops, porcupine.Operation{Input: in, Call: w.call.Wall, Output: regOutput{Accepted: w.result == writeAccepted}, Return: w.ret.Wall})
 		default:
 			for _, r := range c.logVal[w.call.Value] {
-				if r.Result == Accepted {
+				if r.Result == writeAccepted {
 					ops = append(ops, porcupine.Operation{Input: in, Call: w.call.Wall, Output: regOutput{Accepted: true}, Return: never})
 					break
 				}
@@ -123,7 +123,7 @@ func (c *checker) operations() []porcupine.Operation {
 
 func (c *checker) checkLinearizable() string {
 	ops := c.operations()
-	model := RegisterModel()
+	model := registerModel()
 	res := porcupine.CheckOperationsTimeout(model, ops, c.opts.LinearizeTimeout)
 	c.res.Stats.Linearizable = string(res)
 	switch res {

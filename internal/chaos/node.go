@@ -72,7 +72,7 @@ func parseNodeFlags(args []string) (*nodeConfig, error) {
 	fs.StringVar(&c.storeURL, "store", "", "store URL (through the fault proxy)")
 	fs.StringVar(&c.lease, "lease", "", "lease name")
 	fs.StringVar(&c.history, "history", "", "history file")
-	fs.StringVar(&c.reg.Kind, "register-kind", RegisterHTTP, "register kind")
+	fs.StringVar(&c.reg.Kind, "register-kind", registerHTTP, "register kind")
 	fs.StringVar(&c.reg.URL, "register", "", "register address")
 	fs.StringVar(&c.reg.Table, "register-table", "", "register table")
 	unfenced := fs.Bool("unfenced", false, "write without the token check (negative control)")
@@ -118,7 +118,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		return err
 	}
 	start := time.Now()
-	clock, err := NewDriftClock(c.clockOffset, c.clockRate)
+	clock, err := newDriftClock(c.clockOffset, c.clockRate)
 	if err != nil {
 		return err
 	}
@@ -148,17 +148,17 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				rate, err1 := strconv.ParseFloat(fields[1], 64)
 				step, err2 := time.ParseDuration(fields[2])
 				if err := errors.Join(err1, err2); err != nil {
-					hw.emit(Event{Kind: EvClock, Err: err.Error()})
+					hw.emit(event{Kind: evClock, Err: err.Error()})
 					continue
 				}
 				// A reading just before the change and one just after bound
 				// the moment of the step, for the checker's interpolation.
-				hw.emit(Event{Kind: EvClockBefore})
+				hw.emit(event{Kind: evClockBefore})
 				if err := clock.Set(rate, step); err != nil {
-					hw.emit(Event{Kind: EvClock, Err: err.Error()})
+					hw.emit(event{Kind: evClock, Err: err.Error()})
 					continue
 				}
-				hw.emit(Event{Kind: EvClock, Detail: fmt.Sprintf("rate %v step %v", rate, step)})
+				hw.emit(event{Kind: evClock, Detail: fmt.Sprintf("rate %v step %v", rate, step)})
 			}
 		}
 	}()
@@ -197,21 +197,21 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				acqLatency = ev.Latency
 				mu.Unlock()
 			case !errors.Is(ev.Err, store.ErrHeld):
-				hw.emit(Event{Kind: EvAcquireErr, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
+				hw.emit(event{Kind: evAcquireErr, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
 			}
 		case leasehold.EventAcquired:
 			mu.Lock()
 			lat := acqLatency
 			mu.Unlock()
-			hw.emit(Event{Kind: EvAcquired, Holder: ev.Term.Holder, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(lat)})
+			hw.emit(event{Kind: evAcquired, Holder: ev.Term.Holder, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(lat)})
 		case leasehold.EventRenewed:
-			hw.emit(Event{Kind: EvRenewed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency)})
+			hw.emit(event{Kind: evRenewed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency)})
 		case leasehold.EventRenewFailed:
-			hw.emit(Event{Kind: EvRenewFailed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency), Err: errString(ev.Err)})
+			hw.emit(event{Kind: evRenewFailed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency), Err: errString(ev.Err)})
 		case leasehold.EventLost:
-			hw.emit(Event{Kind: EvLost, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Reason: leasehold.LossReason(ev.Err), Err: errString(ev.Err)})
+			hw.emit(event{Kind: evLost, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Reason: leasehold.LossReason(ev.Err), Err: errString(ev.Err)})
 		case leasehold.EventReleased:
-			hw.emit(Event{Kind: EvReleased, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
+			hw.emit(event{Kind: evReleased, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
 		}
 	}
 	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
@@ -220,7 +220,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	hw.emit(Event{Kind: EvStart, Identity: c.identity, Holder: e.Identity(), PID: os.Getpid(),
+	hw.emit(event{Kind: evStart, Identity: c.identity, Holder: e.Identity(), PID: os.Getpid(),
 		Detail: fmt.Sprintf("clock offset %v rate %v", c.clockOffset, c.clockRate)})
 	b, _ := json.Marshal(nodeReady{Holder: e.Identity(), PID: os.Getpid()})
 	fmt.Fprintf(stdout, "%s\n", b)
@@ -228,8 +228,8 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	var op int64
 	work := func(ctx context.Context, l *leasehold.Leader) error {
 		tok := l.Token()
-		hw.emit(Event{Kind: EvWorkStart, Token: tok, SafeUntil: rel(l.SafeUntil())})
-		defer func() { hw.emit(Event{Kind: EvWorkStop, Token: tok, SafeUntil: rel(l.SafeUntil())}) }()
+		hw.emit(event{Kind: evWorkStart, Token: tok, SafeUntil: rel(l.SafeUntil())})
+		defer func() { hw.emit(event{Kind: evWorkStop, Token: tok, SafeUntil: rel(l.SafeUntil())}) }()
 		pace := time.NewTimer(0)
 		defer pace.Stop()
 		for i := 0; ; i++ {
@@ -240,7 +240,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			}
 			res := c.resources[i%len(c.resources)]
 			op++
-			value := fmt.Sprintf("%s#%d", ProcName(c.node, c.inc), op)
+			value := fmt.Sprintf("%s#%d", procName(c.node, c.inc), op)
 			// The work between deciding to write and the write landing. It
 			// does not look at the lease: a write already on its way is not
 			// recalled when the lease runs out, and a pause that lands here
@@ -249,23 +249,23 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				think := time.NewTimer(c.think)
 				<-think.C
 			}
-			hw.emit(Event{Kind: EvWriteCall, Op: op, Token: tok, Resource: res, Value: value, SafeUntil: rel(l.SafeUntil())})
+			hw.emit(event{Kind: evWriteCall, Op: op, Token: tok, Resource: res, Value: value, SafeUntil: rel(l.SafeUntil())})
 			wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), c.writeTimeout)
-			ok, err := reg.Write(wctx, res, tok, value, ProcName(c.node, c.inc))
+			ok, err := reg.Write(wctx, res, tok, value, procName(c.node, c.inc))
 			wcancel()
-			result := Refused
+			result := writeRefused
 			switch {
 			case err != nil:
-				result = Unknown
+				result = writeUnknown
 			case ok:
-				result = Accepted
+				result = writeAccepted
 			}
-			hw.emit(Event{Kind: EvWriteReturn, Op: op, Token: tok, Resource: res, Value: value, Result: result, Err: errString(err)})
+			hw.emit(event{Kind: evWriteReturn, Op: op, Token: tok, Resource: res, Value: value, Result: result, Err: errString(err)})
 			pace.Reset(c.writeInterval)
 		}
 	}
 	err = e.Run(ctx, work)
-	hw.emit(Event{Kind: EvExit, Err: errString(err)})
+	hw.emit(event{Kind: evExit, Err: errString(err)})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

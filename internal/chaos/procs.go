@@ -26,7 +26,7 @@ type proc struct {
 	holder   string
 	exited   chan struct{}
 	history  string
-	proxies  []*Proxy
+	proxies  []*proxy
 	offset   time.Duration
 	killed   bool // by a kill fault
 	forced   bool // killed because it did not stop when asked
@@ -34,15 +34,15 @@ type proc struct {
 }
 
 // slotProxies returns the proxies of a slot, creating them on first use.
-func (h *harness) slotProxies(slot string) ([]*Proxy, error) {
+func (h *harness) slotProxies(slot string) ([]*proxy, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if p, ok := h.proxies[slot]; ok {
 		return p, nil
 	}
-	var ps []*Proxy
+	var ps []*proxy
 	for _, ep := range h.eps {
-		p, err := NewProxy(ep)
+		p, err := newProxy(ep)
 		if err != nil {
 			for _, q := range ps {
 				q.Close()
@@ -55,10 +55,10 @@ func (h *harness) slotProxies(slot string) ([]*Proxy, error) {
 	return ps, nil
 }
 
-func (h *harness) allProxies() []*Proxy {
+func (h *harness) allProxies() []*proxy {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []*Proxy
+	var out []*proxy
 	for _, slot := range sortedKeys(h.proxies) {
 		out = append(out, h.proxies[slot]...)
 	}
@@ -85,8 +85,8 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 		}
 	}
 	h.mu.Unlock()
-	p := &proc{slot: slot, identity: identity, inc: inc, name: ProcName(slot, inc), proxies: proxies, offset: offset,
-		history: filepath.Join(h.dir, fmt.Sprintf("history-%s.jsonl", ProcName(slot, inc))), exited: make(chan struct{})}
+	p := &proc{slot: slot, identity: identity, inc: inc, name: procName(slot, inc), proxies: proxies, offset: offset,
+		history: filepath.Join(h.dir, fmt.Sprintf("history-%s.jsonl", procName(slot, inc))), exited: make(chan struct{})}
 	c := h.cfg
 	t := c.Timings
 	spec := h.reg.spec()

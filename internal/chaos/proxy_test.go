@@ -45,7 +45,7 @@ func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string, within tim
 }
 
 func TestProxyForwardsAndBlackholes(t *testing.T) {
-	p, err := NewProxy(echoServer(t))
+	p, err := newProxy(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestProxyForwardsAndBlackholes(t *testing.T) {
 }
 
 func TestProxyResetAndRefuse(t *testing.T) {
-	p, err := NewProxy(echoServer(t))
+	p, err := newProxy(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestProxyResetAndRefuse(t *testing.T) {
 }
 
 func TestProxyRejectsBadTarget(t *testing.T) {
-	if _, err := NewProxy("no-port"); !errors.Is(err, ErrInvalid) {
+	if _, err := newProxy("no-port"); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -30,7 +30,7 @@ type recStore struct {
 	hw     *historyWriter
 	seq    atomic.Int64
 	broken string              // "" or a Broken* mode
-	fr     store.ForceReleaser // BrokenEarlyGrant's way to end a live term
+	fr     store.ForceReleaser // brokenEarlyGrant's way to end a live term
 }
 
 // newRecStore records the calls to st, broken as mode says ("" for none).
@@ -38,13 +38,13 @@ func newRecStore(st store.Store, hw *historyWriter, mode string) (*recStore, err
 	s := &recStore{inner: st, hw: hw, broken: mode}
 	switch mode {
 	case "":
-	case BrokenEarlyGrant:
+	case brokenEarlyGrant:
 		fr, ok := st.(store.ForceReleaser)
 		if !ok {
 			return nil, fmt.Errorf("%w: broken store %s needs a store with ForceRelease", ErrInvalid, mode)
 		}
 		s.fr = fr
-	case BrokenTokenDown:
+	case brokenTokenDown:
 	default:
 		return nil, validBroken(mode)
 	}
@@ -53,24 +53,24 @@ func newRecStore(st store.Store, hw *historyWriter, mode string) (*recStore, err
 
 func (s *recStore) call(op string, token int64) int64 {
 	n := s.seq.Add(1)
-	s.hw.emit(Event{Kind: EvRequest, Req: n, Call: op, Token: token})
+	s.hw.emit(event{Kind: evRequest, Req: n, Call: op, Token: token})
 	return n
 }
 
 func (s *recStore) answer(n int64, op string, token int64, err error) {
-	s.hw.emit(Event{Kind: EvAnswer, Req: n, Call: op, Token: token, Err: errString(err)})
+	s.hw.emit(event{Kind: evAnswer, Req: n, Call: op, Token: token, Err: errString(err)})
 }
 
 // in and out map a term's token between the elector and the store.
 func (s *recStore) in(t store.Term) store.Term {
-	if s.broken == BrokenTokenDown {
+	if s.broken == brokenTokenDown {
 		t.Token = swapTok(t.Token)
 	}
 	return t
 }
 
 func (s *recStore) out(rec store.Record) store.Record {
-	if s.broken == BrokenTokenDown {
+	if s.broken == brokenTokenDown {
 		rec.Token = swapTok(rec.Token)
 	}
 	return rec
@@ -78,7 +78,7 @@ func (s *recStore) out(rec store.Record) store.Record {
 
 func (s *recStore) acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	rec, err := s.inner.Acquire(ctx, name, holder, ttl, metadata)
-	if s.broken == BrokenEarlyGrant && errors.Is(err, store.ErrHeld) {
+	if s.broken == brokenEarlyGrant && errors.Is(err, store.ErrHeld) {
 		// Ignore the live holder: end its term, and grant.
 		if _, err := s.fr.ForceRelease(ctx, name); err != nil && !errors.Is(err, store.ErrNotHeld) {
 			return store.Record{}, err
@@ -89,27 +89,27 @@ func (s *recStore) acquire(ctx context.Context, name, holder string, ttl time.Du
 }
 
 func (s *recStore) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	n := s.call(CallAcquire, 0)
+	n := s.call(callAcquire, 0)
 	rec, err := s.acquire(ctx, name, holder, ttl, metadata)
 	tok := int64(0)
 	if err == nil {
 		tok = rec.Token
 	}
-	s.answer(n, CallAcquire, tok, err)
+	s.answer(n, callAcquire, tok, err)
 	return rec, err
 }
 
 func (s *recStore) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
-	n := s.call(CallRenew, t.Token)
+	n := s.call(callRenew, t.Token)
 	rec, err := s.inner.Renew(ctx, s.in(t), ttl)
-	s.answer(n, CallRenew, t.Token, err)
+	s.answer(n, callRenew, t.Token, err)
 	return s.out(rec), err
 }
 
 func (s *recStore) Release(ctx context.Context, t store.Term) error {
-	n := s.call(CallRelease, t.Token)
+	n := s.call(callRelease, t.Token)
 	err := s.inner.Release(ctx, s.in(t))
-	s.answer(n, CallRelease, t.Token, err)
+	s.answer(n, callRelease, t.Token, err)
 	return err
 }
 
@@ -155,19 +155,19 @@ func (s *recStore) Limits() store.Limits {
 // --broken-store`), which marks the run as a negative control in its output:
 // no store URL, environment variable or store option selects them.
 const (
-	// BrokenEarlyGrant grants the lease to every candidate at once, ending a
+	// brokenEarlyGrant grants the lease to every candidate at once, ending a
 	// live holder's term first (with the store's ForceRelease): a store that
 	// grants before expiry. The exclusive-work check must catch it.
-	BrokenEarlyGrant = "early-grant"
-	// BrokenTokenDown hands out tokens out of order: 2, 1, 4, 3, … (each
+	brokenEarlyGrant = "early-grant"
+	// brokenTokenDown hands out tokens out of order: 2, 1, 4, 3, … (each
 	// token of the real store swapped with its pair), so that a later grant
 	// has a lower token, and no token twice. The token-order check must
 	// catch it.
-	BrokenTokenDown = "token-down"
+	brokenTokenDown = "token-down"
 )
 
 // BrokenStores lists the broken-store modes.
-var BrokenStores = []string{BrokenEarlyGrant, BrokenTokenDown}
+var BrokenStores = []string{brokenEarlyGrant, brokenTokenDown}
 
 func validBroken(mode string) error {
 	for _, m := range BrokenStores {

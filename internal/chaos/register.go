@@ -47,9 +47,9 @@ import (
 
 // Register kinds.
 const (
-	RegisterHTTP     = "http"
-	RegisterPostgres = "postgres"
-	RegisterSQLite   = "sqlite"
+	registerHTTP     = "http"
+	registerPostgres = "postgres"
+	registerSQLite   = "sqlite"
 )
 
 // tableRE is a register table name: a plain lower-case identifier,
@@ -75,9 +75,9 @@ type registerSpec struct {
 
 func openRegisterClient(ctx context.Context, s registerSpec) (registerClient, error) {
 	switch s.Kind {
-	case RegisterHTTP:
+	case registerHTTP:
 		return &httpRegisterClient{base: strings.TrimSuffix(s.URL, "/"), hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}, nil
-	case RegisterPostgres:
+	case registerPostgres:
 		if !tableRE.MatchString(s.Table) {
 			return nil, fmt.Errorf("%w: register table %q", ErrInvalid, s.Table)
 		}
@@ -88,7 +88,7 @@ func openRegisterClient(ctx context.Context, s registerSpec) (registerClient, er
 		q := fmt.Sprintf(`WITH u AS (UPDATE %[1]s SET value = $1, last_token = $2, last_holder = $4 WHERE resource = $3%[2]s RETURNING resource, last_token, value)
 INSERT INTO %[1]s_log (resource, token, value, writer) SELECT resource, last_token, value, $4 FROM u`, s.Table, cond(s.Fenced, " AND (last_token < $2 OR (last_token = $2 AND last_holder = $4))"))
 		return &pgRegisterClient{conn: conn, q: q}, nil
-	case RegisterSQLite:
+	case registerSQLite:
 		if !tableRE.MatchString(s.Table) {
 			return nil, fmt.Errorf("%w: register table %q", ErrInvalid, s.Table)
 		}
@@ -99,7 +99,7 @@ INSERT INTO %[1]s_log (resource, token, value, writer) SELECT resource, last_tok
 		q := fmt.Sprintf(`UPDATE %s SET value = ?1, last_token = ?2, writer = ?3 WHERE resource = ?4%s`, s.Table, cond(s.Fenced, " AND (last_token < ?2 OR (last_token = ?2 AND writer = ?3))"))
 		return &sqliteRegisterClient{db: db, q: q}, nil
 	}
-	return nil, fmt.Errorf("%w: unknown register kind %q (want %s, %s or %s)", ErrInvalid, s.Kind, RegisterHTTP, RegisterPostgres, RegisterSQLite)
+	return nil, fmt.Errorf("%w: unknown register kind %q (want %s, %s or %s)", ErrInvalid, s.Kind, registerHTTP, registerPostgres, registerSQLite)
 }
 
 // errNoWriter refuses a write that does not say whose term it is: the
@@ -204,14 +204,14 @@ func (c *sqliteRegisterClient) Write(ctx context.Context, resource string, token
 
 func (c *sqliteRegisterClient) Close() error { return c.db.Close() }
 
-// Register is the harness's side of the fenced register: it creates it,
+// register is the harness's side of the fenced register: it creates it,
 // reads it during the run, and reads its log at the end.
-type Register interface {
+type register interface {
 	spec() registerSpec
 	// Read returns the value and token a resource holds now.
 	Read(ctx context.Context, resource string) (value string, token int64, err error)
 	// Log returns the writes the register logged, in its own order.
-	Log(ctx context.Context) ([]RegisterEntry, error)
+	Log(ctx context.Context) ([]registerEntry, error)
 	// LogsRefused reports whether Log includes refused attempts.
 	LogsRefused() bool
 	// Close removes what the register created (unless it was asked to keep it).
@@ -227,7 +227,7 @@ type httpRegister struct {
 
 	mu    sync.Mutex
 	state map[string]regState
-	log   []RegisterEntry
+	log   []registerEntry
 }
 
 func newHTTPRegister(resources []string, fenced bool) (*httpRegister, error) {
@@ -248,7 +248,7 @@ func newHTTPRegister(resources []string, fenced bool) (*httpRegister, error) {
 }
 
 func (r *httpRegister) spec() registerSpec {
-	return registerSpec{Kind: RegisterHTTP, URL: "http://" + r.ln.Addr().String(), Fenced: r.fenced}
+	return registerSpec{Kind: registerHTTP, URL: "http://" + r.ln.Addr().String(), Fenced: r.fenced}
 }
 
 func (r *httpRegister) handleWrite(w http.ResponseWriter, req *http.Request) {
@@ -269,7 +269,7 @@ func (r *httpRegister) handleWrite(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.state[res] = regState{Value: value, Token: token, Writer: writer}
-		r.log = append(r.log, RegisterEntry{Seq: int64(len(r.log) + 1), Wall: time.Now().UnixNano(), Resource: res, Token: token, Value: value, Writer: writer, Result: Accepted})
+		r.log = append(r.log, registerEntry{Seq: int64(len(r.log) + 1), Wall: time.Now().UnixNano(), Resource: res, Token: token, Value: value, Writer: writer, Result: writeAccepted})
 		return nil
 	}
 	if !r.fenced {
@@ -285,7 +285,7 @@ func (r *httpRegister) handleWrite(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	case errors.Is(err, fence.ErrStale):
 		r.mu.Lock()
-		r.log = append(r.log, RegisterEntry{Seq: int64(len(r.log) + 1), Wall: time.Now().UnixNano(), Resource: res, Token: token, Value: value, Writer: writer, Result: Refused})
+		r.log = append(r.log, registerEntry{Seq: int64(len(r.log) + 1), Wall: time.Now().UnixNano(), Resource: res, Token: token, Value: value, Writer: writer, Result: writeRefused})
 		r.mu.Unlock()
 		http.Error(w, err.Error(), http.StatusConflict)
 	default:
@@ -314,10 +314,10 @@ func (r *httpRegister) Read(ctx context.Context, resource string) (string, int64
 	return s.Value, s.Token, nil
 }
 
-func (r *httpRegister) Log(context.Context) ([]RegisterEntry, error) {
+func (r *httpRegister) Log(context.Context) ([]registerEntry, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]RegisterEntry(nil), r.log...), nil
+	return append([]registerEntry(nil), r.log...), nil
 }
 
 func (r *httpRegister) LogsRefused() bool { return true }
@@ -360,7 +360,7 @@ CREATE TABLE %[1]s_log (seq bigserial PRIMARY KEY, resource text NOT NULL, token
 }
 
 func (r *pgRegister) spec() registerSpec {
-	return registerSpec{Kind: RegisterPostgres, URL: r.url, Table: r.table, Fenced: r.fenced}
+	return registerSpec{Kind: registerPostgres, URL: r.url, Table: r.table, Fenced: r.fenced}
 }
 
 func (r *pgRegister) Read(ctx context.Context, resource string) (string, int64, error) {
@@ -370,15 +370,15 @@ func (r *pgRegister) Read(ctx context.Context, resource string) (string, int64, 
 	return v, t, err
 }
 
-func (r *pgRegister) Log(ctx context.Context) ([]RegisterEntry, error) {
+func (r *pgRegister) Log(ctx context.Context) ([]registerEntry, error) {
 	rows, err := r.conn.Query(ctx, fmt.Sprintf(`SELECT seq, (extract(epoch FROM at) * 1e9)::bigint, resource, token, value, writer FROM %s_log ORDER BY seq`, r.table))
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/chaos: read the register log: %w", err)
 	}
 	defer rows.Close()
-	var out []RegisterEntry
+	var out []registerEntry
 	for rows.Next() {
-		e := RegisterEntry{Result: Accepted}
+		e := registerEntry{Result: writeAccepted}
 		if err := rows.Scan(&e.Seq, &e.Wall, &e.Resource, &e.Token, &e.Value, &e.Writer); err != nil {
 			return nil, fmt.Errorf("leasehold/chaos: read the register log: %w", err)
 		}
@@ -439,7 +439,7 @@ END`, table),
 }
 
 func (r *sqliteRegister) spec() registerSpec {
-	return registerSpec{Kind: RegisterSQLite, URL: r.path, Table: r.table, Fenced: r.fenced}
+	return registerSpec{Kind: registerSQLite, URL: r.path, Table: r.table, Fenced: r.fenced}
 }
 
 func (r *sqliteRegister) Read(ctx context.Context, resource string) (string, int64, error) {
@@ -449,15 +449,15 @@ func (r *sqliteRegister) Read(ctx context.Context, resource string) (string, int
 	return v, t, err
 }
 
-func (r *sqliteRegister) Log(ctx context.Context) ([]RegisterEntry, error) {
+func (r *sqliteRegister) Log(ctx context.Context) ([]registerEntry, error) {
 	rows, err := r.db.QueryContext(ctx, fmt.Sprintf(`SELECT seq, at, resource, token, value, writer FROM %s_log ORDER BY seq`, r.table))
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/chaos: read the register log: %w", err)
 	}
 	defer rows.Close()
-	var out []RegisterEntry
+	var out []registerEntry
 	for rows.Next() {
-		e := RegisterEntry{Result: Accepted}
+		e := registerEntry{Result: writeAccepted}
 		if err := rows.Scan(&e.Seq, &e.Wall, &e.Resource, &e.Token, &e.Value, &e.Writer); err != nil {
 			return nil, fmt.Errorf("leasehold/chaos: read the register log: %w", err)
 		}

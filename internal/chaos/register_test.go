@@ -17,18 +17,18 @@ import (
 
 // newTestRegister makes a register of kind on a resource "r" for the test,
 // removed when it ends.
-func newTestRegister(t *testing.T, kind string, fenced bool) Register {
+func newTestRegister(t *testing.T, kind string, fenced bool) register {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var reg Register
+	var reg register
 	var err error
 	switch kind {
-	case RegisterHTTP:
+	case registerHTTP:
 		reg, err = newHTTPRegister([]string{"r"}, fenced)
-	case RegisterSQLite:
+	case registerSQLite:
 		reg, err = newSQLiteRegister(ctx, filepath.Join(t.TempDir(), "register.db"), "register", []string{"r"}, fenced)
-	case RegisterPostgres:
+	case registerPostgres:
 		addr := testenv.Env("LEASEHOLD_PG_ADDR", "127.0.0.1:5432")
 		testenv.RequireTCP(t, "PostgreSQL", addr, "start PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth, database test)")
 		dsn := fmt.Sprintf("postgres://postgres@%s/test?sslmode=disable", addr)
@@ -69,7 +69,7 @@ func newTestRegister(t *testing.T, kind string, fenced bool) Register {
 // it was admitted for. A number-only register (last_token <= $token) admits
 // n2's token 3 after n1's, two terms with one token: the second step fails.
 func TestRegisterRefusesEqualTokenOtherHolder(t *testing.T) {
-	for _, kind := range []string{RegisterSQLite, RegisterPostgres, RegisterHTTP} {
+	for _, kind := range []string{registerSQLite, registerPostgres, registerHTTP} {
 		t.Run(kind, func(t *testing.T) {
 			reg := newTestRegister(t, kind, true)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -91,7 +91,7 @@ func TestRegisterRefusesEqualTokenOtherHolder(t *testing.T) {
 				{"n1.0", 4, false},
 				{"n1.0", 2, false},
 			}
-			var want []RegisterEntry
+			var want []registerEntry
 			for i, s := range steps {
 				value := fmt.Sprintf("%s#%d", s.writer, i)
 				ok, err := c.Write(ctx, "r", s.token, value, s.writer)
@@ -102,7 +102,7 @@ func TestRegisterRefusesEqualTokenOtherHolder(t *testing.T) {
 					t.Fatalf("step %d: write token %d from %s: accepted %v, want %v", i, s.token, s.writer, ok, s.accept)
 				}
 				if ok {
-					want = append(want, RegisterEntry{Resource: "r", Token: s.token, Value: value, Writer: s.writer})
+					want = append(want, registerEntry{Resource: "r", Token: s.token, Value: value, Writer: s.writer})
 				}
 			}
 			v, tok, err := reg.Read(ctx, "r")
@@ -114,10 +114,10 @@ func TestRegisterRefusesEqualTokenOtherHolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []RegisterEntry
+			var got []registerEntry
 			for _, e := range log {
-				if e.Result == Accepted {
-					got = append(got, RegisterEntry{Resource: e.Resource, Token: e.Token, Value: e.Value, Writer: e.Writer})
+				if e.Result == writeAccepted {
+					got = append(got, registerEntry{Resource: e.Resource, Token: e.Token, Value: e.Value, Writer: e.Writer})
 				}
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -128,7 +128,7 @@ func TestRegisterRefusesEqualTokenOtherHolder(t *testing.T) {
 			switch _, err := c.Write(ctx, "r", 5, "anonymous", ""); {
 			case err == nil:
 				t.Error("a write with no writer was not refused")
-			case kind != RegisterHTTP && !errors.Is(err, ErrInvalid):
+			case kind != registerHTTP && !errors.Is(err, ErrInvalid):
 				t.Errorf("a write with no writer: %v, want ErrInvalid", err)
 			}
 		})
@@ -139,7 +139,7 @@ func TestRegisterRefusesEqualTokenOtherHolder(t *testing.T) {
 // write, the equal token from another writer and the lower token included,
 // so the run's checker has something to catch.
 func TestRegisterUnfencedAcceptsEverything(t *testing.T) {
-	for _, kind := range []string{RegisterSQLite, RegisterPostgres, RegisterHTTP} {
+	for _, kind := range []string{registerSQLite, registerPostgres, registerHTTP} {
 		t.Run(kind, func(t *testing.T) {
 			reg := newTestRegister(t, kind, false)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

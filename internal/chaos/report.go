@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// Percentile returns the q-quantile (0 < q <= 1) of sorted durations by the
+// percentile returns the q-quantile (0 < q <= 1) of sorted durations by the
 // nearest-rank method, or 0 for none.
-func Percentile(sorted []time.Duration, q float64) time.Duration {
+func percentile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
@@ -63,10 +63,10 @@ func round(d time.Duration) string {
 	}
 }
 
-// Summary is the one-line summary of a run: the verdict, faults by kind,
+// summaryLine is the one-line summary of a run: the verdict, faults by kind,
 // writes accepted and refused, violations by check, failover p50/p99/max,
 // and the linearizability verdict.
-func Summary(h *History, r *Result) string {
+func summaryLine(h *history, r *Result) string {
 	verdict := "PASS"
 	if !r.OK() {
 		verdict = "FAIL"
@@ -79,7 +79,7 @@ func Summary(h *History, r *Result) string {
 	s := r.Stats
 	fo := "none measured"
 	if n := len(s.Failovers); n > 0 {
-		fo = fmt.Sprintf("p50 %s p99 %s max %s (n=%d)", round(Percentile(s.Failovers, 0.5)), round(Percentile(s.Failovers, 0.99)), round(s.Failovers[n-1]), n)
+		fo = fmt.Sprintf("p50 %s p99 %s max %s (n=%d)", round(percentile(s.Failovers, 0.5)), round(percentile(s.Failovers, 0.99)), round(s.Failovers[n-1]), n)
 	}
 	fenced := ""
 	if !h.Fenced {
@@ -112,17 +112,17 @@ type procRow struct {
 	start, end  int64
 	terms       []term
 	accepted    []int64
-	refused     []Event
-	unknown     []Event
+	refused     []event
+	unknown     []event
 	killed      bool
 	clockDetail string
 }
 
-func buildRows(h *History) []*procRow {
+func buildRows(h *history) []*procRow {
 	rows := map[string]*procRow{}
 	var order []string
-	ev := append([]Event(nil), h.Events...)
-	SortEvents(ev)
+	ev := append([]event(nil), h.Events...)
+	sortEvents(ev)
 	open := map[string]*term{}
 	for _, e := range ev {
 		p := e.Proc()
@@ -134,25 +134,25 @@ func buildRows(h *History) []*procRow {
 		}
 		r.end = e.Wall
 		switch e.Kind {
-		case EvStart:
+		case evStart:
 			r.identity, r.holder, r.clockDetail = e.Identity, e.Holder, e.Detail
-		case EvAcquired:
+		case evAcquired:
 			open[p] = &term{token: e.Token, start: e.Wall, open: true, safe: e.Wall + (e.SafeUntil - e.Clock)}
-		case EvRenewed:
+		case evRenewed:
 			if t := open[p]; t != nil && t.token == e.Token && e.SafeUntil != 0 {
 				t.safe = e.Wall + (e.SafeUntil - e.Clock)
 			}
-		case EvLost:
+		case evLost:
 			if t := open[p]; t != nil && t.token == e.Token {
 				t.end, t.reason, t.open = e.Wall, e.Reason, false
 				r.terms = append(r.terms, *t)
 				delete(open, p)
 			}
-		case EvWriteReturn:
+		case evWriteReturn:
 			switch e.Result {
-			case Accepted:
+			case writeAccepted:
 				r.accepted = append(r.accepted, e.Wall)
-			case Refused:
+			case writeRefused:
 				r.refused = append(r.refused, e)
 			default:
 				r.unknown = append(r.unknown, e)
@@ -160,7 +160,7 @@ func buildRows(h *History) []*procRow {
 		}
 	}
 	for _, f := range h.Faults {
-		if f.Kind == FaultKill {
+		if f.Kind == faultKill {
 			if r := rows[f.Target]; r != nil {
 				r.killed = true
 				r.end = max(r.end, f.Start)
@@ -208,18 +208,18 @@ func tokenColor(tok int64) string {
 }
 
 var faultColors = map[string]string{
-	FaultPause:        "#3b6fd8",
-	FaultKill:         "#c0392b",
-	FaultBlackhole:    "#222222",
-	FaultReset:        "#e67e22",
-	FaultLatency:      "#f1c40f",
-	FaultStoreRestart: "#c0392b",
-	FaultClock:        "#8e44ad",
-	FaultTwin:         "#16a085",
+	faultPause:        "#3b6fd8",
+	faultKill:         "#c0392b",
+	faultBlackhole:    "#222222",
+	faultReset:        "#e67e22",
+	faultLatency:      "#f1c40f",
+	faultStoreRestart: "#c0392b",
+	faultClock:        "#8e44ad",
+	faultTwin:         "#16a085",
 }
 
-// WriteReport writes the self-contained HTML report of a run.
-func WriteReport(w io.Writer, h *History, r *Result) error {
+// writeReport writes the self-contained HTML report of a run.
+func writeReport(w io.Writer, h *history, r *Result) error {
 	var b strings.Builder
 	esc := html.EscapeString
 	verdict, vclass := "PASS", "pass"
@@ -258,7 +258,7 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 	t := h.Timings
 	fmt.Fprintf(&b, "<p class=\"facts\">store <code>%s</code> · seed <code>%d</code> · %s · %s run · lease %v, renew deadline %v, renew interval %v, retry period %v, wind-down %v · failover bound %v</p>\n",
 		esc(h.Store), h.Seed, fenced, round(dur), t.LeaseDuration, t.RenewDeadline, t.RenewInterval, t.RetryPeriod, t.WindDown, r.Stats.FailoverBound)
-	fmt.Fprintf(&b, "<div class=\"summary\">%s</div>\n", esc(Summary(h, r)))
+	fmt.Fprintf(&b, "<div class=\"summary\">%s</div>\n", esc(summaryLine(h, r)))
 
 	b.WriteString("<h2>Timeline</h2>\n")
 	writeTimeline(&b, h, r)
@@ -313,7 +313,7 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 			detail += " — error: " + f.Err
 		}
 		rec := "none recorded"
-		if d, ok := Recovery(h, f); ok {
+		if d, ok := recovery(h, f); ok {
 			rec = round(d)
 		}
 		fmt.Fprintf(&b, "<tr><td class=\"num\">%.2fs</td><td><span style=\"color:%s\">■</span> %s</td><td>%s</td><td>%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td></tr>\n",
@@ -340,18 +340,18 @@ The histories (history-*.jsonl, history.json) and the checker's result (result.j
 	return err
 }
 
-func acquiredTimes(h *History) []Event {
-	var out []Event
+func acquiredTimes(h *history) []event {
+	var out []event
 	for _, e := range h.Events {
-		if e.Kind == EvAcquired {
+		if e.Kind == evAcquired {
 			out = append(out, e)
 		}
 	}
-	SortEvents(out)
+	sortEvents(out)
 	return out
 }
 
-func writeTimeline(b *strings.Builder, h *History, r *Result) {
+func writeTimeline(b *strings.Builder, h *history, r *Result) {
 	esc := html.EscapeString
 	rows := buildRows(h)
 	const (
@@ -428,12 +428,12 @@ func writeTimeline(b *strings.Builder, h *History, r *Result) {
 		}
 		x0, x1 := x(f.Start), x(f.End)
 		switch f.Kind {
-		case FaultReset:
+		case faultReset:
 			fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"><title>%s</title></line>\n", x0, ry+2, x0, ry+rowH-2, col, tip)
-		case FaultKill:
+		case faultKill:
 			// The killed process's row ends with a cross; mark the downtime.
 			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" opacity=\"0.15\"><title>%s</title></rect>\n", x0, ry+2, math.Max(x1-x0, 2), rowH-4, col, tip)
-		case FaultTwin:
+		case faultTwin:
 			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"none\" stroke=\"%s\" stroke-dasharray=\"4 3\"><title>%s</title></rect>\n", x0, ry+2, math.Max(x1-x0, 2), rowH-4, col, tip)
 			fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"9.5\" fill=\"%s\">twin</text>\n", x0+2, ry+10, col)
 		default:

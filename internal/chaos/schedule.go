@@ -10,38 +10,38 @@ import (
 
 // The kinds of fault the harness injects.
 const (
-	// FaultPause freezes a node with SIGSTOP for longer than the lease, then
+	// faultPause freezes a node with SIGSTOP for longer than the lease, then
 	// resumes it with SIGCONT.
-	FaultPause = "pause"
-	// FaultKill kills a node with SIGKILL and starts it again a little later.
-	FaultKill = "kill"
-	// FaultBlackhole cuts a node off from the store (its proxy stops
+	faultPause = "pause"
+	// faultKill kills a node with SIGKILL and starts it again a little later.
+	faultKill = "kill"
+	// faultBlackhole cuts a node off from the store (its proxy stops
 	// forwarding but keeps the connections open) for longer than the lease.
-	FaultBlackhole = "blackhole"
-	// FaultReset closes every connection between a node and the store.
-	FaultReset = "reset"
-	// FaultLatency adds latency between a node and the store for a while.
-	FaultLatency = "latency"
-	// FaultStoreRestart stops the store and starts it again (a real restart
+	faultBlackhole = "blackhole"
+	// faultReset closes every connection between a node and the store.
+	faultReset = "reset"
+	// faultLatency adds latency between a node and the store for a while.
+	faultLatency = "latency"
+	// faultStoreRestart stops the store and starts it again (a real restart
 	// where the harness runs the store, else an emulation: every proxy resets
 	// its connections and refuses new ones while the store is "down").
-	FaultStoreRestart = "store-restart"
-	// FaultClock makes a node's clock run fast or slow for a while, after a
+	faultStoreRestart = "store-restart"
+	// faultClock makes a node's clock run fast or slow for a while, after a
 	// forward step.
-	FaultClock = "clock"
-	// FaultTwin starts a second process with the same configured identity as
+	faultClock = "clock"
+	// faultTwin starts a second process with the same configured identity as
 	// a node, for a while.
-	FaultTwin = "twin"
+	faultTwin = "twin"
 )
 
 // AllFaults lists every fault kind.
-var AllFaults = []string{FaultPause, FaultKill, FaultBlackhole, FaultReset, FaultLatency, FaultStoreRestart, FaultClock, FaultTwin}
+var AllFaults = []string{faultPause, faultKill, faultBlackhole, faultReset, faultLatency, faultStoreRestart, faultClock, faultTwin}
 
-// NetworkFaults need a store reached over TCP (through the fault proxy).
-var NetworkFaults = []string{FaultBlackhole, FaultReset, FaultLatency, FaultStoreRestart}
+// networkFaults need a store reached over TCP (through the fault proxy).
+var networkFaults = []string{faultBlackhole, faultReset, faultLatency, faultStoreRestart}
 
 func isNetworkFault(k string) bool {
-	for _, n := range NetworkFaults {
+	for _, n := range networkFaults {
 		if n == k {
 			return true
 		}
@@ -112,15 +112,15 @@ func (p Planned) String() string {
 	if p.Leader {
 		who = "the leader"
 	}
-	if p.Kind == FaultStoreRestart {
+	if p.Kind == faultStoreRestart {
 		who = "the store"
 	}
 	s := fmt.Sprintf("%v %s %s", p.At.Round(time.Millisecond), p.Kind, who)
 	switch p.Kind {
-	case FaultReset:
-	case FaultLatency:
+	case faultReset:
+	case faultLatency:
 		s += fmt.Sprintf(" +%v for %v", p.Latency.Round(time.Millisecond), p.Duration.Round(time.Millisecond))
-	case FaultClock:
+	case faultClock:
 		s += fmt.Sprintf(" rate %.3f step +%v for %v", p.Rate, p.Step.Round(time.Millisecond), p.Duration.Round(time.Millisecond))
 	default:
 		s += fmt.Sprintf(" for %v", p.Duration.Round(time.Millisecond))
@@ -128,13 +128,13 @@ func (p Planned) String() string {
 	return s
 }
 
-// PlanConfig is what a schedule is drawn from.
-type PlanConfig struct {
+// scheduleConfig is what a schedule is drawn from.
+type scheduleConfig struct {
 	Seed    uint64
 	Faults  []string
 	Span    time.Duration // the length of the fault phase
 	Nodes   int
-	Timings TimingsJSON
+	Timings timingsRecord
 	Slack   time.Duration
 	// MaxDrift bounds clock-rate changes: rates are drawn from
 	// [1-MaxDrift, 1+MaxDrift].
@@ -144,30 +144,30 @@ type PlanConfig struct {
 }
 
 // faultLength is the longest a fault of kind k can last under t.
-func faultLength(k string, t TimingsJSON) time.Duration {
+func faultLength(k string, t timingsRecord) time.Duration {
 	ld := t.LeaseDuration
 	switch k {
-	case FaultPause, FaultBlackhole:
+	case faultPause, faultBlackhole:
 		return ld * 2
-	case FaultKill:
+	case faultKill:
 		return ld
-	case FaultReset:
+	case faultReset:
 		return 0
-	case FaultLatency:
+	case faultLatency:
 		return ld * 2
-	case FaultStoreRestart:
+	case faultStoreRestart:
 		return ld * 3 / 2
-	case FaultClock:
+	case faultClock:
 		return ld * 2
-	case FaultTwin:
+	case faultTwin:
 		return ld * 5 / 2
 	}
 	return ld * 4
 }
 
-// MinSpan is the shortest fault phase that fits one fault of each of kinds,
+// minSpan is the shortest fault phase that fits one fault of each of kinds,
 // each followed by its quiet period.
-func MinSpan(kinds []string, t TimingsJSON, slack time.Duration) time.Duration {
+func minSpan(kinds []string, t timingsRecord, slack time.Duration) time.Duration {
 	var longest time.Duration
 	for _, k := range kinds {
 		longest = max(longest, faultLength(k, t))
@@ -177,23 +177,23 @@ func MinSpan(kinds []string, t TimingsJSON, slack time.Duration) time.Duration {
 
 // quietPeriod is the least time between one fault's healing and the next
 // fault: the failover bound, so that each heal is judged on its own.
-func quietPeriod(t TimingsJSON, slack time.Duration) time.Duration {
-	return FailoverBound(t, slack)
+func quietPeriod(t timingsRecord, slack time.Duration) time.Duration {
+	return failoverBound(t, slack)
 }
 
-// Plan draws a fault schedule from the seed: faults one after another, each
+// planFaults draws a fault schedule from the seed: faults one after another, each
 // followed by a quiet period of at least the failover bound, every kind once
 // (in a random order) before any kind repeats. The same
 // configuration and seed always give the same schedule. (Which node is "the
 // leader" when a fault begins is decided by the real run.)
-func Plan(pc PlanConfig) ([]Planned, error) {
+func planFaults(pc scheduleConfig) ([]Planned, error) {
 	if len(pc.Faults) == 0 {
 		return nil, fmt.Errorf("%w: no faults to plan", ErrInvalid)
 	}
 	if pc.Nodes < 1 {
 		return nil, fmt.Errorf("%w: %d nodes", ErrInvalid, pc.Nodes)
 	}
-	if min := MinSpan(pc.Faults, pc.Timings, pc.Slack); pc.Span < min {
+	if min := minSpan(pc.Faults, pc.Timings, pc.Slack); pc.Span < min {
 		return nil, fmt.Errorf("%w: the fault phase of %v is too short: with a %v lease, the faults %s need at least %v (the longest fault plus a quiet period of leaseDuration + retryPeriod + slack); run longer or with a shorter lease",
 			ErrInvalid, pc.Span, pc.Timings.LeaseDuration, strings.Join(pc.Faults, ","), min)
 	}
@@ -227,22 +227,22 @@ func Plan(pc PlanConfig) ([]Planned, error) {
 		k := next()
 		p := Planned{At: at, Kind: k, Leader: rng.Float64() < bias, Node: rng.IntN(pc.Nodes)}
 		switch k {
-		case FaultPause, FaultBlackhole:
+		case faultPause, faultBlackhole:
 			p.Duration = frac(1.25, 2)
-		case FaultKill:
+		case faultKill:
 			p.Duration = frac(0.25, 1)
-		case FaultReset:
-		case FaultLatency:
+		case faultReset:
+		case faultLatency:
 			p.Duration = frac(1, 2)
 			p.Latency = time.Duration((0.1 + 0.5*rng.Float64()) * float64(t.RenewDeadline))
-		case FaultStoreRestart:
+		case faultStoreRestart:
 			p.Leader = false
 			p.Duration = frac(0.5, 1.5)
-		case FaultClock:
+		case faultClock:
 			p.Duration = frac(1, 2)
 			p.Rate = 1 + pc.MaxDrift*(2*rng.Float64()-1)
 			p.Step = time.Duration(rng.Float64() * float64(t.LeaseDuration-t.RenewDeadline) / 2)
-		case FaultTwin:
+		case faultTwin:
 			p.Duration = frac(1.5, 2.5)
 		}
 		end := at + p.Duration + quiet

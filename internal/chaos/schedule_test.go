@@ -13,20 +13,20 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-func planConfig(seed uint64) PlanConfig {
-	return PlanConfig{Seed: seed, Faults: AllFaults, Span: 60 * time.Second, Nodes: 3, Timings: testTimings(), Slack: time.Second, MaxDrift: 0.2}
+func planConfig(seed uint64) scheduleConfig {
+	return scheduleConfig{Seed: seed, Faults: AllFaults, Span: 60 * time.Second, Nodes: 3, Timings: testTimings(), Slack: time.Second, MaxDrift: 0.2}
 }
 
 func TestPlanIsReproducibleAndSpaced(t *testing.T) {
-	a, err := Plan(planConfig(42))
+	a, err := planFaults(planConfig(42))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := Plan(planConfig(42))
+	b, _ := planFaults(planConfig(42))
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("the same seed gave two schedules")
 	}
-	c, _ := Plan(planConfig(43))
+	c, _ := planFaults(planConfig(43))
 	if reflect.DeepEqual(a, c) {
 		t.Fatal("two seeds gave the same schedule")
 	}
@@ -34,7 +34,7 @@ func TestPlanIsReproducibleAndSpaced(t *testing.T) {
 		t.Fatalf("only %d faults in 60s", len(a))
 	}
 	tm := testTimings()
-	quiet := FailoverBound(tm, time.Second)
+	quiet := failoverBound(tm, time.Second)
 	for i, p := range a {
 		if p.At+p.Duration+quiet > 60*time.Second {
 			t.Errorf("fault %d (%v) does not heal a quiet period before the end", i, p)
@@ -43,11 +43,11 @@ func TestPlanIsReproducibleAndSpaced(t *testing.T) {
 			t.Errorf("fault %d (%v) starts within the quiet period of %v", i, p, a[i-1])
 		}
 		switch p.Kind {
-		case FaultPause, FaultBlackhole:
+		case faultPause, faultBlackhole:
 			if p.Duration <= tm.LeaseDuration {
 				t.Errorf("%v is not longer than the lease", p)
 			}
-		case FaultClock:
+		case faultClock:
 			if p.Rate < 0.8 || p.Rate > 1.2 || p.Step < 0 {
 				t.Errorf("%v is outside the drift bounds", p)
 			}
@@ -57,8 +57,8 @@ func TestPlanIsReproducibleAndSpaced(t *testing.T) {
 
 func TestPlanTakesEveryKindBeforeRepeating(t *testing.T) {
 	pc := planConfig(7)
-	pc.Faults = []string{FaultPause, FaultKill, FaultTwin}
-	p, err := Plan(pc)
+	pc.Faults = []string{faultPause, faultKill, faultTwin}
+	p, err := planFaults(pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestPlanTakesEveryKindBeforeRepeating(t *testing.T) {
 func TestPlanEveryKindEventually(t *testing.T) {
 	seen := map[string]bool{}
 	for seed := uint64(1); seed <= 20; seed++ {
-		p, err := Plan(planConfig(seed))
+		p, err := planFaults(planConfig(seed))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestValidateRejectsBadInput(t *testing.T) {
 		want string
 	}{
 		{"unknown fault", func(c *Config) { c.Faults = []string{"meteor"} }, `unknown fault "meteor"`},
-		{"network fault on a file", func(c *Config) { c.Faults = []string{FaultBlackhole} }, `fault "blackhole" needs a store reached over the network`},
+		{"network fault on a file", func(c *Config) { c.Faults = []string{faultBlackhole} }, `fault "blackhole" needs a store reached over the network`},
 		{"too short", func(c *Config) { c.Duration = 3 * time.Second }, "too short"},
 		{"bad timings", func(c *Config) {
 			c.Timings = leasehold.Timings{LeaseDuration: time.Second, RenewDeadline: 2 * time.Second, RenewInterval: 100 * time.Millisecond}
@@ -135,7 +135,7 @@ func TestValidateRejectsBadInput(t *testing.T) {
 		{"unknown scheme", func(c *Config) { c.StoreURL = "consul://127.0.0.1:8500" }, "cannot run against consul://"},
 		{"remote store", func(c *Config) { c.StoreURL = "redis://10.1.2.3:6379" }, `store host "10.1.2.3" is not a loopback address`},
 		{"no host", func(c *Config) { c.StoreURL = "postgres:///db" }, "names no host:port"},
-		{"postgres register on redis", func(c *Config) { c.StoreURL = "redis://127.0.0.1:6379"; c.Register = RegisterPostgres }, "--register postgres needs a PostgreSQL store"},
+		{"postgres register on redis", func(c *Config) { c.StoreURL = "redis://127.0.0.1:6379"; c.Register = registerPostgres }, "--register postgres needs a PostgreSQL store"},
 		{"unknown register", func(c *Config) { c.Register = "etcd" }, `--register "etcd"`},
 	}
 	for _, tc := range cases {
@@ -169,12 +169,12 @@ func TestStoreURLRewriting(t *testing.T) {
 	if _, _, eps, _ := parseStoreURL("redis://127.0.0.1/0", false); eps[0] != "127.0.0.1:6379" {
 		t.Fatalf("default port: %v", eps)
 	}
-	p1, _ := NewProxy("127.0.0.1:1")
-	p2, _ := NewProxy("127.0.0.1:2")
+	p1, _ := newProxy("127.0.0.1:1")
+	p2, _ := newProxy("127.0.0.1:2")
 	defer p1.Close()
 	defer p2.Close()
 	eu, _ := url.Parse("etcd://127.0.0.1:1,127.0.0.1:2/p?dial_timeout=1s")
-	got := proxiedURL(eu, []*Proxy{p1, p2})
+	got := proxiedURL(eu, []*proxy{p1, p2})
 	if got != "etcd://"+p1.Addr()+","+p2.Addr()+"/p?dial_timeout=1s" {
 		t.Fatalf("proxiedURL = %s", got)
 	}

@@ -17,8 +17,8 @@ import (
 // parameters come from store/registry: a store registered there is one the
 // harness can run against.
 
-// SupportedSchemes are the store URL schemes the harness can run against.
-func SupportedSchemes() []string { return registry.Schemes() }
+// supportedSchemes are the store URL schemes the harness can run against.
+func supportedSchemes() []string { return registry.Schemes() }
 
 // proxied reports whether the harness puts fault proxies in front of a
 // store reached this way (and so can inject network faults).
@@ -41,7 +41,7 @@ func parseStoreURL(raw string, allowRemote bool) (*url.URL, *store.Descriptor, [
 	d, ok := registry.Lookup(u.Scheme)
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("%w: the chaos harness cannot run against %s:// stores (it must put a fault proxy between each node and the store); supported: %s",
-			ErrInvalid, u.Scheme, strings.Join(SupportedSchemes(), ", "))
+			ErrInvalid, u.Scheme, strings.Join(supportedSchemes(), ", "))
 	}
 	if d.Reach == store.ReachLocal {
 		return u, d, nil, nil
@@ -97,7 +97,7 @@ func isLoopback(host string) bool {
 
 // proxiedURL is u with its endpoints replaced by the proxies' addresses, in
 // the same order.
-func proxiedURL(u *url.URL, proxies []*Proxy) string {
+func proxiedURL(u *url.URL, proxies []*proxy) string {
 	c := *u
 	hosts := make([]string, len(proxies))
 	for i, p := range proxies {
@@ -125,11 +125,11 @@ func creatingURL(u *url.URL, d *store.Descriptor) (*url.URL, error) {
 func defaultRegister(d *store.Descriptor) string {
 	switch d {
 	case &postgres.Descriptor:
-		return RegisterPostgres
+		return registerPostgres
 	case &sqlite.Descriptor:
-		return RegisterSQLite
+		return registerSQLite
 	}
-	return RegisterHTTP
+	return registerHTTP
 }
 
 // plainPostgres is a PostgreSQL store URL without the store's own

@@ -134,7 +134,7 @@ func TestChaosPostgres(t *testing.T) {
 	c := baseConfig(t, pgURL(t), 30*time.Second)
 	// The machine's shared PostgreSQL is not restarted: the harness emulates
 	// the restart at the proxies (every connection reset, new ones refused).
-	c.Faults = []string{FaultBlackhole, FaultLatency, FaultStoreRestart, FaultReset}
+	c.Faults = []string{faultBlackhole, faultLatency, faultStoreRestart, faultReset}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }
@@ -146,7 +146,7 @@ func TestChaosRedis(t *testing.T) {
 	r := startRedis(t)
 	c := baseConfig(t, r.URL(), 24*time.Second)
 	c.StoreControl = r // store-restart faults restart this redis-server for real
-	c.Faults = []string{FaultStoreRestart, FaultPause, FaultBlackhole}
+	c.Faults = []string{faultStoreRestart, faultPause, faultBlackhole}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }

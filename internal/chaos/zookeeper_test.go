@@ -37,7 +37,7 @@ func TestChaosZooKeeper(t *testing.T) {
 	// The faults that end a leader's session one way or another, aimed at
 	// whichever node leads: its process paused (its session expires while
 	// it sleeps), killed, cut off from the server, and the server restarted.
-	c.Faults = []string{FaultPause, FaultKill, FaultBlackhole, FaultStoreRestart}
+	c.Faults = []string{faultPause, faultKill, faultBlackhole, faultStoreRestart}
 	c.LeaderBias = 1
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
