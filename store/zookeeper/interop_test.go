@@ -315,3 +315,33 @@ func contendWithZkLock(t *testing.T, root, zkPath string, d time.Duration) (over
 	wg.Wait()
 	return nOverlap.Load(), nLh.Load(), nZk.Load()
 }
+
+// TestStrayNodeBehindForeignHolder: a node of a holder's lost attempt
+// queued behind a zk.Lock holder (made here by hand, in a session of its
+// own) is deleted by that holder's next acquire, which is refused: it must
+// not wait in the queue and hold the lease when the zk.Lock unlocks.
+func TestStrayNodeBehindForeignHolder(t *testing.T) {
+	st := openStore(t, uniqueRoot("stray"))
+	conn := rawConn(t)
+	ctx := testCtx(t, 20*time.Second)
+	p := st.Path("job")
+	zl := zk.NewLock(conn, p, zk.WorldACL(zk.PermAll))
+	if err := zl.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	defer zl.Unlock()
+	stray, err := rawConn(t).Create(p+"/"+newNodePrefix("h"), encodeNode("h", "", 10*time.Second), zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Acquire(ctx, "job", "h", 10*time.Second, "")
+	if !errors.Is(err, store.ErrHeld) || !strings.HasPrefix(rec.Holder, "zookeeper:") {
+		t.Fatalf("Acquire behind the zk.Lock: %+v, %v; want ErrHeld by the zk.Lock", rec, err)
+	}
+	if ok, _, err := conn.Exists(stray); err != nil || ok {
+		t.Fatalf("the holder's stray node %s still exists (%v) after its refused acquire", path.Base(stray), err)
+	}
+	if got := contenderNames(t, conn, p); len(got) != 1 {
+		t.Fatalf("contenders %v, want the zk.Lock's alone", got)
+	}
+}

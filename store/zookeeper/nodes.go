@@ -57,18 +57,17 @@ type contender struct {
 }
 
 // sequence parses the sequence of a lock node, as zk.Lock, Curator and
-// Kazoo name them: the digits after the last "lock-" (zk.Lock, Curator),
-// or after the last "__" (Kazoo's "__lock__"). Other children (a nested
+// Kazoo name them: the server's 10-digit sequence after the last "lock-"
+// (zk.Lock, Curator) or "__lock__" (Kazoo). Other children (a nested
 // lease's path) are not contenders.
 func sequence(child string) (int64, bool) {
-	i := strings.LastIndex(child, lockMarker)
-	rest := ""
-	if i >= 0 {
+	var rest string
+	if i := strings.LastIndex(child, lockMarker); i >= 0 {
 		rest = child[i+len(lockMarker):]
-	} else if j := strings.LastIndex(child, "__"); j >= 0 {
-		rest = child[j+2:]
+	} else if j := strings.LastIndex(child, "__lock__"); j >= 0 {
+		rest = child[j+len("__lock__"):]
 	}
-	if rest == "" {
+	if len(rest) != 10 {
 		return 0, false
 	}
 	for _, c := range rest {

@@ -234,14 +234,16 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 			ops = append(ops, &zk.DeleteRequest{Path: p + "/" + c.name, Version: -1})
 		}
 		if len(others) > 0 {
-			if len(mine) > 0 && mine[0].seq < others[0].seq {
-				// This holder's earlier term holds, with a foreign contender
-				// queued behind: a new node would queue behind that one.
+			if len(mine) > 0 {
+				// This holder's earlier nodes: its live term, with a foreign
+				// contender queued behind (a new node would queue behind that
+				// one), or attempts whose answers were lost, queued behind
+				// the holder. The new acquire replaces them all, and is
+				// refused.
 				if _, err := call(ctx, func() ([]zk.MultiResponse, error) { return sess.conn.Multi(ops...) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
 					return store.Record{}, describe(err)
 				}
 				s.forgetNodes(name, mine)
-				continue
 			}
 			rec, err := s.describeHead(ctx, sess.conn, name, others[0])
 			if errors.Is(err, zk.ErrNoNode) {
