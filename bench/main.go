@@ -10,7 +10,8 @@
 //
 // Servers: Redis at 127.0.0.1:6379 and PostgreSQL at 127.0.0.1:5432 (each
 // run uses its own key prefix and schema and removes them), an embedded etcd
-// started in this process, and a real kube-apiserver started from the
+// started in this process, a ZooKeeper server started from the installed
+// package (store/zookeeper/zktest), and a real kube-apiserver started from the
 // binaries of hack/kube-apiserver/build.sh (or $LEASEHOLD_KUBE_BIN) when they
 // are there. A store whose server is missing is skipped, loudly.
 package main
@@ -61,7 +62,7 @@ type options struct {
 	diag         int
 }
 
-var allStores = []string{"redis", "postgres", "mysql", "etcd", "nats", "kubernetes"}
+var allStores = []string{"redis", "postgres", "mysql", "etcd", "zookeeper", "nats", "kubernetes"}
 var allScenarios = []string{"handoff", "early", "failover", "cycles", "contention", "renew", "fence", "cmd"}
 
 func logf(format string, args ...any) {

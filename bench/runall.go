@@ -32,6 +32,7 @@ type envs struct {
 	pg    *pgEnv
 	my    *myEnv
 	etcd  *etcdEnv
+	zk    *zkEnv
 	kube  *kubeEnv
 	nats  *natsEnv
 	renew *renewEnv
@@ -63,6 +64,9 @@ func (e *envs) close() {
 	}
 	if e.nats != nil {
 		e.nats.close()
+	}
+	if e.zk != nil {
+		e.zk.close()
 	}
 	if e.kube != nil {
 		e.kube.close()
@@ -173,6 +177,20 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			libs = append(libs, lhTryLib("nats", ne.st, o.handoffTTL))
 		}
 	}
+	if o.stores["zookeeper"] {
+		ze, err := startZooKeeper(octx, runID)
+		if err != nil {
+			if err := missing("zookeeper", err); err != nil {
+				return nil, err
+			}
+		} else {
+			e.zk = ze
+			r.Machine["zookeeper"] = ze.version()
+			libs = append(libs, ze.floorLib())
+			libs = append(libs, ze.libs(o.handoffTTL)...)
+			libs = append(libs, lhTryLib("zookeeper", ze.st, o.handoffTTL))
+		}
+	}
 	if o.stores["kubernetes"] {
 		bin, err := kubetest.BinDir()
 		if err != nil {
@@ -278,6 +296,13 @@ func runRound(ctx context.Context, r *Results, o options, e *envs, libs []*lib, 
 		for i := 0; i < o.failovers; i++ {
 			for _, l := range order {
 				if l.kind == "try" || (l.kind == "floor" && l.store != "etcd") {
+					continue
+				}
+				// zk.Lock has no renewal to stop (its session is its
+				// lease, kept by the client library), and leasehold's
+				// contenders share one store handle, whose sessions live
+				// on when one contender "crashes": no failover there.
+				if l.store == "zookeeper" {
 					continue
 				}
 				runFailover(ctx, r, l, tag("f", l), o.failTTL)

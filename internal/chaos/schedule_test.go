@@ -132,7 +132,7 @@ func TestValidateRejectsBadInput(t *testing.T) {
 		{"impossible drift", func(c *Config) { c.MaxDrift = 0.4 }, "--max-drift 0.4 is impossible with these timings"},
 		{"think past wind-down", func(c *Config) { c.Think = time.Second }, "--think 1s must be in [0, wind-down 400ms)"},
 		{"one node", func(c *Config) { c.Nodes = 1 }, "--nodes 1"},
-		{"unknown scheme", func(c *Config) { c.StoreURL = "zookeeper://127.0.0.1:2181" }, "cannot run against zookeeper://"},
+		{"unknown scheme", func(c *Config) { c.StoreURL = "consul://127.0.0.1:8500" }, "cannot run against consul://"},
 		{"remote store", func(c *Config) { c.StoreURL = "redis://10.1.2.3:6379" }, `store host "10.1.2.3" is not a loopback address`},
 		{"no host", func(c *Config) { c.StoreURL = "postgres:///db" }, "names no host:port"},
 		{"postgres register on redis", func(c *Config) { c.StoreURL = "redis://127.0.0.1:6379"; c.Register = registerPostgres }, "--register postgres needs a PostgreSQL store"},

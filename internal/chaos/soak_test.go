@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"path/filepath"
+
+	"github.com/leasehold/leasehold/store/zookeeper/zktest"
 )
 
 // TestChaosSoak is the long run, off by default. Run it with
@@ -26,7 +28,7 @@ func TestChaosSoak(t *testing.T) {
 	if err != nil || d <= 0 {
 		t.Fatalf("LEASEHOLD_CHAOS_SOAK=%q is not a positive duration", v)
 	}
-	stores := map[string]bool{"sqlite": true, "postgres": true, "redis": true, "etcd": true, "kubernetes": true}
+	stores := map[string]bool{"sqlite": true, "postgres": true, "redis": true, "etcd": true, "zookeeper": true, "kubernetes": true}
 	if s := os.Getenv("LEASEHOLD_CHAOS_SOAK_STORES"); s != "" {
 		stores = map[string]bool{}
 		for _, name := range strings.Split(s, ",") {
@@ -57,6 +59,14 @@ func TestChaosSoak(t *testing.T) {
 			m := startEtcd(t)
 			c := baseConfig(t, m.URL(), d)
 			c.StoreControl = m
+			runClean(t, c)
+		})
+	}
+	if stores["zookeeper"] {
+		t.Run("zookeeper", func(t *testing.T) {
+			srv := zktest.Standalone(t, zktest.Options{})
+			c := baseConfig(t, "zookeeper://"+srv.Addr()+"/chaos", d)
+			c.StoreControl = zkServer{srv}
 			runClean(t, c)
 		})
 	}

@@ -155,13 +155,13 @@ func TestRegistryAcceptedByVerify(t *testing.T) {
 // The negative control: a scheme no store registered is refused by both.
 func TestUnregisteredSchemeRefused(t *testing.T) {
 	var out, errb bytes.Buffer
-	_, err := (&storeFlag{raw: "zookeeper://127.0.0.1:2181/x"}).open(context.Background(), testEnv(&out, &errb, nil))
+	_, err := (&storeFlag{raw: "consul://127.0.0.1:8500/x"}).open(context.Background(), testEnv(&out, &errb, nil))
 	var ue *UsageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), `unknown store scheme "zookeeper"`) {
-		t.Errorf("--store zookeeper://: %v; want a usage error naming the scheme", err)
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), `unknown store scheme "consul"`) {
+		t.Errorf("--store consul://: %v; want a usage error naming the scheme", err)
 	}
-	code := Main(context.Background(), []string{"verify", "--plan", "--store", "zookeeper://127.0.0.1:2181/x"}, nil, &out, &errb)
-	if code != ExitUsage || !strings.Contains(errb.String(), "cannot run against zookeeper://") {
-		t.Errorf("verify --store zookeeper://: exit %d, %q; want a usage error naming the scheme", code, errb.String())
+	code := Main(context.Background(), []string{"verify", "--plan", "--store", "consul://127.0.0.1:8500/x"}, nil, &out, &errb)
+	if code != ExitUsage || !strings.Contains(errb.String(), "cannot run against consul://") {
+		t.Errorf("verify --store consul://: exit %d, %q; want a usage error naming the scheme", code, errb.String())
 	}
 }

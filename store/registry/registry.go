@@ -25,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/redis"
 	"github.com/leasehold/leasehold/store/sqlite"
+	"github.com/leasehold/leasehold/store/zookeeper"
 )
 
 // stores are the registered stores, in the README's order.
@@ -34,6 +35,7 @@ var stores = []*store.Descriptor{
 	&mysql.Descriptor,
 	&redis.Descriptor,
 	&etcd.Descriptor,
+	&zookeeper.Descriptor,
 	&kubernetes.Descriptor,
 	&nats.Descriptor,
 }

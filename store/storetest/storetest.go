@@ -34,6 +34,13 @@ type Harness struct {
 	MinTTL time.Duration
 	// Handles is how many handles race in the concurrency test (default 4).
 	Handles int
+	// FixedTTL says the store keeps a term for the ttl it was acquired
+	// with and cannot lengthen it (ZooKeeper: a term lives in a session,
+	// whose timeout the server fixes when the session opens). Renew then
+	// extends a term by at most that ttl, and refuses a longer one with
+	// ErrInvalid; RenewKeepsTokenAndExtends checks exactly that instead of a
+	// renewal to a longer ttl. The core renews with the ttl it acquired with.
+	FixedTTL bool
 	// Losses are the data losses the store's README speaks of, each with the
 	// README's claim (see Loss and survival.go). None: the case is skipped.
 	Losses []Loss

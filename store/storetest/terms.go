@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -139,6 +140,10 @@ func testRenewKeepsToken(s *suite) {
 	if err != nil {
 		s.t.Fatalf("Acquire: %v", err)
 	}
+	if s.h.FixedTTL {
+		renewFixedTTL(s, st, rec, short)
+		return
+	}
 	long := s.longTTL()
 	r, err := st.Renew(s.ctx(), rec.Term, long)
 	if err != nil {
@@ -153,6 +158,48 @@ func testRenewKeepsToken(s *suite) {
 	g, err := st.Get(s.ctx(), "job")
 	if err != nil || g.Term != rec.Term || g.Remaining <= short {
 		s.t.Fatalf("Get after Renew = %+v, %v; want the same term, extended", g, err)
+	}
+}
+
+// renewFixedTTL is RenewKeepsTokenAndExtends for a store whose terms keep
+// the ttl they were acquired with (Harness.FixedTTL): once some of the term
+// has passed, a renewal with that ttl extends it again; a longer ttl is
+// refused with ErrInvalid and changes nothing.
+func renewFixedTTL(s *suite, st store.Store, rec store.Record, ttl time.Duration) {
+	// Let a fifth of the term pass, by the store's own account.
+	deadline := time.Now().Add(ttl + 10*time.Second)
+	var g store.Record
+	for {
+		var err error
+		g, err = st.Get(s.ctx(), "job")
+		if err != nil || g.Term != rec.Term || !g.Live() {
+			s.t.Fatalf("Get while the term runs = %+v, %v; want the term %+v live", g, err, rec.Term)
+		}
+		if g.Remaining < ttl*4/5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("Get still says %v remain of a %v term long after it was acquired", g.Remaining, ttl)
+		}
+		timer := time.NewTimer(s.h.MinTTL / 10)
+		<-timer.C
+	}
+	r, err := st.Renew(s.ctx(), rec.Term, ttl)
+	if err != nil {
+		s.t.Fatalf("Renew of the live term: %v", err)
+	}
+	if r.Term != rec.Term || r.Metadata != "meta" {
+		s.t.Fatalf("Renew = %+v, want the same term %+v and metadata kept", r, rec.Term)
+	}
+	if r.Remaining <= g.Remaining || r.Remaining > ttl {
+		s.t.Fatalf("Renew Remaining = %v, want extended from %v to about %v", r.Remaining, g.Remaining, ttl)
+	}
+	if _, err := st.Renew(s.ctx(), rec.Term, s.longTTL()); !errors.Is(err, store.ErrInvalid) {
+		s.t.Fatalf("Renew with a ttl longer than the term was acquired with: err = %v, want ErrInvalid (Harness.FixedTTL)", err)
+	}
+	after, err := st.Get(s.ctx(), "job")
+	if err != nil || after.Term != rec.Term || !after.Live() || after.Remaining > ttl {
+		s.t.Fatalf("Get after a refused longer renewal = %+v, %v; want the term %+v live, for at most %v", after, err, rec.Term, ttl)
 	}
 }
 

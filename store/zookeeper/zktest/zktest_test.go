@@ -1,0 +1,50 @@
+package zktest
+
+import (
+	"testing"
+	"time"
+)
+
+func TestStandalone(t *testing.T) {
+	start := time.Now()
+	s := Standalone(t, Options{})
+	t.Logf("standalone server serving on %s after %v", s.Addr(), time.Since(start))
+	if m := s.Mode(); m != "standalone" {
+		t.Fatalf("mode %q, want standalone", m)
+	}
+	s.Kill()
+	if s.Mode() != "" || s.Running() {
+		t.Fatal("server still answers after Kill")
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitServing(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnsemble(t *testing.T) {
+	start := time.Now()
+	e := NewEnsemble(t, 3, Options{})
+	lead, err := e.WaitLeader(30*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ensemble %v has leader member %d after %v", e.Addrs(), lead, time.Since(start))
+	// Cut the leader off: the other two elect a new one among themselves.
+	e.Isolate(lead)
+	start = time.Now()
+	nl, err := e.WaitLeader(30*time.Second, map[int]bool{lead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nl == lead {
+		t.Fatalf("the cut-off member %d still leads", lead)
+	}
+	t.Logf("member %d leads after the cut, %v later; the cut-off member says %q", nl, time.Since(start), e.Servers[lead].Mode())
+	e.Heal()
+	if _, err := e.WaitLeader(30*time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+}

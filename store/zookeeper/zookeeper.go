@@ -1,0 +1,844 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// An entry is a contender node this handle created (or tried to create):
+// a granted term, or an attempt whose node is still to be deleted. Its
+// deadline is when the handle ends it on its own: the send time of the last
+// successful acquire or renewal plus its ttl. The entry's timer deletes the
+// node then, unless a renewal moved the deadline; a term whose process
+// stopped is ended by ZooKeeper instead, when its session times out.
+type entry struct {
+	s      *Store
+	prefix string // the node's name before its sequence: unique per attempt
+	name   string
+	holder string
+	meta   string
+	sess   *session
+
+	mu        sync.Mutex // serializes renewals and the reaper
+	node      string     // the node's name ("" while unknown)
+	sessionID int64      // the session the node lives in (0 while unknown)
+	token     int64
+	ttl       time.Duration
+	deadline  time.Time
+	granted   bool
+	done      bool // the node is gone (or the store closed): nothing more to do
+	timer     *time.Timer
+}
+
+// term is the entry's term (valid once granted).
+func (e *entry) term() store.Term { return store.Term{Name: e.name, Holder: e.holder, Token: e.token} }
+
+// schedule sets the entry's timer to reap it at its deadline. Called with
+// e.mu held.
+func (e *entry) schedule(at time.Time) {
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	e.timer = time.AfterFunc(time.Until(at), func() { e.s.spawn(func() { e.s.reap(e) }) })
+}
+
+// stop stops the entry's timer (on Close).
+func (e *entry) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	e.done = true
+}
+
+// sessionFor returns the handle's term session for ttl, opening it if need
+// be. A session carries the terms of every name and holder with that
+// ttl; ZooKeeper fixes a session's timeout when it opens it.
+func (s *Store) sessionFor(ctx context.Context, ttl time.Duration) (*session, error) {
+	s.mu.Lock()
+	sess := s.pool[ttl]
+	s.mu.Unlock()
+	if sess != nil {
+		return sess, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	sess, err := s.connect(cctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if granted := sess.d.timeout(); granted < ttl {
+		sess.close(false)
+		return nil, kit.Invalid("acquire", "ttl %v is above the longest session the ensemble grants, %v (its maxSessionTimeout): a term lives as long as its session", ttl, granted)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.life.Closed() {
+		sess.close(false)
+		return nil, store.ErrClosed
+	}
+	if other := s.pool[ttl]; other != nil {
+		sess.close(false) // opened concurrently: keep one
+		return other, nil
+	}
+	s.pool[ttl] = sess
+	sess.hbStop = make(chan struct{})
+	stop := sess.hbStop
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.heartbeat(sess, stop)
+	}()
+	return sess, nil
+}
+
+// heartbeat touches a term session every half tick while it carries nodes:
+// a follower reports the sessions it heard from to the leader every half
+// tick, so the leader, which expires sessions, never dates the session's
+// last sign of life more than a tick early (see Limits). The client's own
+// pings come only every third of the session timeout.
+func (s *Store) heartbeat(sess *session, stop <-chan struct{}) {
+	t := time.NewTicker(max(s.tick()/2, 5*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		busy := sess.carries > 0
+		s.mu.Unlock()
+		if busy {
+			sess.conn.Exists(s.root) //nolint:errcheck // a touch; its answer does not matter
+		}
+	}
+}
+
+// retire takes sess out of the pool after a request on it whose outcome is
+// unknown: a contender node may yet be created on it, late. New terms go on
+// a new session; this one is closed (closeSession, ordered after anything
+// still queued on it, so a late node dies with it) once it carries nothing.
+func (s *Store) retire(sess *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess.retired {
+		return
+	}
+	sess.retired = true
+	if s.pool[sess.asked] == sess {
+		delete(s.pool, sess.asked)
+	}
+	s.retired = append(s.retired, sess)
+	s.closeIdleLocked(sess)
+}
+
+// carry counts a node more (n = 1) or less (n = -1) on sess. Called with
+// s.mu held.
+func (s *Store) carryLocked(sess *session, n int) {
+	sess.carries += n
+	if n < 0 {
+		s.closeIdleLocked(sess)
+	}
+}
+
+func (s *Store) closeIdleLocked(sess *session) {
+	if !sess.retired || sess.carries > 0 || s.life.Closed() {
+		return
+	}
+	for i, r := range s.retired {
+		if r == sess {
+			s.retired = append(s.retired[:i], s.retired[i+1:]...)
+			break
+		}
+	}
+	if sess.hbStop != nil {
+		close(sess.hbStop)
+		sess.hbStop = nil
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		sess.close(false)
+	}()
+}
+
+// Acquire implements store.Store: it creates an ephemeral sequential node
+// under the lease's path, in the term session for ttl, and the term is
+// granted if that node is the lowest there; its token is the node's czxid.
+// Leasehold does not queue: if another contender's node exists, Acquire
+// creates nothing and returns that holder's record with ErrHeld; if its new
+// node turns out not to be the lowest (a contender created one meanwhile),
+// it deletes it again. Nodes of the same holder (an earlier term, or an
+// attempt whose answer was lost) are deleted in the transaction that creates
+// the new node, so the new term replaces them; behind a foreign queued
+// contender (zk.Lock, Curator) they are only deleted, since a new node
+// would queue behind it.
+func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
+		return store.Record{}, err
+	}
+	if ttl < s.minSession {
+		return store.Record{}, kit.Invalid("acquire", "ttl %v is below the shortest session the ensemble grants, %v (its minSessionTimeout, two ticks by default)", ttl, s.minSession)
+	}
+	if ttl%time.Millisecond != 0 {
+		ttl = ttl.Truncate(time.Millisecond) + time.Millisecond
+	}
+	op := fmt.Sprintf("acquire %q (%s) for %s", name, s.Path(name), holder)
+	sess, err := s.sessionFor(ctx, ttl)
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
+			return store.Record{}, err
+		}
+		return store.Record{}, kit.Wrap(op, err)
+	}
+	rec, err := s.acquire(ctx, sess, name, holder, ttl, metadata)
+	if err != nil {
+		return rec, kit.Wrap(op, s.life.ClosedOr(err))
+	}
+	return rec, nil
+}
+
+func (s *Store) acquire(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	p := s.Path(name)
+	for attempt := 0; attempt < 8; attempt++ {
+		sent := time.Now()
+		kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(p); return k, err })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return store.Record{}, describe(err)
+		}
+		all := contenders(kids)
+		var mine, others []contender
+		for _, c := range all {
+			if isHolders(c.name, holder) {
+				mine = append(mine, c)
+			} else {
+				others = append(others, c)
+			}
+		}
+		var ops []any
+		for _, c := range mine {
+			ops = append(ops, &zk.DeleteRequest{Path: p + "/" + c.name, Version: -1})
+		}
+		if len(others) > 0 {
+			if len(mine) > 0 {
+				// This holder's earlier nodes: its live term, with a foreign
+				// contender queued behind (a new node would queue behind that
+				// one), or attempts whose answers were lost, queued behind
+				// the holder. The new acquire replaces them all, and is
+				// refused.
+				if _, err := call(ctx, func() ([]zk.MultiResponse, error) { return sess.conn.Multi(ops...) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+					return store.Record{}, describe(err)
+				}
+				s.forgetNodes(name, mine)
+			}
+			rec, err := s.describeHead(ctx, sess.conn, name, others[0])
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // the holder left meanwhile: look again
+			}
+			if err != nil {
+				return store.Record{}, err
+			}
+			return rec, store.ErrHeld
+		}
+		rec, retry, err := s.create(ctx, sess, p, name, holder, ttl, metadata, ops, sent)
+		if retry {
+			if len(mine) > 0 {
+				s.forgetNodes(name, mine)
+			}
+			continue
+		}
+		if err == nil && len(mine) > 0 {
+			s.forgetNodes(name, mine)
+		}
+		return rec, err
+	}
+	return store.Record{}, errors.New("the lease's contenders kept changing")
+}
+
+// create creates the contender node (deleting the nodes in ops first, in the
+// same transaction) and checks that it is the lowest. retry says to look at
+// the children again.
+func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, ops []any, sent time.Time) (_ store.Record, retry bool, _ error) {
+	e := &entry{s: s, prefix: newNodePrefix(holder), name: name, holder: holder, meta: metadata, sess: sess, ttl: ttl}
+	s.mu.Lock()
+	if s.life.Closed() {
+		s.mu.Unlock()
+		return store.Record{}, false, store.ErrClosed
+	}
+	s.entries[e.prefix] = e
+	s.carryLocked(sess, 1)
+	s.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// Until the answer says otherwise, the node may exist: the reaper
+	// deletes it at the deadline.
+	e.deadline = sent.Add(ttl)
+	e.schedule(e.deadline)
+
+	sid := sess.conn.SessionID()
+	if testHookBeforeCreate != nil {
+		testHookBeforeCreate()
+	}
+	ops = append(ops,
+		&zk.CreateRequest{Path: p + "/" + e.prefix, Data: encodeNode(holder, metadata, ttl), Acl: s.cfg.ACL, Flags: zk.FlagEphemeralSequential},
+		&zk.SetDataRequest{Path: p, Data: encodeRecord(e.prefix), Version: -1})
+	resp, err := call(ctx, func() ([]zk.MultiResponse, error) { return sess.conn.Multi(ops...) })
+	if err == nil {
+		for _, r := range resp {
+			if r.Error != nil {
+				err = r.Error
+				break
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		// The lease's path is missing, or a node to delete went meanwhile.
+		s.dropLocked(e)
+		exists, xerr := call(ctx, func() (bool, error) { ok, _, err := sess.conn.Exists(p); return ok, err })
+		if xerr != nil {
+			return store.Record{}, false, describe(xerr)
+		}
+		if !exists {
+			if err := s.ensurePath(ctx, sess.conn, p); err != nil {
+				return store.Record{}, false, err
+			}
+		}
+		return store.Record{}, true, nil
+	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrNodeExists), errors.Is(err, zk.ErrBadVersion),
+		errors.Is(err, zk.ErrNoChildrenForEphemerals), errors.Is(err, zk.ErrBadArguments), errors.Is(err, zk.ErrInvalidACL):
+		s.dropLocked(e) // a definite refusal: nothing was created
+		return store.Record{}, false, describe(err)
+	case errors.Is(err, zk.ErrSessionExpired):
+		// The node, if created, went with the session.
+		s.dropLocked(e)
+		return store.Record{}, false, err
+	case err != nil:
+		// Unknown: the node may exist, or appear later. The reaper deletes
+		// it at the deadline; the session takes no new terms.
+		s.retire(sess)
+		return store.Record{}, false, err
+	}
+	if sess.conn.SessionID() != sid || len(resp) < 2 {
+		s.retire(sess)
+		return store.Record{}, false, errors.New("the session changed while creating the contender node")
+	}
+	created := resp[len(resp)-2].String
+	e.node = path.Base(created)
+	e.sessionID = sid
+	// The path node's data was set in the same transaction: its mzxid is
+	// that transaction's zxid, the new node's czxid.
+	e.token = resp[len(resp)-1].Stat.Mzxid
+
+	kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(p); return k, err })
+	if err != nil {
+		// The node exists; the reaper deletes it at the deadline unless a
+		// later attempt of this holder replaces it first.
+		return store.Record{}, false, describe(err)
+	}
+	all := contenders(kids)
+	if len(all) > 0 && all[0].name == e.node {
+		e.granted = true
+		s.mu.Lock()
+		s.byTerm[e.term()] = e
+		s.mu.Unlock()
+		return store.Record{Term: e.term(), Remaining: ttl - time.Since(sent), TTL: ttl, Metadata: metadata}, false, nil
+	}
+	// A contender created its node between our look and our create: ours is
+	// not the lowest. Delete it again and report the holder.
+	if err := s.deleteLocked(ctx, e); err != nil {
+		return store.Record{}, false, err
+	}
+	return store.Record{}, true, nil
+}
+
+// testHookBeforeCreate, if set (by tests), runs before the transaction that
+// creates a contender node is sent.
+var testHookBeforeCreate func()
+
+// ensurePath creates the lease's path and the paths above it (persistent
+// nodes, with the store's ACL) where missing.
+func (s *Store) ensurePath(ctx context.Context, conn *zk.Conn, p string) error {
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	cur := ""
+	for _, part := range parts {
+		cur += "/" + part
+		_, err := call(ctx, func() (string, error) { return conn.Create(cur, nil, zk.FlagPersistent, s.cfg.ACL) })
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create %s: %w", cur, describe(err))
+		}
+	}
+	return nil
+}
+
+// dropLocked forgets entry e, whose node does not exist. Called with e.mu
+// held.
+func (s *Store) dropLocked(e *entry) {
+	if e.done {
+		return
+	}
+	e.done = true
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.entries, e.prefix)
+	if e.granted && s.byTerm[e.term()] == e {
+		delete(s.byTerm, e.term())
+	}
+	s.carryLocked(e.sess, -1)
+}
+
+// deleteLocked deletes entry e's node through its session, and forgets the
+// entry. If the node's name is unknown (an attempt whose answer was lost),
+// it is looked up by its prefix. Called with e.mu held. On an error the
+// entry stays, for the reaper.
+func (s *Store) deleteLocked(ctx context.Context, e *entry) error {
+	p := s.Path(e.name)
+	node := e.node
+	if node == "" {
+		kids, err := call(ctx, func() ([]string, error) { k, _, err := e.sess.conn.Children(p); return k, err })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return describe(err)
+		}
+		for _, k := range kids {
+			if strings.HasPrefix(k, e.prefix) {
+				node = k
+			}
+		}
+		if node == "" {
+			s.dropLocked(e)
+			return nil
+		}
+	}
+	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, e.sess.conn.Delete(p+"/"+node, -1) })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrSessionExpired) {
+		return describe(err)
+	}
+	s.dropLocked(e)
+	return nil
+}
+
+// forgetNodes forgets this handle's entries for nodes the store deleted in
+// another transaction (a holder's earlier nodes, replaced).
+func (s *Store) forgetNodes(name string, gone []contender) {
+	s.mu.Lock()
+	var es []*entry
+	for _, c := range gone {
+		for _, e := range s.entries {
+			if e.name == name && strings.HasPrefix(c.name, e.prefix) {
+				es = append(es, e)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range es {
+		e.mu.Lock()
+		s.dropLocked(e)
+		e.mu.Unlock()
+	}
+}
+
+// reap ends entry e at its deadline: it deletes the node, unless a renewal
+// moved the deadline meanwhile. A failed delete is tried again a tick later,
+// for as long as the store is open; if the session is lost meanwhile, its
+// nodes go with it.
+func (s *Store) reap(e *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done {
+		return
+	}
+	if now := time.Now(); now.Before(e.deadline) {
+		e.schedule(e.deadline)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DialTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.life.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := s.deleteLocked(ctx, e)
+	switch {
+	case err == nil, s.life.Closed():
+	case errors.Is(err, zk.ErrNoAuth):
+		// The ACL does not let this user delete its own node: end the
+		// session instead (closing a session needs no permission) once it
+		// carries nothing else.
+		s.retire(e.sess)
+		s.dropLocked(e)
+	default:
+		e.schedule(time.Now().Add(max(s.tick(), 100*time.Millisecond)))
+	}
+}
+
+// Renew implements store.Store. It proves the term's session alive with a
+// sync, which a follower forwards to the leader and the leader refuses for
+// an expired session, and then checks that the term's node still exists in
+// that session with the term's czxid. The term then lives ttl from the
+// moment the renewal was sent: ZooKeeper keeps the session at least its
+// timeout past that moment, and the handle ends the term itself at ttl.
+//
+// A term lives in a session of this handle's, whose timeout ZooKeeper fixed
+// when the session opened: a renewal cannot lengthen it. Renew refuses a
+// ttl above the term's session timeout with ErrInvalid (a shorter one is
+// kept), and a term acquired through another handle, whose session this
+// handle does not have, with an error: that term is renewed through the
+// handle that acquired it.
+func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := kit.CheckRenew(t, ttl); err != nil {
+		return store.Record{}, err
+	}
+	op := fmt.Sprintf("renew %s (%s)", t, s.Path(t.Name))
+	s.mu.Lock()
+	e := s.byTerm[t]
+	s.mu.Unlock()
+	if e == nil {
+		live, err := s.findTerm(ctx, t)
+		if err != nil {
+			return store.Record{}, kit.Wrap(op, s.life.ClosedOr(err))
+		}
+		if !live {
+			return store.Record{}, kit.Wrap(op, store.ErrNotHeld)
+		}
+		return store.Record{}, kit.Errorf(op, "the term is live in a session of another store handle: it is renewed through the handle that acquired it (ZooKeeper keeps a node only through the session that created it)")
+	}
+	rec, err := s.renew(ctx, e, ttl)
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) {
+			return store.Record{}, err
+		}
+		return store.Record{}, kit.Wrap(op, s.life.ClosedOr(err))
+	}
+	return rec, nil
+}
+
+func (s *Store) renew(ctx context.Context, e *entry, ttl time.Duration) (store.Record, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sent := time.Now()
+	if e.done || !sent.Before(e.deadline) {
+		return store.Record{}, store.ErrNotHeld
+	}
+	if granted := e.sess.d.timeout(); ttl > granted {
+		return store.Record{}, kit.Invalid("renew "+e.term().String(), "ttl %v is above the term's session timeout %v: ZooKeeper cannot lengthen a session, so a term cannot outlive the timeout it was acquired with", ttl, granted)
+	}
+	conn := e.sess.conn
+	if conn.SessionID() != e.sessionID {
+		s.dropLocked(e) // the session expired: its nodes are gone
+		return store.Record{}, store.ErrNotHeld
+	}
+	p := s.Path(e.name)
+	if _, err := call(ctx, func() (string, error) { return conn.Sync(p) }); err != nil {
+		if errors.Is(err, zk.ErrSessionExpired) {
+			s.dropLocked(e)
+			return store.Record{}, store.ErrNotHeld
+		}
+		return store.Record{}, describe(err)
+	}
+	type ex struct {
+		ok   bool
+		stat *zk.Stat
+	}
+	r, err := call(ctx, func() (ex, error) { ok, st, err := conn.Exists(p + "/" + e.node); return ex{ok, st}, err })
+	if err != nil {
+		if errors.Is(err, zk.ErrSessionExpired) {
+			s.dropLocked(e)
+			return store.Record{}, store.ErrNotHeld
+		}
+		return store.Record{}, describe(err)
+	}
+	if !r.ok || r.stat.Czxid != e.token || r.stat.EphemeralOwner != e.sessionID || conn.SessionID() != e.sessionID {
+		s.dropLocked(e)
+		return store.Record{}, store.ErrNotHeld
+	}
+	e.ttl = ttl
+	e.deadline = sent.Add(ttl)
+	e.schedule(e.deadline)
+	return store.Record{Term: e.term(), Remaining: ttl - time.Since(sent), TTL: ttl, Metadata: e.meta}, nil
+}
+
+// findTerm looks for the node of term t through the control session (after
+// a sync): a node of t's holder with t's token as its czxid that is the
+// lowest contender. It returns whether the term is live.
+func (s *Store) findTerm(ctx context.Context, t store.Term) (bool, error) {
+	node, err := s.findNode(ctx, t)
+	if err != nil || node == "" {
+		return false, err
+	}
+	kids, err := call(ctx, func() ([]string, error) { k, _, err := s.ctl.conn.Children(s.Path(t.Name)); return k, err })
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, describe(err)
+	}
+	all := contenders(kids)
+	return len(all) > 0 && all[0].name == node, nil
+}
+
+// findNode returns the name of term t's node ("" if there is none), read
+// through the control session after a sync.
+func (s *Store) findNode(ctx context.Context, t store.Term) (string, error) {
+	p := s.Path(t.Name)
+	conn := s.ctl.conn
+	if _, err := call(ctx, func() (string, error) { return conn.Sync(p) }); err != nil {
+		return "", describe(err)
+	}
+	kids, err := call(ctx, func() ([]string, error) { k, _, err := conn.Children(p); return k, err })
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", nil
+	}
+	if err != nil {
+		return "", describe(err)
+	}
+	for _, k := range kids {
+		if _, ok := sequence(k); !ok || !isHolders(k, t.Holder) {
+			continue
+		}
+		type got struct {
+			data []byte
+			stat *zk.Stat
+		}
+		g, err := call(ctx, func() (got, error) { d, st, err := conn.Get(p + "/" + k); return got{d, st}, err })
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return "", describe(err)
+		}
+		if d, ok := decodeNode(g.data); ok && d.Holder == t.Holder && g.stat.Czxid == t.Token {
+			return k, nil
+		}
+	}
+	return "", nil
+}
+
+// Release implements store.Store: it deletes exactly the term's node (the
+// node of the term's holder whose czxid is the token); waiters wake on the
+// delete. A term that this handle already ended at its deadline gets
+// ErrNotHeld.
+func (s *Store) Release(ctx context.Context, t store.Term) error {
+	if err := s.life.Check(ctx); err != nil {
+		return err
+	}
+	if err := kit.CheckRelease(t); err != nil {
+		return err
+	}
+	op := fmt.Sprintf("release %s (%s)", t, s.Path(t.Name))
+	s.mu.Lock()
+	e := s.byTerm[t]
+	s.mu.Unlock()
+	if e != nil {
+		return s.releaseOwn(ctx, op, e)
+	}
+	node, err := s.findNode(ctx, t)
+	if err != nil {
+		return kit.Wrap(op, s.life.ClosedOr(err))
+	}
+	if node == "" {
+		return kit.Wrap(op, store.ErrNotHeld)
+	}
+	_, err = call(ctx, func() (struct{}, error) { return struct{}{}, s.ctl.conn.Delete(s.Path(t.Name)+"/"+node, -1) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return kit.Wrap(op, store.ErrNotHeld)
+	}
+	if err != nil {
+		return kit.Wrap(op, s.life.ClosedOr(describe(err)))
+	}
+	return nil
+}
+
+// releaseOwn releases a term acquired through this handle: it deletes the
+// term's node through the term's session.
+func (s *Store) releaseOwn(ctx context.Context, op string, e *entry) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done {
+		return kit.Wrap(op, store.ErrNotHeld)
+	}
+	expired := !time.Now().Before(e.deadline)
+	_, err := call(ctx, func() (struct{}, error) {
+		return struct{}{}, e.sess.conn.Delete(s.Path(e.name)+"/"+e.node, -1)
+	})
+	switch {
+	case err == nil:
+		s.dropLocked(e)
+		if expired {
+			// Past its deadline the term had ended: the reaper was about to
+			// delete the node.
+			return kit.Wrap(op, store.ErrNotHeld)
+		}
+		return nil
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrSessionExpired):
+		s.dropLocked(e)
+		return kit.Wrap(op, store.ErrNotHeld)
+	default:
+		// Unknown: the entry stays, and the reaper deletes the node at the
+		// deadline if this delete did not.
+		return kit.Wrap(op, s.life.ClosedOr(describe(err)))
+	}
+}
+
+// Get implements store.Store, through the control session after a sync: the
+// lowest contender node is the holder. For a leasehold holder acquired
+// through this handle, Remaining is the time to its deadline; for one of
+// another handle, its ttl (ZooKeeper does not tell other clients when a
+// session was last heard from: the term ends at most ttl after its holder's
+// last renewal, or a session timeout after its process stopped); for a
+// foreign holder (zk.Lock, Curator), the longest session the ensemble
+// grants. With no contender, the record is free and its token is the czxid
+// of the last node leasehold created there.
+func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := kit.CheckName("get", name); err != nil {
+		return store.Record{}, err
+	}
+	rec, err := s.get(ctx, s.ctl.conn, name, true)
+	if err != nil {
+		return store.Record{}, kit.Wrap(fmt.Sprintf("get %q (%s)", name, s.Path(name)), s.life.ClosedOr(err))
+	}
+	return rec, nil
+}
+
+func (s *Store) get(ctx context.Context, conn *zk.Conn, name string, sync bool) (store.Record, error) {
+	p := s.Path(name)
+	if sync {
+		if _, err := call(ctx, func() (string, error) { return conn.Sync(p) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return store.Record{}, describe(err)
+		}
+	}
+	for attempt := 0; attempt < 8; attempt++ {
+		kids, err := call(ctx, func() ([]string, error) { k, _, err := conn.Children(p); return k, err })
+		if errors.Is(err, zk.ErrNoNode) {
+			return store.Record{}, store.ErrNotFound
+		}
+		if err != nil {
+			return store.Record{}, describe(err)
+		}
+		if all := contenders(kids); len(all) > 0 {
+			rec, err := s.describeHead(ctx, conn, name, all[0])
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			return rec, err
+		}
+		type got struct {
+			data []byte
+			stat *zk.Stat
+		}
+		g, err := call(ctx, func() (got, error) { d, st, err := conn.Get(p); return got{d, st}, err })
+		if errors.Is(err, zk.ErrNoNode) {
+			return store.Record{}, store.ErrNotFound
+		}
+		if err != nil {
+			return store.Record{}, describe(err)
+		}
+		if !isRecord(g.data) {
+			return store.Record{}, store.ErrNotFound
+		}
+		return store.Record{Term: store.Term{Name: name, Token: g.stat.Mzxid}}, nil
+	}
+	return store.Record{}, errors.New("the lease's contenders kept changing")
+}
+
+// describeHead reads the holder's node c and returns its record. zk.ErrNoNode
+// if it is gone.
+func (s *Store) describeHead(ctx context.Context, conn *zk.Conn, name string, c contender) (store.Record, error) {
+	type got struct {
+		data []byte
+		stat *zk.Stat
+	}
+	g, err := call(ctx, func() (got, error) { d, st, err := conn.Get(s.Path(name) + "/" + c.name); return got{d, st}, err })
+	if errors.Is(err, zk.ErrNoAuth) {
+		// A foreign node whose ACL keeps us from reading it: its stat is
+		// still ours to see.
+		type ex struct{ stat *zk.Stat }
+		x, xerr := call(ctx, func() (ex, error) {
+			ok, st, err := conn.Exists(s.Path(name) + "/" + c.name)
+			if err == nil && !ok {
+				err = zk.ErrNoNode
+			}
+			return ex{st}, err
+		})
+		if xerr != nil {
+			return store.Record{}, xerr
+		}
+		g, err = got{nil, x.stat}, nil
+	}
+	if err != nil {
+		return store.Record{}, err
+	}
+	d, ours := decodeNode(g.data)
+	if !ours {
+		return store.Record{Term: store.Term{Name: name, Holder: foreignHolder(c.name), Token: g.stat.Czxid},
+			Remaining: s.maxSession, Metadata: foreignMetadata(g.data)}, nil
+	}
+	ttl := time.Duration(d.TTLms) * time.Millisecond
+	rec := store.Record{Term: store.Term{Name: name, Holder: d.Holder, Token: g.stat.Czxid}, Remaining: ttl, TTL: ttl, Metadata: d.Metadata}
+	s.mu.Lock()
+	e := s.byTerm[rec.Term]
+	s.mu.Unlock()
+	if e != nil {
+		e.mu.Lock()
+		rec.Remaining = time.Until(e.deadline)
+		e.mu.Unlock()
+	}
+	return rec, nil
+}
+
+// TermNode returns the ZooKeeper path of term t's contender node, or an
+// error matching store.ErrNotHeld if t is not the live term. The node
+// exists exactly as long as the term is live (its name is unique to the
+// attempt that created it, and its data version stays 0), so a write inside
+// ZooKeeper is fenced by making it a transaction that checks the node:
+//
+//	node, err := st.TermNode(ctx, leader.Term())
+//	_, err = conn.Multi(&zk.CheckVersionRequest{Path: node, Version: 0},
+//		&zk.SetDataRequest{Path: "/app/config", Data: v, Version: -1})
+//	// zk.ErrNoNode: the term has ended; nothing was written.
+func (s *Store) TermNode(ctx context.Context, t store.Term) (string, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return "", err
+	}
+	if err := kit.CheckTerm("term node", t); err != nil {
+		return "", err
+	}
+	op := fmt.Sprintf("term node %s (%s)", t, s.Path(t.Name))
+	node, err := s.findNode(ctx, t)
+	if err != nil {
+		return "", kit.Wrap(op, s.life.ClosedOr(err))
+	}
+	live, err := s.findTerm(ctx, t)
+	if err != nil {
+		return "", kit.Wrap(op, s.life.ClosedOr(err))
+	}
+	if node == "" || !live {
+		return "", kit.Wrap(op, store.ErrNotHeld)
+	}
+	return s.Path(t.Name) + "/" + node, nil
+}
