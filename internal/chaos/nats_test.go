@@ -1,4 +1,4 @@
-package chaos_test
+package chaos
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/leasehold/leasehold/internal/chaos"
 )
 
 // natsMember is a current NATS server (2.15, JetStream on) run inside the
@@ -72,7 +70,7 @@ func TestChaosNATS(t *testing.T) {
 	m := startNATS(t)
 	c := baseConfig(t, m.URL(), 24*time.Second)
 	c.StoreControl = m
-	c.Faults = []string{chaos.FaultStoreRestart, chaos.FaultKill, chaos.FaultLatency}
+	c.Faults = []string{faultStoreRestart, faultKill, faultLatency}
 	out := runClean(t, c)
 	requireKinds(t, out, c.Faults...)
 }

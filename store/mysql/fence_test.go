@@ -35,7 +35,7 @@ func TestSQLFenceWithStoreTokens(t *testing.T) {
 		}
 		defer tx.Rollback()
 		if claim {
-			if err := sqlfence.MySQLFence.Claim(ctx, tx, "invoices", term.Holder, term.Token); err != nil {
+			if err := sqlfence.MySQLFence.Claim(ctx, sqlfence.SQLTx(tx), "invoices", term.Holder, term.Token); err != nil {
 				return err
 			}
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/faultproxy"
 	lhmysql "github.com/leasehold/leasehold/store/mysql"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestServerRestartMidLease(t *testing.T) {
 	db := migrated(t)
 	cfg := dbConfig(t, db)
-	px, err := chaos.NewProxy(cfg.Addr)
+	px, err := faultproxy.New(cfg.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestServerRestartMidLease(t *testing.T) {
 	defer st.Close()
 	direct := openStore(t, db, lhmysql.Options{})
 	timings := leasehold.Timings{LeaseDuration: 5 * time.Second, RenewDeadline: 2 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 300 * time.Millisecond}
-	lk, err := leasehold.NewLock(st, "job", leasehold.LockConfig{Identity: "node-a", Timings: timings, KeepAlive: true})
+	lk, err := leasehold.NewLock(st, "job", leasehold.Config{Identity: "node-a", Timings: timings, KeepAlive: true})
 	if err != nil {
 		t.Fatal(err)
 	}

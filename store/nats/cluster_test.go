@@ -123,7 +123,7 @@ func (l *ledger) dump() {
 	}
 }
 
-func (l *ledger) work(ctx context.Context, ld *leasehold.Leader) error {
+func (l *ledger) work(ctx context.Context, ld *leasehold.Lease) error {
 	who, token := ld.Term().Holder, ld.Token()
 	l.mu.Lock()
 	for other, tok := range l.active {
@@ -181,9 +181,9 @@ func startElector(t *testing.T, l *ledger, r *renewals, id string, urls []string
 	if err != nil {
 		t.Fatalf("open store for %s: %v", id, err)
 	}
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
-		Name: "leader", Identity: id,
-		Timings: leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond},
+	e, err := leasehold.NewElector(st, "leader", leasehold.Config{
+		Identity: id,
+		Timings:  leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond},
 		OnEvent: func(ev leasehold.Event) {
 			switch ev.Kind {
 			case leasehold.EventRenewed:

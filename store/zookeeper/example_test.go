@@ -31,11 +31,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{Name: "billing"})
+	e, err := leasehold.NewElector(st, "billing", leasehold.Config{})
 	if err != nil {
 		log.Fatal(err) // timings the ensemble cannot keep, named
 	}
-	e.Run(ctx, func(ctx context.Context, l *leasehold.Leader) error {
+	e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
 		node, err := st.TermNode(ctx, l.Term())
 		if err != nil {
 			return err

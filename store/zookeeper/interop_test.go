@@ -57,7 +57,7 @@ func TestInteropZkLock(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	p := st.Path("job")
 	zl := zk.NewLock(conn, p, zk.WorldACL(zk.PermAll))
-	lk, err := leasehold.NewLock(st, "job", leasehold.LockConfig{Identity: "lh", Timings: lockTimings()})
+	lk, err := leasehold.NewLock(st, "job", leasehold.Config{Identity: "lh", Timings: lockTimings()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestInteropZkLock(t *testing.T) {
 	}
 	// A waiting leasehold Lock gets it once the zk.Lock unlocks, not before.
 	var unlocked atomic.Bool
-	got := make(chan *leasehold.Held, 1)
+	got := make(chan *leasehold.Lease, 1)
 	go func() {
 		h, err := lk.Acquire(ctx)
 		if err != nil {
@@ -104,7 +104,7 @@ func TestInteropZkLock(t *testing.T) {
 	if err := zl.Unlock(); err != nil {
 		t.Fatalf("zk.Unlock: %v", err)
 	}
-	var held *leasehold.Held
+	var held *leasehold.Lease
 	select {
 	case held = <-got:
 	case <-time.After(20 * time.Second):
@@ -255,7 +255,7 @@ func contendWithZkLock(t *testing.T, root, zkPath string, d time.Duration) (over
 	}
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {
-		lk, err := leasehold.NewLock(openStore(t, root), "job", leasehold.LockConfig{Identity: "lh", Timings: lockTimings()})
+		lk, err := leasehold.NewLock(openStore(t, root), "job", leasehold.Config{Identity: "lh", Timings: lockTimings()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -49,7 +49,7 @@ func (l *ledger) dump() {
 
 // work is the electors' guarded work: it enters the ledger, waits for its
 // context, and leaves.
-func (l *ledger) work(ctx context.Context, ld *leasehold.Leader) error {
+func (l *ledger) work(ctx context.Context, ld *leasehold.Lease) error {
 	who, token := ld.Term().Holder, ld.Token()
 	l.mu.Lock()
 	for other, tok := range l.active {
@@ -112,8 +112,8 @@ func clusterTimings() leasehold.Timings {
 func startElector(t *testing.T, l *ledger, id string, st *Store) *elector {
 	t.Helper()
 	el := &elector{st: st, done: make(chan error, 1)}
-	e, err := leasehold.NewElector(st, leasehold.ElectorConfig{
-		Name: "leader", Identity: id, Timings: clusterTimings(),
+	e, err := leasehold.NewElector(st, "leader", leasehold.Config{
+		Identity: id, Timings: clusterTimings(),
 		OnEvent: func(ev leasehold.Event) {
 			switch ev.Kind {
 			case leasehold.EventRenewed:
