@@ -59,7 +59,7 @@ func TestBadInputs(t *testing.T) {
 		{"sqlite reserved table", []string{"migrate", "--store", "sqlite://" + D + "/l.db?table=sqlite_leases"}, ExitUsage, "sqlite_ are reserved", ""},
 		{"sqlite bad table", []string{"run", "--store", "sqlite://" + D + "/l.db?table=bad-name", "--lease", "x", "--", "true"}, ExitUsage, `table name "bad-name"`, ""},
 		{"sqlite host", []string{"status", "--store", "sqlite://db.example/l.db", "x"}, ExitUsage, "names a host", ""},
-		{"unknown scheme", []string{"run", "--store", "mysql://h/db", "--lease", "x", "--", "true"}, ExitUsage, `unknown store scheme "mysql"`, ""},
+		{"unknown scheme", []string{"run", "--store", "consul://h/db", "--lease", "x", "--", "true"}, ExitUsage, `unknown store scheme "consul"`, ""},
 		{"etcd unknown parameter", []string{"status", "--store", "etcd://127.0.0.1:1/x?bogus=1", "x"}, ExitUsage, `unknown option "bogus"`, ""},
 		{"kubernetes unknown parameter", []string{"status", "--store", "kubernetes://default?bogus=1", "x"}, ExitUsage, `unknown URL parameter "bogus"`, ""},
 		{"kubernetes bad namespace", []string{"status", "--store", "kubernetes://Bad_NS", "x"}, ExitUsage, `namespace "Bad_NS"`, ""},

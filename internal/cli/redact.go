@@ -1,12 +1,14 @@
 package cli
 
 import (
-	"github.com/leasehold/leasehold/store"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // Secrets in store URLs.
@@ -29,43 +31,9 @@ func RedactURL(u *url.URL) string { return store.RedactURL(u) }
 // redacted replaces a secret in output.
 const redacted = store.Redacted
 
-func secretParam(name string) bool { return store.SecretParam(name) }
-
 // urlSecrets returns the secret values u carries, each in the forms it may
-// appear in a message: as given, and escaped as in a URL.
-func urlSecrets(u *url.URL) []string {
-	var vals []string
-	if u.User != nil {
-		if pw, ok := u.User.Password(); ok {
-			vals = append(vals, pw)
-		}
-	}
-	for _, p := range strings.Split(u.RawQuery, "&") {
-		k, v, ok := strings.Cut(p, "=")
-		if !ok || v == "" {
-			continue
-		}
-		name, err := url.QueryUnescape(k)
-		if err != nil {
-			name = k
-		}
-		if !secretParam(name) {
-			continue
-		}
-		vals = append(vals, v)
-		if uv, err := url.QueryUnescape(v); err == nil {
-			vals = append(vals, uv)
-		}
-	}
-	var out []string
-	for _, v := range vals {
-		if v == "" || v == redacted {
-			continue
-		}
-		out = append(out, v, url.QueryEscape(v), url.PathEscape(v), url.UserPassword("", v).String()[1:])
-	}
-	return out
-}
+// appear in a message: storekit.Secrets, the stores' own rule.
+func urlSecrets(u *url.URL) []string { return storekit.Secrets(u) }
 
 // secretSet is the secrets of the store URLs a command has seen; the
 // scrubbing writers and handlers read it.
