@@ -1,0 +1,51 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/leasehold/leasehold/internal/testenv"
+)
+
+// mysqlURL returns a mysql:// URL on the machine's MariaDB (or MySQL) with a
+// database of the test's own, dropped when the test ends.
+func mysqlURL(t *testing.T) string {
+	t.Helper()
+	dsn := testenv.MySQLDSN(t)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	name := "lh_chaos_" + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	return "mysql://root@127.0.0.1:3306/" + name
+}
+
+// TestChaosMySQL runs the harness on the machine's MariaDB: the shared server
+// is not restarted, so the restart is emulated at the proxies, as on
+// PostgreSQL.
+func TestChaosMySQL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	c := baseConfig(t, mysqlURL(t), 24*time.Second)
+	c.Faults = []string{faultBlackhole, faultStoreRestart, faultPause, faultReset}
+	out := runClean(t, c)
+	requireKinds(t, out, c.Faults...)
+}
