@@ -1,0 +1,67 @@
+package main_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/leasehold/leasehold/internal/testenv"
+)
+
+// TestTwoRunsMySQL: twoRuns through mysql:// on the machine's MariaDB, in a
+// database of the test's own.
+func TestTwoRunsMySQL(t *testing.T) { twoRuns(t, mysqlURL(t)+"?create_if_missing=true") }
+
+// TestMySQLOperatorCommands: migrate, then status, history and release
+// --force through the real binary on mysql://, the password-free root of
+// the test server; each answers without error on a lease it made.
+func TestMySQLOperatorCommands(t *testing.T) {
+	u := mysqlURL(t)
+	if code, out, errOut := leasehold(t, nil, "migrate", "--store", u); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := leasehold(t, nil, "run", "--store", u, "--lease", "ops", "--", "true"); code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, args := range [][]string{
+		{"status", "--store", u, "ops"},
+		{"history", "--store", u, "ops"},
+		{"release", "--force", "--store", u, "ops"},
+	} {
+		code, out, errOut := leasehold(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		if args[0] == "history" && len(out) == 0 {
+			t.Fatalf("history printed nothing for a lease that had a term")
+		}
+	}
+}
+
+func mysqlURL(t *testing.T) string {
+	t.Helper()
+	db, err := sql.Open("mysql", testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var b [4]byte
+	rand.Read(b[:])
+	name := "lh_e2e_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name)
+	})
+	return "mysql://root@127.0.0.1:3306/" + name
+}
