@@ -22,7 +22,7 @@ func TestKilledRunLeavesNoTempDir(t *testing.T) {
 	p.wait(t, "watchdog ", 30*time.Second, strings.HasPrefix)
 	var (
 		watchdog int
-		file   string
+		file     string
 	)
 	for _, l := range strings.Split(p.output(), "\n") {
 		if strings.HasPrefix(l, "watchdog ") {
