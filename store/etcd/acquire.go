@@ -31,8 +31,8 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateAcquire(name, holder, ttl, MinTTL, metadata); err != nil {
-		return store.Record{}, fmt.Errorf("leasehold/etcd: acquire: %w", err)
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
+		return store.Record{}, err
 	}
 	secs, err := ttlSeconds(ttl)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // MinTTL is the smallest TTL the store accepts. etcd leases count whole
@@ -20,6 +21,9 @@ import (
 // server timings) to that minimum. A longer lease than asked only delays a
 // rival; it never shortens a holder's term.
 const MinTTL = time.Second
+
+// kit builds the store's argument checks and invalid-argument errors.
+var kit = storekit.Kit{Store: "etcd", MinTTL: MinTTL}
 
 // maxTTLSeconds is etcd's largest lease TTL (lease.MaxLeaseTTL).
 const maxTTLSeconds = 9_000_000_000
@@ -85,7 +89,7 @@ var (
 // cli.
 func New(cli *clientv3.Client, prefix string) (*Store, error) {
 	if cli == nil {
-		return nil, fmt.Errorf("leasehold/etcd: %w: client is nil", store.ErrInvalid)
+		return nil, kit.Invalid("new", "client is nil")
 	}
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
@@ -96,10 +100,10 @@ func New(cli *clientv3.Client, prefix string) (*Store, error) {
 
 func validatePrefix(prefix string) error {
 	if len(prefix) > 512 {
-		return fmt.Errorf("leasehold/etcd: %w: key prefix is %d bytes, the limit is 512", store.ErrInvalid, len(prefix))
+		return kit.Invalid("", "key prefix is %d bytes, the limit is 512", len(prefix))
 	}
 	if strings.ContainsRune(prefix, 0) {
-		return fmt.Errorf("leasehold/etcd: %w: key prefix %q contains a NUL byte", store.ErrInvalid, prefix)
+		return kit.Invalid("", "key prefix %q contains a NUL byte", prefix)
 	}
 	return nil
 }
@@ -228,8 +232,8 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := store.ValidateTerm(t); err != nil {
-		return fmt.Errorf("leasehold/etcd: release: %w", err)
+	if err := kit.CheckRelease(t); err != nil {
+		return err
 	}
 	ti, err := s.lookup(ctx, t)
 	if err != nil {
@@ -270,8 +274,8 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateName(name); err != nil {
-		return store.Record{}, fmt.Errorf("leasehold/etcd: get: %w", err)
+	if err := kit.CheckName("get", name); err != nil {
+		return store.Record{}, err
 	}
 	r, err := s.get(ctx, name)
 	if err != nil {
@@ -341,8 +345,8 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateName(name); err != nil {
-		return store.Record{}, fmt.Errorf("leasehold/etcd: force release: %w", err)
+	if err := kit.CheckName("force release", name); err != nil {
+		return store.Record{}, err
 	}
 	for attempt := 0; attempt < 4; attempt++ {
 		r, err := s.get(ctx, name)

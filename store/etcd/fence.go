@@ -24,8 +24,8 @@ func (s *Store) Fence(ctx context.Context, t store.Term) (clientv3.Cmp, error) {
 	if err := s.check(ctx); err != nil {
 		return clientv3.Cmp{}, err
 	}
-	if err := store.ValidateTerm(t); err != nil {
-		return clientv3.Cmp{}, fmt.Errorf("leasehold/etcd: fence: %w", err)
+	if err := kit.CheckTerm("fence", t); err != nil {
+		return clientv3.Cmp{}, err
 	}
 	ti, err := s.lookup(ctx, t)
 	if err != nil {
@@ -53,8 +53,8 @@ func (s *Store) TermKey(ctx context.Context, t store.Term) (string, error) {
 	if err := s.check(ctx); err != nil {
 		return "", err
 	}
-	if err := store.ValidateTerm(t); err != nil {
-		return "", fmt.Errorf("leasehold/etcd: term key: %w", err)
+	if err := kit.CheckTerm("term key", t); err != nil {
+		return "", err
 	}
 	ti, err := s.lookup(ctx, t)
 	if err != nil {

@@ -26,11 +26,8 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateTerm(t); err != nil {
-		return store.Record{}, fmt.Errorf("leasehold/etcd: renew: %w", err)
-	}
-	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
-		return store.Record{}, fmt.Errorf("leasehold/etcd: renew %s: %w", t, err)
+	if err := kit.CheckRenew(t, ttl); err != nil {
+		return store.Record{}, err
 	}
 	secs, err := ttlSeconds(ttl)
 	if err != nil {

@@ -26,8 +26,8 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("leasehold/etcd: watch: %w", err)
+	if err := kit.CheckName("watch", name); err != nil {
+		return nil, err
 	}
 	pfx := s.lockPrefix(name)
 	wctx, cancel := context.WithCancel(ctx)
