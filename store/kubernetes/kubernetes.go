@@ -16,12 +16,16 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // MinTTL is the smallest TTL the store accepts. A Lease holds its duration
 // in whole seconds (spec.leaseDurationSeconds), so every TTL is rounded up to
 // a whole second, and Record.TTL reports the rounded value.
 const MinTTL = time.Second
+
+// kit builds the store's argument checks and invalid-argument errors.
+var kit = storekit.Kit{Store: "kubernetes", MinTTL: MinTTL}
 
 // maxConflicts bounds how often one call re-reads the Lease after losing a
 // race (409 Conflict, 409 AlreadyExists). Each loss means another writer got
@@ -86,10 +90,10 @@ var (
 // New returns a Store for cfg. It makes no request.
 func New(cfg Config) (*Store, error) {
 	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: kubernetes: Config.Client is nil", store.ErrInvalid)
+		return nil, kit.Invalid("new", "Config.Client is nil")
 	}
 	if cfg.Namespace == "" {
-		return nil, fmt.Errorf("%w: kubernetes: Config.Namespace is empty", store.ErrInvalid)
+		return nil, kit.Invalid("new", "Config.Namespace is empty")
 	}
 	now := cfg.Now
 	if now == nil {
@@ -208,7 +212,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err := s.check(); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateAcquire(name, holder, ttl, MinTTL, metadata); err != nil {
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
 		return store.Record{}, err
 	}
 	o, err := objectFor(name)
@@ -338,10 +342,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	if err := s.check(); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateTerm(t); err != nil {
-		return store.Record{}, err
-	}
-	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+	if err := kit.CheckRenew(t, ttl); err != nil {
 		return store.Record{}, err
 	}
 	o, err := objectFor(t.Name)
@@ -419,7 +420,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	if err := store.ValidateTerm(t); err != nil {
+	if err := kit.CheckRelease(t); err != nil {
 		return err
 	}
 	o, err := objectFor(t.Name)
