@@ -52,18 +52,18 @@ var ErrUnreachable = errors.New("leasehold/etcd: no etcd member answered")
 // the client and closes it on Close.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Endpoints) == 0 {
-		return nil, fmt.Errorf("leasehold/etcd: open: %w: no endpoints", store.ErrInvalid)
+		return nil, kit.Invalid("open", "no endpoints")
 	}
 	for _, ep := range cfg.Endpoints {
 		if ep == "" || strings.ContainsAny(ep, " \t\n") {
-			return nil, fmt.Errorf("leasehold/etcd: open: %w: bad endpoint %q", store.ErrInvalid, ep)
+			return nil, kit.Invalid("open", "bad endpoint %q", ep)
 		}
 	}
 	if err := validatePrefix(cfg.Prefix); err != nil {
 		return nil, err
 	}
 	if (cfg.Username == "") != (cfg.Password == "") {
-		return nil, fmt.Errorf("leasehold/etcd: open: %w: a username needs a password and a password a username", store.ErrInvalid)
+		return nil, kit.Invalid("open", "a username needs a password and a password a username")
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 5 * time.Second
@@ -163,7 +163,7 @@ func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 // ConfigFromURL parses the URL form of OpenURL.
 func ConfigFromURL(u *url.URL) (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
-		return Config{}, fmt.Errorf("leasehold/etcd: url %s: %w: %s", u.Redacted(), store.ErrInvalid, fmt.Sprintf(format, args...))
+		return Config{}, kit.Invalid("url "+u.Redacted(), format, args...)
 	}
 	var useTLS bool
 	switch u.Scheme {

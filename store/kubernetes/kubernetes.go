@@ -13,17 +13,19 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // MinTTL is the smallest TTL the store accepts. A Lease holds its duration
 // in whole seconds (spec.leaseDurationSeconds), so every TTL is rounded up to
 // a whole second, and Record.TTL reports the rounded value.
 const MinTTL = time.Second
+
+// kit builds the store's argument checks and invalid-argument errors.
+var kit = storekit.Kit{Store: "kubernetes", MinTTL: MinTTL}
 
 // maxConflicts bounds how often one call re-reads the Lease after losing a
 // race (409 Conflict, 409 AlreadyExists). Each loss means another writer got
@@ -88,10 +90,10 @@ var (
 // New returns a Store for cfg. It makes no request.
 func New(cfg Config) (*Store, error) {
 	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: kubernetes: Config.Client is nil", store.ErrInvalid)
+		return nil, kit.Invalid("new", "Config.Client is nil")
 	}
 	if cfg.Namespace == "" {
-		return nil, fmt.Errorf("%w: kubernetes: Config.Namespace is empty", store.ErrInvalid)
+		return nil, kit.Invalid("new", "Config.Namespace is empty")
 	}
 	now := cfg.Now
 	if now == nil {
@@ -116,116 +118,6 @@ func (s *Store) check() error {
 		return store.ErrClosed
 	}
 	return nil
-}
-
-// view is one reading of a Lease object, as this store judges it.
-type view struct {
-	holder   string
-	token    int64
-	dur      time.Duration // spec.leaseDurationSeconds
-	elapsed  time.Duration // how long this store has seen the resourceVersion unchanged
-	metadata string
-}
-
-// remaining is the time left of the term by this store's reckoning: the
-// lease duration less how long the store has seen the object unchanged.
-func (v view) remaining() time.Duration {
-	if v.holder == "" {
-		return 0
-	}
-	return v.dur - v.elapsed
-}
-
-func (v view) record(name string) store.Record {
-	return store.Record{
-		Term:      store.Term{Name: name, Holder: v.holder, Token: v.token},
-		Remaining: v.remaining(),
-		TTL:       v.dur,
-		Metadata:  v.metadata,
-	}
-}
-
-// observe notes that this store has read l (answer arrived at now) and
-// returns its view of it. A resourceVersion seen before keeps the time it was
-// first seen; a new one starts the clock again.
-func (s *Store) observe(l *coordinationv1.Lease, now time.Time) view {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sg := s.seen[l.Name]
-	if sg == nil {
-		sg = &sighting{}
-		s.seen[l.Name] = sg
-	}
-	v := specView(l)
-	if sg.last == nil || sg.last.ResourceVersion != l.ResourceVersion {
-		sg.last, sg.since = l, now
-	}
-	v.elapsed = now.Sub(sg.since)
-	sg.maxToken = max(sg.maxToken, v.token)
-	return v
-}
-
-// wrote notes l, the answer to this store's own write, which arrived at now.
-func (s *Store) wrote(l *coordinationv1.Lease, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sg := s.seen[l.Name]
-	if sg == nil {
-		sg = &sighting{}
-		s.seen[l.Name] = sg
-	}
-	sg.last, sg.since = l, now
-	if l.Spec.LeaseTransitions != nil {
-		sg.maxToken = max(sg.maxToken, int64(*l.Spec.LeaseTransitions))
-	}
-}
-
-// forget drops what this store knows of an object that is gone, except the
-// highest token it saw.
-func (s *Store) forget(obj string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sg := s.seen[obj]; sg != nil {
-		sg.last = nil
-	}
-}
-
-func (s *Store) maxToken(obj string) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sg := s.seen[obj]; sg != nil {
-		return sg.maxToken
-	}
-	return 0
-}
-
-// cached returns the last version of obj this store saw, and how long ago it
-// first saw it.
-func (s *Store) cached(obj string, now time.Time) (*coordinationv1.Lease, time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sg := s.seen[obj]; sg != nil && sg.last != nil {
-		return sg.last, now.Sub(sg.since)
-	}
-	return nil, 0
-}
-
-func specView(l *coordinationv1.Lease) view {
-	var v view
-	sp := l.Spec
-	if sp.HolderIdentity != nil {
-		v.holder = *sp.HolderIdentity
-	}
-	if sp.LeaseTransitions != nil {
-		v.token = int64(*sp.LeaseTransitions)
-	}
-	if sp.LeaseDurationSeconds != nil {
-		v.dur = time.Duration(*sp.LeaseDurationSeconds) * time.Second
-	}
-	if v.holder != "" && l.Annotations[AnnotationMetadataToken] == strconv.FormatInt(v.token, 10) {
-		v.metadata = l.Annotations[AnnotationMetadata]
-	}
-	return v
 }
 
 // object maps name to its object name; see ObjectName.
@@ -320,7 +212,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err := s.check(); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateAcquire(name, holder, ttl, MinTTL, metadata); err != nil {
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
 		return store.Record{}, err
 	}
 	o, err := objectFor(name)
@@ -450,10 +342,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	if err := s.check(); err != nil {
 		return store.Record{}, err
 	}
-	if err := store.ValidateTerm(t); err != nil {
-		return store.Record{}, err
-	}
-	if err := store.ValidateTTL(ttl, MinTTL); err != nil {
+	if err := kit.CheckRenew(t, ttl); err != nil {
 		return store.Record{}, err
 	}
 	o, err := objectFor(t.Name)
@@ -531,7 +420,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	if err := store.ValidateTerm(t); err != nil {
+	if err := kit.CheckRelease(t); err != nil {
 		return err
 	}
 	o, err := objectFor(t.Name)
@@ -658,97 +547,6 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	return s.observe(cur, s.now()).record(name), nil
 }
 
-// Watch implements store.Watcher with a Kubernetes watch on the one Lease
-// object (field selector metadata.name), started from the version it reads
-// first, so that it reports changes after that version and no synthetic
-// event for the current state. The channel receives a value when the
-// Lease's holder or token changes or the object is created or deleted;
-// renewals do not wake it. It is closed when ctx ends, the store is closed,
-// or the watch ends (the server ends watches after its request timeout, and
-// a version too old to watch from ends it at once).
-func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	o, err := objectFor(name)
-	if err != nil {
-		return nil, err
-	}
-	var last *view
-	rv := ""
-	cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		// Watch from now: a Lease created since the read arrives as an
-		// event, synthetic or not.
-	case err != nil:
-		return nil, fmt.Errorf("leasehold/kubernetes: watch %q: %w", name, err)
-	default:
-		v := s.observe(cur, s.now())
-		last, rv = &v, cur.ResourceVersion
-	}
-	w, err := s.leases.Watch(ctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", o.obj).String(),
-		ResourceVersion: rv,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("leasehold/kubernetes: watch %q: %w", name, err)
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		w.Stop()
-		return nil, store.ErrClosed
-	}
-	s.wg.Add(1)
-	s.mu.Unlock()
-
-	out := make(chan struct{}, 1)
-	go func() {
-		defer s.wg.Done()
-		defer close(out)
-		defer w.Stop()
-		wake := func() {
-			select {
-			case out <- struct{}{}:
-			default:
-			}
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.done:
-				return
-			case ev, ok := <-w.ResultChan():
-				if !ok {
-					return
-				}
-				switch ev.Type {
-				case watch.Added, watch.Modified:
-					l, ok := ev.Object.(*coordinationv1.Lease)
-					if !ok {
-						return
-					}
-					v := specView(l)
-					if last == nil || ev.Type == watch.Added || v.holder != last.holder || v.token != last.token {
-						wake()
-					}
-					last = &v
-				case watch.Deleted:
-					last = nil
-					wake()
-				case watch.Bookmark:
-				default: // watch.Error: the watch is broken
-					return
-				}
-			}
-		}
-	}()
-	return out, nil
-}
-
-// Close implements store.Store: it ends the store's watches and waits for
 // them. It releases no lease.
 func (s *Store) Close() error {
 	s.mu.Lock()

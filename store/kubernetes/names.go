@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -71,7 +70,7 @@ func ObjectName(name string) (obj string, verbatim bool, err error) {
 	obj = base + "-" + hex.EncodeToString(sum[:])[:hashLen]
 	if errs := validation.IsDNS1123Subdomain(obj); len(errs) > 0 {
 		// Unreachable for names that pass store.ValidateName.
-		return "", false, fmt.Errorf("%w: lease name %q maps to %q, not a valid object name: %s", store.ErrInvalid, name, obj, strings.Join(errs, "; "))
+		return "", false, kit.Invalid("", "lease name %q maps to %q, not a valid object name: %s", name, obj, strings.Join(errs, "; "))
 	}
 	return obj, false, nil
 }

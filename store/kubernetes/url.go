@@ -41,27 +41,27 @@ const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/na
 // OpenURL makes no request; the first call of the store reaches the server.
 func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 	if u.Scheme != Scheme {
-		return nil, fmt.Errorf("%w: kubernetes: URL scheme %q, want %q", store.ErrInvalid, u.Scheme, Scheme)
+		return nil, kit.Invalid("", "URL scheme %q, want %q", u.Scheme, Scheme)
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("%w: kubernetes: the URL must not hold credentials; they come from the pod's service account or a kubeconfig", store.ErrInvalid)
+		return nil, kit.Invalid("", "the URL must not hold credentials; they come from the pod's service account or a kubeconfig")
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("%w: kubernetes: unexpected path %q; the form is kubernetes://NAMESPACE?kubeconfig=PATH&context=NAME", store.ErrInvalid, u.Path)
+		return nil, kit.Invalid("", "unexpected path %q; the form is kubernetes://NAMESPACE?kubeconfig=PATH&context=NAME", u.Path)
 	}
 	if u.Port() != "" {
-		return nil, fmt.Errorf("%w: kubernetes: the URL's host is the namespace, not a server address; the server comes from the kubeconfig or the pod", store.ErrInvalid)
+		return nil, kit.Invalid("", "the URL's host is the namespace, not a server address; the server comes from the kubeconfig or the pod")
 	}
 	ns := u.Host
 	if ns != "" {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return nil, fmt.Errorf("%w: kubernetes: namespace %q: %s", store.ErrInvalid, ns, strings.Join(errs, "; "))
+			return nil, kit.Invalid("", "namespace %q: %s", ns, strings.Join(errs, "; "))
 		}
 	}
 	q := u.Query()
 	for k := range q {
 		if k != "kubeconfig" && k != "context" {
-			return nil, fmt.Errorf("%w: kubernetes: unknown URL parameter %q; known: kubeconfig, context", store.ErrInvalid, k)
+			return nil, kit.Invalid("", "unknown URL parameter %q; known: kubeconfig, context", k)
 		}
 	}
 	cfg, defNS, err := restConfig(q.Get("kubeconfig"), q.Get("context"))

@@ -1,0 +1,350 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Acquire implements store.Store.
+//
+// The term's key is put on an etcd lease from this handle's pool when one of
+// the same TTL is there (the lease of a term this handle released, or of an
+// attempt of this handle that was refused): a keep-alive for it is sent
+// alongside the transaction, so that a grant is one write and its Remaining is
+// the TTL that keep-alive restored. Otherwise a new lease is granted first.
+// A refused attempt puts its lease back in the pool. See "Reusing etcd
+// leases" in the package doc.
+func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
+		return store.Record{}, err
+	}
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
+	}
+	rec, err := s.acquire(ctx, name, holder, ttl, secs, metadata, true)
+	if errors.Is(err, errPooledGone) {
+		rec, err = s.acquire(ctx, name, holder, ttl, secs, metadata, false)
+	}
+	return rec, err
+}
+
+// errPooledGone: the pooled lease an attempt used had expired, so nothing was
+// written; the attempt is made again with a new lease.
+var errPooledGone = errors.New("pooled lease expired")
+
+type keepAliveResult struct {
+	ttl   int64
+	clean bool
+	err   error
+}
+
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string, usePool bool) (store.Record, error) {
+	pfx, rk := s.lockPrefix(name), s.recordKey(name)
+
+	sent := time.Now()
+	var lease clientv3.LeaseID
+	var grantedSecs int64
+	var kaWait func() keepAliveResult // set when using a pooled lease
+	pooled := false
+	if usePool {
+		lease, pooled = s.takePooled(secs, sent)
+	}
+	if pooled {
+		kaWait = s.startKeepAlive(rctx(ctx), lease)
+	} else {
+		g, err := s.cli.Grant(rctx(ctx), secs)
+		if err != nil {
+			return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: grant lease: %w", name, err)
+		}
+		lease, grantedSecs = g.ID, g.TTL
+		s.trackLease(lease, secs, sent.Add(time.Duration(g.TTL)*time.Second))
+	}
+	// keptAlive waits for the keep-alive of a pooled lease (once) and
+	// returns its error.
+	var kaErr error
+	kaClean := true
+	kaWaited := kaWait == nil
+	keptAlive := func() error {
+		if !kaWaited {
+			r := kaWait()
+			kaWaited, kaErr, kaClean = true, r.err, r.clean
+			if r.err == nil {
+				grantedSecs = r.ttl
+			}
+		}
+		return kaErr
+	}
+	var term store.Term
+	granted, refused := false, false
+	defer func() {
+		keptAlive()
+		aliveUntil := sent.Add(time.Duration(grantedSecs) * time.Second)
+		switch {
+		case granted:
+			s.bindLease(lease, term, aliveUntil, !kaClean)
+		case refused && kaErr == nil:
+			s.putPool(lease, store.Term{}, aliveUntil, !kaClean) // nothing was written with it
+		default:
+			// Nothing of ours was written, or the outcome is unknown: give the
+			// lease (and so any key it may carry) back.
+			s.revokeLease(lease)
+		}
+	}()
+
+	suffix := strconv.FormatInt(int64(lease), 16)
+	myKey := pfx + suffix
+	rv, _ := json.Marshal(recordValue{Holder: holder, Key: suffix, Lease: int64(lease), Metadata: metadata, TTLms: ttl.Milliseconds()})
+
+	// The transaction writes our key only if the contender prefix holds no
+	// key outside the excluded ranges: the subtrees of nested names, and a
+	// live term of this same holder, which it deletes.
+	var own *ownTerm
+	var nested []string
+	for attempt := 0; attempt < 8; attempt++ {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)}
+		for _, r := range gaps(pfx, nested, own) {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r[0]), "=", 0).WithRange(r[1]))
+		}
+		var then []clientv3.Op
+		if own != nil {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(own.key), "=", own.rev))
+			then = append(then, clientv3.OpDelete(own.key))
+		}
+		then = append(then,
+			clientv3.OpPut(myKey, holder, clientv3.WithLease(lease)),
+			clientv3.OpPut(rk, string(rv)))
+		resp, err := s.cli.Txn(rctx(ctx)).If(cmps...).Then(then...).Else(
+			clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+			clientv3.OpGet(rk),
+		).Commit()
+		if err != nil {
+			if pooled && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return store.Record{}, errPooledGone // etcd refused the whole transaction
+			}
+			return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
+		}
+		if resp.Succeeded {
+			if err := keptAlive(); err != nil {
+				// The pooled lease was not kept alive: the key just written
+				// may die with it at any moment. Give it back (deferred).
+				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: keep-alive of the pooled lease: %w", name, err)
+			}
+			granted = true
+			if own != nil {
+				s.revokeLease(own.lease)
+			}
+			term = store.Term{Name: name, Holder: holder, Token: resp.Header.Revision}
+			s.remember(term, termInfo{key: myKey, lease: lease, metadata: metadata})
+			grantedTTL := time.Duration(grantedSecs) * time.Second
+			return store.Record{Term: term, Remaining: grantedTTL - time.Since(sent), TTL: grantedTTL, Metadata: metadata}, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		var rec *mvccKV
+		if r := resp.Responses[1].GetResponseRange().Kvs; len(r) > 0 {
+			rec = &mvccKV{r[0].Key, r[0].Value, r[0].CreateRevision, r[0].ModRevision, r[0].Lease}
+		}
+		contenders, nestedNow := split(pfx, kvs)
+		nested = nestedNow
+		own = nil
+		if len(contenders) == 0 {
+			continue // only nested names were in the way: retry around them
+		}
+		lowest := contenders[0]
+		if !isOwnTerm(lowest, rec, holder) {
+			refused = true
+			r, err := s.describe(ctx, name, lowest, rec)
+			if err != nil {
+				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
+			}
+			return r, fmt.Errorf("leasehold/etcd: acquire %q: held by %s: %w", name, r.Holder, store.ErrHeld)
+		}
+		if len(contenders) > 1 {
+			// Our own live term holds, but etcd tools queue behind it. A new
+			// term of ours would rank behind them: end the old term and let
+			// the queue have the lock (the next round reports its holder).
+			dresp, err := s.cli.Txn(rctx(ctx)).If(clientv3.Compare(clientv3.CreateRevision(string(lowest.key)), "=", lowest.create)).
+				Then(clientv3.OpDelete(string(lowest.key))).Commit()
+			if err != nil {
+				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: end own earlier term: %w", name, err)
+			}
+			if dresp.Succeeded {
+				s.revokeLease(clientv3.LeaseID(lowest.lease))
+			}
+			continue
+		}
+		own = &ownTerm{key: string(lowest.key), rev: lowest.create, lease: clientv3.LeaseID(lowest.lease)}
+	}
+	return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: gave up after 8 transactions that conflicted with changes under %q", name, pfx)
+}
+
+type ownTerm struct {
+	key   string
+	rev   int64
+	lease clientv3.LeaseID
+}
+
+// mvccKV is the part of an etcd key-value the store reads.
+type mvccKV struct {
+	key, value  []byte
+	create, mod int64
+	lease       int64
+}
+
+// split sorts the keys under pfx (already ordered by create revision) into
+// contender keys and the sub-prefixes of nested names.
+func split(pfx string, kvs []*mvccpb.KeyValue) (contenders []mvccKV, nested []string) {
+	seen := map[string]bool{}
+	for _, kv := range kvs {
+		if isContender(pfx, kv.Key) {
+			contenders = append(contenders, mvccKV{kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Lease})
+			continue
+		}
+		rest := string(kv.Key[len(pfx):])
+		sub := pfx + rest[:strings.IndexByte(rest, '/')+1]
+		if !seen[sub] {
+			seen[sub] = true
+			nested = append(nested, sub)
+		}
+	}
+	sort.Strings(nested)
+	return contenders, nested
+}
+
+// gaps returns the key ranges [start, end) under pfx outside the nested
+// sub-prefixes and outside own's key: the ranges that must hold no key for a
+// new term to be granted.
+func gaps(pfx string, nested []string, own *ownTerm) [][2]string {
+	type span struct{ start, end string }
+	var excl []span
+	for _, n := range nested {
+		excl = append(excl, span{n, clientv3.GetPrefixRangeEnd(n)})
+	}
+	if own != nil {
+		excl = append(excl, span{own.key, own.key + "\x00"})
+	}
+	sort.Slice(excl, func(i, j int) bool { return excl[i].start < excl[j].start })
+	var out [][2]string
+	cur, end := pfx, clientv3.GetPrefixRangeEnd(pfx)
+	for _, e := range excl {
+		if e.start > cur {
+			out = append(out, [2]string{cur, e.start})
+		}
+		if e.end > cur {
+			cur = e.end
+		}
+	}
+	if cur < end {
+		out = append(out, [2]string{cur, end})
+	}
+	return out
+}
+
+// isOwnTerm reports whether kv is the leasehold term recorded in rec, held by
+// holder.
+func isOwnTerm(kv mvccKV, rec *mvccKV, holder string) bool {
+	if rec == nil || rec.mod != kv.create || string(kv.value) != holder {
+		return false
+	}
+	var rv recordValue
+	return json.Unmarshal(rec.value, &rv) == nil && rv.Holder == holder
+}
+
+// describe returns the record of the live contender kv (the lowest), reading
+// the time left on its etcd lease.
+func (s *Store) describe(ctx context.Context, name string, kv mvccKV, rec *mvccKV) (store.Record, error) {
+	r := store.Record{Term: store.Term{Name: name, Token: kv.create}}
+	var rv recordValue
+	if rec != nil && rec.mod == kv.create && json.Unmarshal(rec.value, &rv) == nil && rv.Holder == string(kv.value) {
+		r.Holder, r.Metadata = rv.Holder, rv.Metadata
+	} else {
+		r.Holder = foreignHolder(name, kv, s.lockPrefix(name))
+		r.Metadata = string(kv.value)
+		if len(r.Metadata) > store.MaxMetadataLen {
+			r.Metadata = r.Metadata[:store.MaxMetadataLen]
+		}
+	}
+	if kv.lease == 0 {
+		// A key without a lease (written by hand) never expires.
+		r.Remaining = time.Duration(math.MaxInt64)
+		return r, nil
+	}
+	ttl, err := s.cli.TimeToLive(rctx(ctx), clientv3.LeaseID(kv.lease))
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return r, nil // ended since the read: Remaining 0
+	case err != nil:
+		return store.Record{}, fmt.Errorf("time to live of lease %x: %w", kv.lease, err)
+	case ttl.TTL < 0:
+		return r, nil
+	}
+	r.TTL = time.Duration(ttl.GrantedTTL) * time.Second
+	// etcd reports whole seconds rounded down; the key exists, so the term is
+	// live until etcd revokes the lease. Report the most it can have left,
+	// and at least one revocation tick while the key is still there.
+	r.Remaining = time.Duration(ttl.TTL+1) * time.Second
+	if r.Remaining < revokeTick {
+		r.Remaining = revokeTick
+	}
+	return r, nil
+}
+
+// foreignHolder names a contender key that leasehold did not write (an etcd
+// Mutex or Election, or a term whose record was overwritten).
+func foreignHolder(name string, kv mvccKV, pfx string) string {
+	h := "etcd:" + string(kv.key[len(pfx):])
+	if store.ValidateHolder(h) != nil {
+		h = "etcd:rev-" + strconv.FormatInt(kv.create, 10)
+	}
+	return h
+}
+
+// lookup finds the key and etcd lease of term t, from this handle's memory
+// or from the name's record key. It does not check that the key exists.
+func (s *Store) lookup(ctx context.Context, t store.Term) (termInfo, error) {
+	if ti, ok := s.recall(t); ok {
+		return ti, nil
+	}
+	resp, err := s.cli.Get(rctx(ctx), s.recordKey(t.Name))
+	if err != nil {
+		return termInfo{}, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != t.Token {
+		return termInfo{}, store.ErrNotHeld
+	}
+	var rv recordValue
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rv); err != nil || rv.Holder != t.Holder || rv.Key == "" || strings.ContainsRune(rv.Key, '/') {
+		return termInfo{}, store.ErrNotHeld
+	}
+	ti := termInfo{key: s.lockPrefix(t.Name) + rv.Key, lease: clientv3.LeaseID(rv.Lease), metadata: rv.Metadata}
+	return ti, nil
+}
+
+// current reads the key of term t and reports whether it is still t's live
+// key: created at t's token, holding t's holder. It returns the key's lease.
+func (s *Store) current(ctx context.Context, t store.Term, key string) (clientv3.LeaseID, bool, error) {
+	resp, err := s.cli.Get(rctx(ctx), key)
+	if err != nil {
+		return 0, false, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != t.Token || string(resp.Kvs[0].Value) != t.Holder {
+		return 0, false, nil
+	}
+	return clientv3.LeaseID(resp.Kvs[0].Lease), true, nil
+}
