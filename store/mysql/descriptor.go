@@ -1,9 +1,8 @@
 package mysql
 
 import (
-	"net/url"
-
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // Descriptor describes this store to the leasehold command, its chaos
@@ -16,20 +15,8 @@ var Descriptor = store.Descriptor{
 	Reach:       store.ReachNetwork,
 	DefaultPort: "3306",
 	Params:      Params,
-	ReadOnly: func(u *url.URL) error {
-		q := u.Query()
-		q.Del(ParamCreateIfMissing)
-		u.RawQuery = q.Encode()
-		return nil
-	},
-	Creating: func(u *url.URL) error {
-		q := u.Query()
-		if q.Get(ParamCreateIfMissing) == "" {
-			q.Set(ParamCreateIfMissing, "true")
-			u.RawQuery = q.Encode()
-		}
-		return nil
-	},
+	ReadOnly:    storekit.WithoutParam(ParamCreateIfMissing),
+	Creating:    storekit.DefaultParam(ParamCreateIfMissing, "true"),
 	Doc: store.Doc{
 		README: "store/mysql/README.md",
 		URLs:   []string{"mysql://user@host:3306/db?table=leader_lease"},

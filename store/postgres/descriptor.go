@@ -1,9 +1,8 @@
 package postgres
 
 import (
-	"net/url"
-
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // Descriptor describes this store to the leasehold command, its chaos
@@ -17,20 +16,8 @@ var Descriptor = store.Descriptor{
 	DefaultPort: "5432",
 	Params:      []string{ParamTable, ParamSchema, ParamCreateIfMissing, ParamWatch, ParamSessionHost, ParamSessionPort},
 	AddrParams:  []string{"host", "port", ParamSessionHost, ParamSessionPort},
-	ReadOnly: func(u *url.URL) error {
-		q := u.Query()
-		q.Del(ParamCreateIfMissing)
-		u.RawQuery = q.Encode()
-		return nil
-	},
-	Creating: func(u *url.URL) error {
-		q := u.Query()
-		if q.Get(ParamCreateIfMissing) == "" {
-			q.Set(ParamCreateIfMissing, "true")
-			u.RawQuery = q.Encode()
-		}
-		return nil
-	},
+	ReadOnly:    storekit.WithoutParam(ParamCreateIfMissing),
+	Creating:    storekit.DefaultParam(ParamCreateIfMissing, "true"),
 	Doc: store.Doc{
 		README: "store/postgres/README.md",
 		URLs:   []string{"postgres://user@host/db?sslmode=verify-full"},
