@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -34,6 +35,14 @@ type Config struct {
 	// until RenewDeadline after the acquire request was sent, and never
 	// renewed. An Elector and a Keeper always renew.
 	KeepAlive bool
+	// MaxHold, if set, caps how long one term is kept: MaxHold after its
+	// acquire request was sent, the term's context is cancelled with cause
+	// ErrMaxHold and renewing stops, so a holder whose work is stuck cannot
+	// keep the lease for ever. The term then ends by release once the work
+	// has returned (never while it runs), or by expiry on the store's clock if
+	// the work never returns. An Elector contends again after releasing, as
+	// after any loss. Zero: no cap. A Keeper refuses it.
+	MaxHold time.Duration
 	// StopOnLoss makes an Elector's Run return (with the loss's cause) after
 	// this node loses a term, instead of contending again. A Lock and a
 	// Keeper never contend again by themselves.
@@ -45,6 +54,9 @@ type Config struct {
 func (cfg *Config) prepare(st store.Store) (holder string, err error) {
 	if st == nil {
 		return "", fmt.Errorf("%w: store is nil", ErrInvalidConfig)
+	}
+	if cfg.MaxHold < 0 {
+		return "", fmt.Errorf("%w: maxHold %v is negative", ErrInvalidConfig, cfg.MaxHold)
 	}
 	if err := store.ValidateMetadata(cfg.Metadata); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrInvalidConfig, err)
