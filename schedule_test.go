@@ -201,7 +201,10 @@ func TestScheduleHolds(t *testing.T) {
 		time.Sleep(time.Now().Truncate(time.Minute).Add(time.Minute).Sub(time.Now()))
 		ctx, cancel = context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); s.Run(ctx, func(context.Context, time.Time, *leasehold.Lease) error { return nil }) }()
+		go func() {
+			defer close(done)
+			s.Run(ctx, func(context.Context, time.Time, *leasehold.Lease) error { return nil })
+		}()
 		time.Sleep(19 * time.Second)
 		if r := g.get(t, "nightly"); !r.Live() {
 			t.Fatalf("released before MinHold: %+v", r)
