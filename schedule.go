@@ -96,9 +96,6 @@ type Scheduler struct {
 	sched Schedule
 	lock  *Lock
 	seq   atomic.Uint64
-	// naive skips the first-grant check (a claim is any grant of the period's
-	// name): only for the tests' negative control.
-	naive bool
 }
 
 // periodSuffixLen bounds the length of "/period-" plus a Unix time.
@@ -243,9 +240,6 @@ func (s *Scheduler) claim(ctx context.Context, p time.Time) error {
 		sent := clock.Now()
 		gctx, cancel := context.WithTimeout(ctx, t.RenewDeadline)
 		rec, err := st.Get(gctx, name)
-		if s.naive {
-			err = store.ErrNotFound
-		}
 		switch {
 		case err == nil:
 			cancel()
