@@ -1,0 +1,135 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/testenv"
+)
+
+// Two `leasehold run --every 2s` processes on one store run the command at
+// most once per period, each run with the period's start and a token higher
+// than the last run's; on a store with history, each run's acquire names
+// its period.
+func TestScheduledRunsSQLite(t *testing.T) { scheduledRuns(t, sqliteURL(t), true) }
+
+func TestScheduledRunsPostgres(t *testing.T) { scheduledRuns(t, postgresURL(t), true) }
+
+func TestScheduledRunsRedis(t *testing.T) {
+	addr := testenv.RequireTCP(t, "Redis", testenv.Env("LEASEHOLD_REDIS_ADDR", "127.0.0.1:6379"), "start Redis on 127.0.0.1:6379")
+	scheduledRuns(t, fmt.Sprintf("redis://%s/0?prefix=lh-cli-sched-%d:", addr, rand.Uint64()), false)
+}
+
+func TestScheduledRunsEtcd(t *testing.T) {
+	scheduledRuns(t, "etcd://"+embeddedEtcd(t)+"/lh-cli-sched", false)
+}
+
+type periodRun struct {
+	period string
+	token  int64
+	holder string
+}
+
+func scheduledRuns(t *testing.T, storeURL string, history bool) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "runs")
+	script := `echo "$LEASEHOLD_PERIOD_START $LEASEHOLD_TOKEN $LEASEHOLD_HOLDER $LEASEHOLD_PERIOD_SECONDS" >> "$E2E_RUNS"`
+	args := append([]string{"run", "--store", storeURL, "--lease", "report", "--every", "2s", "--missed", "run-once"}, timingArgs...)
+	args = append(args, "--", "sh", "-c", script)
+	env := []string{"LEASEHOLD_STORE=", "E2E_RUNS=" + out}
+	var procs []*lineProc
+	for _, id := range []string{"a", "b"} {
+		procs = append(procs, startProc(t, env, append([]string{args[0], "--identity", id}, args[1:]...)...))
+	}
+	read := func() []periodRun {
+		b, _ := os.ReadFile(out)
+		var runs []periodRun
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 4 {
+				continue
+			}
+			tok, _ := strconv.ParseInt(f[1], 10, 64)
+			if f[3] != "2" {
+				t.Errorf("LEASEHOLD_PERIOD_SECONDS = %q, want 2", f[3])
+			}
+			runs = append(runs, periodRun{f[0], tok, f[2]})
+		}
+		return runs
+	}
+	waitUntil(t, 60*time.Second, "six scheduled runs", func() bool { return len(read()) >= 6 })
+	for _, p := range procs {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		<-p.done
+	}
+	runs := read()
+	seen := map[string]bool{}
+	for i, r := range runs {
+		if seen[r.period] {
+			t.Errorf("period %s ran twice: %+v", r.period, runs)
+		}
+		seen[r.period] = true
+		start, err := time.Parse(time.RFC3339, r.period)
+		if err != nil || start.Unix()%2 != 0 {
+			t.Errorf("LEASEHOLD_PERIOD_START %q: want an RFC 3339 time at a multiple of 2s (%v)", r.period, err)
+		}
+		if i > 0 && r.token <= runs[i-1].token {
+			t.Errorf("run %d token %d after %d: tokens must rise", i, r.token, runs[i-1].token)
+		}
+	}
+	if t.Failed() {
+		for _, p := range procs {
+			t.Logf("log:\n%s", p.output())
+		}
+		return
+	}
+	if !history {
+		return
+	}
+	code, hout, herr := leasehold(t, nil, "history", "--store", storeURL, "--json", "--limit", "100", "report")
+	var hist []struct {
+		Event    string `json:"event"`
+		Token    int64  `json:"token"`
+		Metadata string `json:"metadata"`
+	}
+	if code != 0 || json.Unmarshal([]byte(hout), &hist) != nil {
+		t.Fatalf("history: exit %d\n%s%s", code, hout, herr)
+	}
+	acquired := map[int64]string{}
+	for _, h := range hist {
+		if h.Event == "acquired" || h.Event == "expired-takeover" {
+			acquired[h.Token] = h.Metadata
+		}
+	}
+	for _, r := range runs {
+		if want := "period=" + r.period; acquired[r.token] != want {
+			t.Errorf("history of token %d: metadata %q, want %q\n%s", r.token, acquired[r.token], want, hout)
+		}
+	}
+}
+
+func TestScheduleBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--lease", "x", "--every", "2s", "--missed", "sometimes", "--", "true"}, `--missed "sometimes"`},
+		{[]string{"run", "--lease", "x", "--every", "2s", "--restart", "--", "true"}, "--restart does not go with --every"},
+		{[]string{"run", "--lease", "x", "--missed", "run-once", "--", "true"}, "--missed needs --every"},
+		{[]string{"run", "--lease", "x", "--max-hold", "-1s", "--", "true"}, "--max-hold -1s is negative"},
+		{[]string{"run", "--store", "sqlite://" + filepath.Join(t.TempDir(), "x.db"), "--lease", "x", "--every", "1500ms", "--", "true"}, "whole number of seconds"},
+	} {
+		code, _, errOut := leasehold(t, nil, c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("leasehold %q: exit %d, stderr %q; want exit 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
