@@ -1,4 +1,4 @@
-package schedtest_test
+package schedtest
 
 import (
 	"context"
@@ -12,14 +12,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/schedtest"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/registry"
 )
 
 // Real time: a 2s period, skews of more than a period each way, 8 periods.
-var base = schedtest.Options{
+var base = Options{
 	Skews:   []time.Duration{0, 2500 * time.Millisecond, -4500 * time.Millisecond, 300 * time.Millisecond},
 	Every:   2 * time.Second,
 	Periods: 8,
@@ -52,7 +51,7 @@ func opener(rawURL string) func(t *testing.T) store.Store {
 func TestSQLite(t *testing.T) {
 	o := base
 	o.Open = opener("sqlite://" + filepath.Join(t.TempDir(), "leases.db"))
-	schedtest.Check(t, o)
+	Check(t, o)
 }
 
 func TestPostgreSQL(t *testing.T) {
@@ -79,12 +78,12 @@ func TestPostgreSQL(t *testing.T) {
 	})
 	o := base
 	o.Open = opener(dsn + "?schema=" + schema + "&create_if_missing=true")
-	schedtest.Check(t, o)
+	Check(t, o)
 }
 
 func TestRedis(t *testing.T) {
 	addr := testenv.RequireTCP(t, "Redis", "127.0.0.1:6379", "start Redis on 127.0.0.1:6379")
 	o := base
 	o.Open = opener("redis://" + addr + "/0?prefix=lh-sched-" + suffix() + ":")
-	schedtest.Check(t, o)
+	Check(t, o)
 }

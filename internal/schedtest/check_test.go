@@ -1,7 +1,6 @@
-// Package schedtest checks a leasehold.Scheduler against a real store:
-// several nodes, each with its own store handle and a wall clock skewed by
-// more than a period, run one schedule, and no period may run twice. It is
-// the chaos-style check of scheduled jobs; a store's test calls Check.
+// The check, in a test file: its forgetful store (the negative control)
+// embeds store.Store, which only test code may do.
+
 package schedtest
 
 import (
