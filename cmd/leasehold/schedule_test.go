@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,23 +14,42 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 )
 
 // Two `leasehold run --every 2s` processes on one store run the command at
 // most once per period, each run with the period's start and a token higher
 // than the last run's; on a store with history, each run's acquire names
 // its period.
-func TestScheduledRunsSQLite(t *testing.T) { scheduledRuns(t, sqliteURL(t), true) }
+func TestScheduledRunsSQLite(t *testing.T) { scheduledRuns(t, sqliteURL(t), true, 2, timingArgs) }
 
-func TestScheduledRunsPostgres(t *testing.T) { scheduledRuns(t, postgresURL(t), true) }
+func TestScheduledRunsPostgres(t *testing.T) { scheduledRuns(t, postgresURL(t), true, 2, timingArgs) }
 
 func TestScheduledRunsRedis(t *testing.T) {
 	addr := testenv.RequireTCP(t, "Redis", testenv.Env("LEASEHOLD_REDIS_ADDR", "127.0.0.1:6379"), "start Redis on 127.0.0.1:6379")
-	scheduledRuns(t, fmt.Sprintf("redis://%s/0?prefix=lh-cli-sched-%d:", addr, rand.Uint64()), false)
+	scheduledRuns(t, fmt.Sprintf("redis://%s/0?prefix=lh-cli-sched-%d:", addr, rand.Uint64()), false, 2, timingArgs)
 }
 
 func TestScheduledRunsEtcd(t *testing.T) {
-	scheduledRuns(t, "etcd://"+embeddedEtcd(t)+"/lh-cli-sched", false)
+	scheduledRuns(t, "etcd://"+embeddedEtcd(t)+"/lh-cli-sched", false, 2, timingArgs)
+}
+
+// Kubernetes tells renewals apart to the second: a 3s lease, a 4s period.
+func TestScheduledRunsKubernetes(t *testing.T) {
+	if os.Getenv(kubetest.EnvBin) == "" {
+		testenv.Missing(t, "kube-apiserver", "set "+kubetest.EnvBin+" to the directory hack/kube-apiserver/build.sh fills")
+	}
+	srv, err := kubetest.Start(kubetest.Options{})
+	if err != nil {
+		t.Fatalf("start kube-apiserver: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	kc, err := srv.Kubeconfig("admin", srv.AdminToken, "test", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheduledRuns(t, "kubernetes://default?kubeconfig="+url.QueryEscape(kc), false, 4,
+		[]string{"--lease-duration", "3s", "--renew-deadline", "1500ms", "--renew-interval", "500ms", "--retry-period", "250ms"})
 }
 
 type periodRun struct {
@@ -38,11 +58,11 @@ type periodRun struct {
 	holder string
 }
 
-func scheduledRuns(t *testing.T, storeURL string, history bool) {
+func scheduledRuns(t *testing.T, storeURL string, history bool, every int64, timings []string) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "runs")
 	script := `echo "$LEASEHOLD_PERIOD_START $LEASEHOLD_TOKEN $LEASEHOLD_HOLDER $LEASEHOLD_PERIOD_SECONDS" >> "$E2E_RUNS"`
-	args := append([]string{"run", "--store", storeURL, "--lease", "report", "--every", "2s", "--missed", "run-once"}, timingArgs...)
+	args := append([]string{"run", "--store", storeURL, "--lease", "report", "--every", fmt.Sprintf("%ds", every), "--missed", "run-once"}, timings...)
 	args = append(args, "--", "sh", "-c", script)
 	env := []string{"LEASEHOLD_STORE=", "E2E_RUNS=" + out}
 	var procs []*lineProc
@@ -58,14 +78,14 @@ func scheduledRuns(t *testing.T, storeURL string, history bool) {
 				continue
 			}
 			tok, _ := strconv.ParseInt(f[1], 10, 64)
-			if f[3] != "2" {
-				t.Errorf("LEASEHOLD_PERIOD_SECONDS = %q, want 2", f[3])
+			if f[3] != strconv.FormatInt(every, 10) {
+				t.Errorf("LEASEHOLD_PERIOD_SECONDS = %q, want %d", f[3], every)
 			}
 			runs = append(runs, periodRun{f[0], tok, f[2]})
 		}
 		return runs
 	}
-	waitUntil(t, 60*time.Second, "six scheduled runs", func() bool { return len(read()) >= 6 })
+	waitUntil(t, time.Duration(every)*10*time.Second, "six scheduled runs", func() bool { return len(read()) >= 6 })
 	for _, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		<-p.done
@@ -78,8 +98,8 @@ func scheduledRuns(t *testing.T, storeURL string, history bool) {
 		}
 		seen[r.period] = true
 		start, err := time.Parse(time.RFC3339, r.period)
-		if err != nil || start.Unix()%2 != 0 {
-			t.Errorf("LEASEHOLD_PERIOD_START %q: want an RFC 3339 time at a multiple of 2s (%v)", r.period, err)
+		if err != nil || start.Unix()%every != 0 {
+			t.Errorf("LEASEHOLD_PERIOD_START %q: want an RFC 3339 time at a multiple of %ds (%v)", r.period, every, err)
 		}
 		if i > 0 && r.token <= runs[i-1].token {
 			t.Errorf("run %d token %d after %d: tokens must rise", i, r.token, runs[i-1].token)
