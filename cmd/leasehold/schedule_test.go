@@ -153,3 +153,31 @@ func TestScheduleBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// run --max-hold: a command that would run for ever is stopped (SIGTERM) at
+// the cap, the lease is released once it is dead, and run leads again in a
+// new term with a higher token. With a rival standing by, the rival may
+// take the lease instead: either way, no term outlives the cap by more
+// than the time the command takes to stop.
+func TestMaxHoldStopsCommand(t *testing.T) {
+	dir := t.TempDir()
+	url := sqliteURL(t)
+	a := startRun(t, dir, "a", nil, append([]string{"--store", url, "--lease", "stuck", "--max-hold", "3s"}, timingArgs...)...)
+	waitUntil(t, 30*time.Second, "a second term", func() bool { return len(a.record().starts) >= 2 })
+	r := a.record()
+	if len(r.terms) < 1 || r.sigs[0] != "terminated" {
+		t.Fatalf("record %+v: want the first command stopped by SIGTERM", r)
+	}
+	held := r.terms[0].Sub(r.starts[0].at)
+	// The cap counts from the acquire, before the command started: bounds
+	// loose enough for a loaded machine, tight enough to tell the cap.
+	if held < time.Second || held > 15*time.Second {
+		t.Errorf("first command stopped %v after it started, want about 3s (--max-hold)", held)
+	}
+	if r.starts[1].token <= r.starts[0].token || r.starts[1].at.Before(r.terms[0]) {
+		t.Errorf("second term %+v after first %+v: want a higher token, started after the first was stopped", r.starts[1], r.starts[0])
+	}
+	if !strings.Contains(a.log(), "reason=max-hold") {
+		t.Errorf("run's log does not say why the term ended:\n%s", a.log())
+	}
+}
