@@ -4,5 +4,6 @@
 // may run twice; its negative control, a store that forgets period claims,
 // must run some period twice. The check lives in check_test.go (its
 // forgetful store embeds store.Store, which only test code may do), and
-// stores_test.go runs it on SQLite, PostgreSQL and Redis.
+// stores_test.go runs it on SQLite, PostgreSQL, Redis and Kubernetes (where
+// the negative control cannot show a double run: see TestKubernetes).
 package schedtest
