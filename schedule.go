@@ -243,7 +243,10 @@ func (s *Scheduler) claim(ctx context.Context, p time.Time) error {
 		switch {
 		case err == nil:
 			cancel()
-			return fmt.Errorf("%w: %s by %s (token %d)", ErrPeriodClaimed, name, orNobody(rec.Holder), rec.Token)
+			if rec.Holder == "" {
+				return fmt.Errorf("%w: %s (token %d; that term has ended)", ErrPeriodClaimed, name, rec.Token)
+			}
+			return fmt.Errorf("%w: %s by %s (token %d)", ErrPeriodClaimed, name, rec.Holder, rec.Token)
 		case errors.Is(err, store.ErrNotFound):
 		case errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrClosed):
 			cancel()
@@ -275,13 +278,6 @@ func (s *Scheduler) claim(ctx context.Context, p time.Time) error {
 			return fmt.Errorf("%w: %s: %v", ErrPeriodUncertain, name, err)
 		}
 	}
-}
-
-func orNobody(h string) string {
-	if h == "" {
-		return "a term now ended"
-	}
-	return h
 }
 
 // retryWait waits a retry period, or returns an error if ctx ends or the
