@@ -7,8 +7,9 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// Config configures an Elector, a Lock or a Keeper. The lease name is not part
-// of it: NewElector and NewLock take it, and a Keeper takes one per Acquire.
+// Config configures an Elector, a Lock, a Keeper or a Scheduler. The lease
+// name is not part of it: NewElector, NewLock and NewScheduler take it, and a
+// Keeper takes one per Acquire.
 type Config struct {
 	// Identity names this node (a host or pod name). Required. The holder
 	// identity is Identity plus a random per-process suffix (see NewIdentity);
@@ -33,7 +34,7 @@ type Config struct {
 	// KeepAlive makes a Lock renew its lease while it is held, for work that
 	// may outlast one lease duration. Without it a Lock's term is trusted
 	// until RenewDeadline after the acquire request was sent, and never
-	// renewed. An Elector and a Keeper always renew.
+	// renewed. An Elector, a Keeper and a Scheduler's run always renew.
 	KeepAlive bool
 	// MaxHold, if set, caps how long one term is kept: MaxHold after its
 	// acquire request was sent, the term's context is cancelled with cause
