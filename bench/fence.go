@@ -18,7 +18,12 @@ import (
 //   - tx:            BEGIN; UPDATE; COMMIT
 //   - tx+Claim:      BEGIN; sqlfence Claim (the fence row's upsert); UPDATE; COMMIT
 //   - tx+ClaimLease: BEGIN; sqlfence ClaimLease (also checks and share-locks the lease row); UPDATE; COMMIT
+//   - tx+QueueClaim: BEGIN; [claim + UPDATE in one batch]; COMMIT
+//   - batch tx:      [BEGIN + claim + UPDATE in one batch (pgx Batch.BeginTx)]; COMMIT
 //   - autocommit:    UPDATE
+//   - batch:         [claim + UPDATE in one batch, no BEGIN]: PostgreSQL runs
+//                    the statements up to the batch's Sync as one implicit
+//                    transaction, so claim and write commit together in one round trip
 //   - direct:        UPDATE ... SET last_epoch = $token, last_holder = $holder
 //                    WHERE ... AND (last_epoch < $token OR (last_epoch = $token AND last_holder = $holder)) (the row carries the term)
 //
@@ -31,9 +36,11 @@ const (
 	fwAuto       = "autocommit (unfenced)"
 	fwDirect     = "autocommit direct form"
 	fwPipelined  = "tx + QueueClaim (pipelined with the write)"
+	fwBatchTx    = "batch BEGIN + QueueClaim + write; COMMIT"
+	fwBatch      = "one batch: QueueClaim + write (implicit tx)"
 )
 
-var fenceKinds = []string{fwTx, fwClaim, fwClaimLease, fwPipelined, fwAuto, fwDirect}
+var fenceKinds = []string{fwTx, fwClaim, fwClaimLease, fwPipelined, fwBatchTx, fwAuto, fwDirect, fwBatch}
 
 type fenceEnv struct {
 	e     *pgEnv
@@ -99,6 +106,29 @@ WHERE id = $1 AND (last_epoch < $2 OR (last_epoch = $2 AND last_holder = $3))`, 
 			b.Queue(upd, id)
 			return tx.SendBatch(ctx, b).Close()
 		})
+	case fwBatchTx:
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{})
+		if err = fe.f.QueueClaim(pgxfence.Batch(b), "items-batch-tx", term.Holder, tok); err != nil {
+			break
+		}
+		b.Queue(upd, id)
+		err = func() error {
+			br := pool.SendBatch(ctx, b)
+			tx := br.Tx()
+			if err := br.Close(); err != nil {
+				tx.Rollback(ctx)
+				return err
+			}
+			return tx.Commit(ctx)
+		}()
+	case fwBatch:
+		b := &pgx.Batch{}
+		if err = fe.f.QueueClaim(pgxfence.Batch(b), "items-batch", term.Holder, tok); err != nil {
+			break
+		}
+		b.Queue(upd, id)
+		err = pool.SendBatch(ctx, b).Close()
 	default:
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			switch kind {

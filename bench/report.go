@@ -251,15 +251,18 @@ func report(w io.Writer, r *Results, o options) {
 		sortKeys(keys)
 		fmt.Fprintf(w, "\n== %d contenders on one lock, each acquiring and releasing in a loop for %v per round\n", o.contenders, o.contendTime)
 		fmt.Fprintf(w, "   share: a contender's acquisitions / its fair share. wait: the most cycles of others a contender sat through before its next turn.\n")
+		fmt.Fprintf(w, "   repeat: the largest fraction of turns (over the rounds) taken by the contender that had the previous turn (a fair lottery: 1/%d).\n", o.contenders)
 		fmt.Fprintf(w, "   starved: never acquired, share < 0.25, or wait > bound; bound = %s\n", boundText(o))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "store\tlibrary\trounds\tcycles/s\tmin share\tmax wait\tbound\tstarved (worst round)\tcounts (last round)\t")
+		fmt.Fprintln(tw, "store\tlibrary\trounds\tcycles/s\tmin share\trepeat\tmax wait\tbound\tstarved (worst round)\tcounts (last round)\t")
 		for _, k := range keys {
 			s, n := splitKey(k)
 			xs := r.get(scContention, k)
 			minShare, maxWait, starved, bound := 1.0, 0, 0, 0
+			repeat := 0.0
 			var last []int
 			for _, cr := range r.Contention[k] {
+				repeat = math.Max(repeat, cr.Repeat)
 				minShare = math.Min(minShare, cr.MinShare)
 				maxWait = max(maxWait, cr.MaxWait)
 				b := waitBound(o, cr.Cycles, len(cr.Counts))
@@ -277,7 +280,7 @@ func report(w io.Writer, r *Results, o options) {
 				starved = max(starved, st)
 				last = cr.Counts
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.2f\t%d\t%d\t%d of %d\t%v\t\n", s, n, len(xs), fmtRate(median(xs)), minShare, maxWait, bound, starved, o.contenders, last)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.2f\t%.2f\t%d\t%d\t%d of %d\t%v\t\n", s, n, len(xs), fmtRate(median(xs)), minShare, repeat, maxWait, bound, starved, o.contenders, last)
 			if isLeasehold(n) {
 				addT(starved == 0 && len(r.Contention[k]) > 0, "%s %s: no contender starves among %d (min share %.2f, max wait %d cycles, bound %d)", s, n, o.contenders, minShare, maxWait, bound)
 			}
@@ -337,7 +340,7 @@ func report(w io.Writer, r *Results, o options) {
 		fmt.Fprintf(w, "\n== A fenced write against the same write unfenced, PostgreSQL (one UPDATE of one row, committed), ms\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "write\tn\tp50\tp99\tp50 / unfenced\t")
-		base := map[string]string{fwTx: fwTx, fwClaim: fwTx, fwClaimLease: fwTx, fwPipelined: fwTx, fwAuto: fwAuto, fwDirect: fwAuto}
+		base := map[string]string{fwTx: fwTx, fwClaim: fwTx, fwClaimLease: fwTx, fwPipelined: fwTx, fwBatchTx: fwTx, fwAuto: fwAuto, fwDirect: fwAuto, fwBatch: fwAuto}
 		for _, k := range fenceKinds {
 			xs := r.get("fence", k)
 			if len(xs) == 0 {
@@ -349,6 +352,14 @@ func report(w io.Writer, r *Results, o options) {
 		if u, f := r.get("fence", fwTx), r.get("fence", fwClaim); len(u) > 0 && len(f) > 0 {
 			ratio := median(f) / median(u)
 			addT(ratio <= 1.15, "postgres: a fenced write (tx + Claim) p50 %s ms is %s the unfenced one's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
+		}
+		if u, f := r.get("fence", fwTx), r.get("fence", fwPipelined); len(u) > 0 && len(f) > 0 {
+			ratio := median(f) / median(u)
+			addT(ratio <= 1.15, "postgres: a fenced write (tx + QueueClaim, the recommended form in a transaction) p50 %s ms is %s the unfenced one's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
+		}
+		if u, f := r.get("fence", fwAuto), r.get("fence", fwBatch); len(u) > 0 && len(f) > 0 {
+			ratio := median(f) / median(u)
+			addT(ratio <= 1.15, "postgres: a fenced write (one batch: QueueClaim + write, the recommended form for a lone write) p50 %s ms is %s the unfenced autocommit write's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
 		}
 		if u, f := r.get("fence", fwAuto), r.get("fence", fwDirect); len(u) > 0 && len(f) > 0 {
 			ratio := median(f) / median(u)

@@ -212,6 +212,10 @@ type contentionRound struct {
 	Counts   []int   `json:"counts"`    // acquisitions per contender
 	MaxWait  int     `json:"max_wait"`  // most cycles a contender waited for its next turn
 	MinShare float64 `json:"min_share"` // smallest count / fair share
+	// Repeat is the fraction of turns taken by the contender that had the
+	// previous turn (a fair lottery among k: 1/k; the releaser winning its
+	// own race against the woken waiters: near 1).
+	Repeat float64 `json:"repeat"`
 }
 
 // runContention runs k contenders of l, each acquiring and releasing in a
@@ -280,7 +284,11 @@ func runContention(ctx context.Context, r *Results, l *lib, lockName string, k i
 	for i := range last {
 		last[i] = -1
 	}
+	repeats := 0
 	for idx, who := range order {
+		if idx > 0 && order[idx-1] == who {
+			repeats++
+		}
 		cr.Counts[who]++
 		if w := idx - last[who] - 1; w > cr.MaxWait {
 			cr.MaxWait = w
@@ -301,6 +309,9 @@ func runContention(ctx context.Context, r *Results, l *lib, lockName string, k i
 	}
 	if len(order) == 0 {
 		cr.MinShare = 0
+	}
+	if len(order) > 1 {
+		cr.Repeat = float64(repeats) / float64(len(order)-1)
 	}
 	r.add(scContention, key, float64(len(order))/d.Seconds())
 	return cr
