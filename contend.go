@@ -24,6 +24,9 @@ type contender struct {
 	unknown bool
 	// lastHolder is the last other holder this contender saw, for EventHolderObserved.
 	lastHolder string
+	// sawHeld is set once an attempt found another holder's live term: the
+	// lease is contended, and a Lock yields after releasing this term.
+	sawHeld bool
 }
 
 // errTooSlow: a grant arrived after its own safeUntil; it was given back.
@@ -53,6 +56,7 @@ func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
 	case errors.Is(err, store.ErrHeld):
 		// Another term is live, so no grant of ours is.
 		c.unknown = false
+		c.sawHeld = true
 		if rec.Holder != c.lastHolder {
 			c.lastHolder = rec.Holder
 			c.emit(Event{Kind: EventHolderObserved, Name: c.name, Record: rec})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,12 @@ type Lock struct {
 	base    string // holder identity prefix: Identity plus the process suffix
 	seq     atomic.Uint64
 	watcher store.Watcher
+
+	// yieldUntil: Acquire makes no attempt before this time. Set when a term
+	// that was won against other holders is released, so that the waiters
+	// woken by that release get there first (see yield).
+	yieldMu    sync.Mutex
+	yieldUntil time.Time
 }
 
 // NewLock validates cfg and returns a Lock on the lease name in st.
@@ -69,6 +76,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // has its own context.
 func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 	defer l.hold.events.flush()
+	if err := l.waitYield(ctx); err != nil {
+		return nil, fmt.Errorf("leasehold: acquire %q: %w", l.name, err)
+	}
 	c := l.contender()
 	rec, sent, err := c.acquire(ctx)
 	if err != nil {
@@ -79,13 +89,58 @@ func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 
 func (l *Lock) lease(ctx context.Context, c *contender, rec store.Record, sent time.Time) *Lease {
 	h := startHolding(context.WithoutCancel(ctx), &l.hold, rec, sent)
-	return &Lease{term: rec.Term, ctx: h.ctx, keep: lockKeeping{h: h, c: c}}
+	return &Lease{term: rec.Term, ctx: h.ctx, keep: lockKeeping{h: h, c: c, l: l}}
+}
+
+// yield is called after a release of a term that was won against other
+// holders (the lease is contended). Those others wait on the store's watch,
+// and the release's notification reaches them about when its answer reaches
+// us: a releaser that tried again at once would often win its own race and
+// take turn after turn while a waiter goes hungry (measured on Redis with 8
+// contenders: the releaser took 29 % of the turns, a fair lottery 12.5 %). So
+// the Lock's next Acquire first waits twice as long as the release took (the
+// notification's way out and a woken waiter's attempt), and at least
+// minYield, at most RetryPeriod. An uncontended Lock (no attempt found
+// another holder) never waits; TryAcquire never waits.
+func (l *Lock) yield(releaseLatency time.Duration) {
+	l.yieldMu.Lock()
+	defer l.yieldMu.Unlock()
+	d := max(2*releaseLatency, minYield)
+	d = min(d, l.hold.timings.RetryPeriod)
+	l.yieldUntil = l.hold.clock.Now().Add(d)
+}
+
+// minYield is the least a Lock yields after a contended release: a woken
+// waiter's way from the store's notification through the client's fan-out to
+// its attempt. Measured with 8 contenders on Redis on a loaded 2-core machine
+// (bench -scenarios contention): yielding 2 × the release's latency alone
+// left the releaser 33 % of the turns and one waiter 493 turns of others
+// (starved); 1 ms gave 10 % and at most 79 turns; 5 ms 16 % and 78.
+const minYield = time.Millisecond
+
+// waitYield waits until yieldUntil, or returns ctx's error.
+func (l *Lock) waitYield(ctx context.Context) error {
+	l.yieldMu.Lock()
+	d := l.yieldUntil.Sub(l.hold.clock.Now())
+	l.yieldMu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	t := l.hold.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // lockKeeping keeps one term of a Lock.
 type lockKeeping struct {
 	h *holding
 	c *contender
+	l *Lock // nil: no yield after release (the Scheduler's claims)
 }
 
 func (k lockKeeping) safeUntil() time.Time { return k.h.SafeUntil() }
@@ -97,5 +152,10 @@ func (k lockKeeping) release(ctx context.Context) error {
 	if cause := k.h.stop(); errors.Is(cause, ErrLeaseLost) {
 		return store.ErrNotHeld
 	}
-	return k.c.release(ctx, k.h.term)
+	sent := k.c.clock.Now()
+	err := k.c.release(ctx, k.h.term)
+	if err == nil && k.l != nil && k.c.sawHeld {
+		k.l.yield(k.c.clock.Now().Sub(sent))
+	}
+	return err
 }

@@ -251,3 +251,67 @@ func TestAcquireHonoursContext(t *testing.T) {
 		held.Release(context.Background())
 	})
 }
+
+// A Lock whose term was won against another holder yields after releasing
+// it: its next Acquire makes no attempt for minYield (1 ms; memstore's
+// release takes no time), so the waiters the release woke get there first.
+// The control: a Lock that never met another holder acquires again at once.
+func TestLockYieldsAfterContendedRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		a := newLock(t, f.faulty(), "node-a", nil)
+		b := newLock(t, f.faulty(), "node-b", nil)
+		ctx := context.Background()
+		first, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *leasehold.Lease, 1)
+		go func() {
+			h, err := b.Acquire(ctx) // finds a's term: contended
+			if err != nil {
+				t.Error(err)
+			}
+			got <- h
+		}()
+		synctest.Wait()
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		contended := <-got
+		if err := contended.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		released := time.Now()
+		again, err := b.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(released); waited != time.Millisecond {
+			t.Fatalf("after a contended release the Lock tried again %v later, want 1ms", waited)
+		}
+		if err := again.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// again was uncontended: no yield after it.
+		released = time.Now()
+		third, err := b.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(released); waited != 0 {
+			t.Fatalf("after an uncontended release the Lock waited %v, want no wait", waited)
+		}
+		third.Release(ctx)
+		// a never met another holder: it never yields.
+		released = time.Now()
+		h, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(released); waited != 0 {
+			t.Fatalf("uncontended Lock waited %v before acquiring, want no wait", waited)
+		}
+		h.Release(ctx)
+	})
+}

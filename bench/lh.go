@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -43,24 +44,50 @@ type lhLock struct {
 	// try uses TryAcquire (one attempt, no watch) instead of Acquire: for
 	// the cycles scenario only, to show what the waiting machinery costs.
 	try bool
+
+	// Without keepAlive (every scenario but failover, which partitions the
+	// store of one acquisition) a contender keeps one Lock and one
+	// faultstore for all its acquisitions, as an application keeps its Lock
+	// (and as the etcd contenders keep their session): the Lock's yield
+	// after a contended release lives in the Lock.
+	lk  *leasehold.Lock
+	fs  *faultstore.Store
+	cur atomic.Pointer[lhHeld] // the acquisition the reused Lock's events mark
 }
 
 func (c *lhLock) acquire(ctx context.Context) (held, error) {
+	reuse := !c.s.keepAlive
+	if reuse && c.lk != nil {
+		h := &lhHeld{fs: c.fs}
+		c.cur.Store(h)
+		return c.finish(ctx, c.lk, h)
+	}
 	fs := faultstore.New(c.st)
 	h := &lhHeld{fs: fs}
+	c.cur.Store(h)
 	lk, err := leasehold.NewLock(fs, c.name, leasehold.Config{
 		Identity:  c.s.identity,
 		Timings:   lhTimings(c.s.ttl),
 		KeepAlive: c.s.keepAlive,
 		OnEvent: func(e leasehold.Event) {
 			if e.Kind == leasehold.EventRenewed || e.Kind == leasehold.EventAcquired {
-				h.clock.mark()
+				if h := c.cur.Load(); h != nil {
+					h.clock.mark()
+				}
 			}
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
+	if reuse {
+		c.lk, c.fs = lk, fs
+	}
+	return c.finish(ctx, lk, h)
+}
+
+func (c *lhLock) finish(ctx context.Context, lk *leasehold.Lock, h *lhHeld) (held, error) {
+	var err error
 	var hd *leasehold.Lease
 	if c.try {
 		hd, err = lk.TryAcquire(ctx)
