@@ -48,8 +48,15 @@ type Batch interface {
 //	}
 //	return tx.Commit(ctx)
 //
-// b must be sent within a transaction (tx.SendBatch); outside one, the claim
-// and the writes would not commit together.
+// b may also be sent on its own (pool.SendBatch or conn.SendBatch, no
+// transaction open): PostgreSQL runs the statements up to the batch's one
+// Sync as a single implicit transaction, so the claim and the writes commit
+// together in one round trip. This is the recommended form for writes that
+// need no reads between them; b.BeginTx(pgx.TxOptions{}) before the claim
+// begins an explicit transaction in the same round trip. Never let a Sync
+// fall between the claim and the writes (two batches, or pipeline mode with a
+// Sync in between): a claim committed alone no longer holds the fence row
+// for the writes.
 func (f *Fence) QueueClaim(b Batch, resource, holder string, token int64) error {
 	if b == nil {
 		return fmt.Errorf("leasehold/sqlfence: %w: batch is nil", fence.ErrInvalid)

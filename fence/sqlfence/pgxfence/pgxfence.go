@@ -89,8 +89,9 @@ func (e execer) ExecContext(ctx context.Context, q string, args ...any) (sql.Res
 }
 
 // Batch adapts a pgx batch to sqlfence.Batch, for Fence.QueueClaim. Send b
-// with tx.SendBatch, inside the transaction of the caller's writes. A nil b
-// gives a nil Batch.
+// on its own (pool.SendBatch: one implicit transaction), begun with
+// b.BeginTx, or with tx.SendBatch inside the transaction of the caller's
+// writes; see Fence.QueueClaim. A nil b gives a nil Batch.
 func Batch(b *pgx.Batch) sqlfence.Batch {
 	if b == nil {
 		return nil
