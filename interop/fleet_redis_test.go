@@ -181,7 +181,7 @@ func TestFleetRedis(t *testing.T) {
 		f := newRedisFleet(t)
 		members := []fleet.Member{f.node("lh-1", seed+1).Member(), f.node("lh-2", seed+2).Member(),
 			f.peer("redislock-deaf", seed+3, true)}
-		res := fleet.Run(context.Background(), controlRun(f.faults(seed+10), "redislock-deaf"), members...)
+		res := fleet.Run(context.Background(), controlRun(f.faults(seed+10), "redislock-deaf", redisTTL), members...)
 		requireCaught(t, res, "redislock-deaf")
 	})
 	t.Run("control-leasehold-trusts-past-safeUntil", func(t *testing.T) {
@@ -189,8 +189,9 @@ func TestFleetRedis(t *testing.T) {
 		f := newRedisFleet(t)
 		bad := f.node("lh-overtrust", seed+1)
 		bad.Overtrust = 2 * redisTTL
+		bad.Hold = holdFor(seed, 3*redisTTL, 5*redisTTL) // long terms, so that faults end some
 		members := []fleet.Member{bad.Member(), f.peer("redislock-1", seed+3, false), f.peer("redislock-2", seed+4, false)}
-		res := fleet.Run(context.Background(), controlRun(f.faults(seed+20), "lh-overtrust"), members...)
+		res := fleet.Run(context.Background(), controlRun(f.faults(seed+20), "lh-overtrust", redisTTL), members...)
 		requireCaught(t, res, "lh-overtrust")
 	})
 	t.Run("control-slow-waiter", func(t *testing.T) {

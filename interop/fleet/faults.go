@@ -27,8 +27,8 @@ var FaultKinds = []string{FaultDelay, FaultReset, FaultPartition, FaultDown}
 // Faults puts faults on the proxies of a fleet's participants, one proxy
 // per participant, while the fleet runs. Faults overlap: each participant
 // may be under its own fault at the same time as others. Half of the faults
-// go to whoever leads at that moment, so that terms end by faults as well as
-// by release.
+// go to whoever leads at that moment (OnLeader), so that terms end by
+// faults as well as by release.
 type Faults struct {
 	// Proxies are the participants' proxies, by participant name.
 	Proxies map[string]*faultproxy.Proxy
@@ -40,6 +40,11 @@ type Faults struct {
 	Min, Max time.Duration
 	// Seed seeds the schedule.
 	Seed uint64
+	// Kinds are the kinds to draw from; nil means FaultKinds.
+	Kinds []string
+	// OnLeader is the share of faults put on the leader of the moment; zero
+	// means one half.
+	OnLeader float64
 
 	mu     sync.Mutex
 	counts map[string]int
@@ -49,6 +54,13 @@ type Faults struct {
 // Run injects faults until ctx ends, then heals every proxy.
 func (f *Faults) Run(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(f.Seed, 16))
+	kinds, onLeader := f.Kinds, f.OnLeader
+	if kinds == nil {
+		kinds = FaultKinds
+	}
+	if onLeader == 0 {
+		onLeader = 0.5
+	}
 	names := slices.Sorted(maps.Keys(f.Proxies))
 	busy := map[string]time.Time{} // name -> when its lasting fault heals
 	type heal struct {
@@ -80,7 +92,7 @@ func (f *Faults) Run(ctx context.Context) {
 		heals = kept
 		if !now.Before(next) {
 			target, onLead := "", false
-			if lead := f.Leader(); lead != "" && rng.IntN(2) == 0 {
+			if lead := f.Leader(); lead != "" && rng.Float64() < onLeader {
 				if _, ok := f.Proxies[lead]; ok {
 					target, onLead = lead, true
 				}
@@ -88,7 +100,7 @@ func (f *Faults) Run(ctx context.Context) {
 			if target == "" {
 				target = names[rng.IntN(len(names))]
 			}
-			kind := FaultKinds[rng.IntN(len(FaultKinds))]
+			kind := kinds[rng.IntN(len(kinds))]
 			_, faulted := busy[target]
 			if kind != FaultReset && faulted {
 				kind = FaultReset // one lasting fault at a time per proxy
