@@ -218,6 +218,13 @@ func (f *etcdFleet) peer(who string, seed uint64, ignoreLoss bool) fleet.Member 
 	if ignoreLoss {
 		hold = holdFor(seed, 4*time.Second, 6*time.Second)
 	}
+	// A Mutex user queues (its key waits under the prefix, and the lowest
+	// create revision holds), while a leasehold node takes the name only
+	// when no key is there: Mutex users that queue again within each
+	// other's terms keep a leasehold node out for as long as they do so.
+	// Each user here pauses longer than a term between its terms, as a job
+	// run by `etcdctl lock` now and then would, so that the queue empties.
+	cool := holdFor(seed+100, 2*time.Second, 3*time.Second)
 	pfx := f.prefix + f.name
 	return func(ctx context.Context, rec *fleet.Recorder) error {
 		for ctx.Err() == nil {
@@ -291,7 +298,7 @@ func (f *etcdFleet) peer(who string, seed uint64, ignoreLoss bool) fleet.Member 
 			sess.Orphan()
 			cli.Revoke(uctx, sess.Lease())
 			cancel()
-			fleet.Pause(ctx, 300*time.Millisecond)
+			fleet.Pause(ctx, cool())
 		}
 		return nil
 	}

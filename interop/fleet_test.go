@@ -66,7 +66,7 @@ func requireFleet(t *testing.T, res fleet.Result, minFaults, maxWait int) {
 	for _, o := range res.Overlaps {
 		t.Errorf("exclusion: %v", o)
 	}
-	if len(res.Overlaps) > 0 {
+	if len(res.Overlaps) > 0 || testing.Verbose() {
 		t.Logf("timeline:\n%s", res.Rec.Format(res.Terms))
 	}
 	for _, o := range res.AsActed {
