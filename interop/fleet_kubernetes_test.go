@@ -166,13 +166,15 @@ func (l *deadlineLock) Update(ctx context.Context, ler resourcelock.LeaderElecti
 	return err
 }
 
-// peer is a process running client-go's LeaderElector (LeaseLock,
-// ReleaseOnCancel) through its own proxy: each term is one LeaderElector.Run,
-// as a process that restarts would do. It leads from OnStartedLeading until
-// its context ends or its own deadline passes; after its hold its work
-// returns and then it cancels Run, which releases. With ignoreLoss (the
-// negative control) it leads for its whole hold whatever happens.
-func (f *kubeFleet) peer(who string, seed uint64, ignoreLoss bool) fleet.Member {
+// peer is a process running client-go's LeaderElector (LeaseLock) through
+// its own proxy: each term is one LeaderElector.Run, as a process that
+// restarts would do. It leads from OnStartedLeading until its context ends
+// or its own deadline passes; after its hold its work returns and then it
+// cancels Run, which releases the Lease with release (ReleaseOnCancel) and
+// otherwise leaves it to expire, as a process that exits does. With
+// ignoreLoss (the negative control) it leads for its whole hold whatever
+// happens.
+func (f *kubeFleet) peer(who string, seed uint64, release, ignoreLoss bool) fleet.Member {
 	client := f.client(who)
 	hold := holdFor(seed, time.Second, 2*time.Second)
 	if ignoreLoss {
@@ -181,15 +183,21 @@ func (f *kubeFleet) peer(who string, seed uint64, ignoreLoss bool) fleet.Member 
 	return func(ctx context.Context, rec *fleet.Recorder) error {
 		for ctx.Err() == nil {
 			waited := rec.Waiting(who, fleet.Peer)
+			// A fresh identity per process, as kube-controller-manager's
+			// hostname_UUID: a process that came back under the identity
+			// of the Lease's holder would resume its unexpired term at
+			// once (client-go's IsLeader), ahead of every waiter.
+			b := make([]byte, 4)
+			rand.Read(b)
 			lock := &deadlineLock{Interface: &resourcelock.LeaseLock{
 				LeaseMeta:  metav1.ObjectMeta{Name: f.name, Namespace: f.ns},
 				Client:     client.CoordinationV1(),
-				LockConfig: resourcelock.ResourceLockConfig{Identity: who},
+				LockConfig: resourcelock.ResourceLockConfig{Identity: who + "_" + hex.EncodeToString(b)},
 			}}
 			rctx, stop := context.WithCancel(klog.NewContext(ctx, logr.Discard()))
 			le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 				Lock: lock, LeaseDuration: cgLeaseDuration, RenewDeadline: cgRenewDeadline, RetryPeriod: cgRetryPeriod,
-				ReleaseOnCancel: true, Name: who,
+				ReleaseOnCancel: release, Name: who,
 				Callbacks: leaderelection.LeaderCallbacks{
 					OnStartedLeading: func(lctx context.Context) {
 						defer stop() // the work has returned: Run may release
@@ -260,7 +268,7 @@ func TestFleetKubernetes(t *testing.T) {
 		t.Parallel()
 		f := newKubeFleet(t, server)
 		members := []fleet.Member{f.node("lh-1", seed+1).Member(), f.node("lh-2", seed+2).Member(),
-			f.peer("client-go-1", seed+3, false), f.peer("client-go-2", seed+4, false)}
+			f.peer("client-go-1", seed+3, true, false), f.peer("client-go-2", seed+4, false, false)}
 		res := fleet.Run(context.Background(), fleet.Options{Duration: fleetRun, Faults: f.faults(seed)}, members...)
 		requireFleet(t, res, 40, fleetMaxWait)
 	})
@@ -268,7 +276,7 @@ func TestFleetKubernetes(t *testing.T) {
 		t.Parallel()
 		f := newKubeFleet(t, server)
 		members := []fleet.Member{f.node("lh-1", seed+1).Member(), f.node("lh-2", seed+2).Member(),
-			f.peer("client-go-deaf", seed+3, true)}
+			f.peer("client-go-deaf", seed+3, true, true)}
 		res := fleet.Run(context.Background(), controlRun(f.faults(seed+10), "client-go-deaf", cgLeaseDuration), members...)
 		requireCaught(t, res, "client-go-deaf")
 	})
@@ -278,8 +286,26 @@ func TestFleetKubernetes(t *testing.T) {
 		bad := f.node("lh-overtrust", seed+1)
 		bad.Overtrust = 2 * kubeTimings.LeaseDuration
 		bad.Hold = holdFor(seed, 3*kubeTimings.LeaseDuration, 5*kubeTimings.LeaseDuration) // long terms, so that faults end some
-		members := []fleet.Member{bad.Member(), f.node("lh-2", seed+2).Member(), f.peer("client-go-1", seed+3, false)}
+		members := []fleet.Member{bad.Member(), f.node("lh-2", seed+2).Member(), f.peer("client-go-1", seed+3, true, false)}
 		res := fleet.Run(context.Background(), controlRun(f.faults(seed+20), "lh-overtrust", kubeTimings.LeaseDuration), members...)
 		requireCaught(t, res, "lh-overtrust")
+	})
+	t.Run("fairness-by-expiry", func(t *testing.T) {
+		// One leasehold node and three client-go processes that exit
+		// without releasing: every hand-over is a race at the Lease's
+		// expiry, which each contender judges from when it first saw the
+		// last renewal.
+		t.Parallel()
+		f := newKubeFleet(t, server)
+		members := []fleet.Member{f.node("lh-1", seed+1).Member(),
+			f.peer("client-go-1", seed+3, false, false), f.peer("client-go-2", seed+4, false, false), f.peer("client-go-3", seed+5, false, false)}
+		res := fleet.Run(context.Background(), fleet.Options{Duration: fleetRun}, members...)
+		t.Logf("fleet run:\n%s\ntimeline:\n%s", res.Summary(), res.Rec.Format(res.Terms))
+		if len(res.Overlaps) > 0 || res.Err != nil {
+			t.Errorf("overlaps %v, error %v", res.Overlaps, res.Err)
+		}
+		if m := res.MaxWait(); m > fleetMaxWait {
+			t.Errorf("fairness: the leasehold node waited through %d client-go terms, want at most %d (per wait: %v)", m, fleetMaxWait, res.Fairness)
+		}
 	})
 }
