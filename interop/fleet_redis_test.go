@@ -203,7 +203,7 @@ func TestFleetRedis(t *testing.T) {
 		slow.Timings.RenewDeadline = 950 * time.Millisecond
 		members := []fleet.Member{slow.Member(), f.peer("redislock-1", seed+3, false), f.peer("redislock-2", seed+4, false),
 			f.peer("redislock-3", seed+5, false)}
-		res := fleet.Run(context.Background(), fleet.Options{Duration: fleetControlRun}, members...)
+		res := fleet.Run(context.Background(), fleet.Options{Duration: 3 * fleetControlRun, Until: fleet.WaitedOver(fleetMaxWait)}, members...)
 		t.Logf("negative control run:\n%s", res.Summary())
 		if m := res.MaxWait(); m <= fleetMaxWait {
 			t.Errorf("negative control not caught: a leasehold node polling every %v without a watch waited through at most %d redislock terms (per wait %v), within the bound %d",

@@ -24,9 +24,9 @@ type Options struct {
 	Duration time.Duration
 	// Faults, if not nil, are injected while the run lasts.
 	Faults *Faults
-	// Until, if not nil, is asked every 100 ms about the terms so far (see
-	// Recorder.Snapshot); the run ends early once it says true.
-	Until func([]Term) bool
+	// Until, if not nil, is asked every 100 ms about the terms and waits so
+	// far (see Recorder.Snapshot); the run ends early once it says true.
+	Until func([]Term, []Wait) bool
 }
 
 // Run runs members side by side as o says, and returns what happened.
@@ -88,14 +88,23 @@ func Run(ctx context.Context, o Options, members ...Member) Result {
 
 // Involving returns an Until that ends the run once an overlap involves a
 // participant whose name begins with who.
-func Involving(who string) func([]Term) bool {
-	return func(terms []Term) bool {
+func Involving(who string) func([]Term, []Wait) bool {
+	return func(terms []Term, _ []Wait) bool {
 		for _, o := range Exclusion(terms) {
 			if strings.HasPrefix(o.A.Who, who) || strings.HasPrefix(o.B.Who, who) {
 				return true
 			}
 		}
 		return false
+	}
+}
+
+// WaitedOver returns an Until that ends the run once a leasehold node has
+// waited through more than n peer terms.
+func WaitedOver(n int) func([]Term, []Wait) bool {
+	return func(terms []Term, waits []Wait) bool {
+		f := Fairness(terms, waits)
+		return len(f) > 0 && slices.Max(f) > n
 	}
 }
 

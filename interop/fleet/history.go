@@ -213,8 +213,8 @@ func (r *Recorder) Stop() ([]Term, []Wait) {
 }
 
 // Snapshot returns a copy of the terms so far, by start time, with open
-// terms ending now.
-func (r *Recorder) Snapshot() []Term {
+// terms ending now, and of the waits, with open waits ending now.
+func (r *Recorder) Snapshot() ([]Term, []Wait) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -226,7 +226,14 @@ func (r *Recorder) Snapshot() []Term {
 		}
 	}
 	slices.SortFunc(terms, func(a, b Term) int { return a.Start.Compare(b.Start) })
-	return terms
+	waits := make([]Wait, len(r.waits))
+	for i, w := range r.waits {
+		waits[i] = *w
+		if w.End.IsZero() {
+			waits[i].End = now
+		}
+	}
+	return terms, waits
 }
 
 // Since is t as an offset from the recorder's start, for messages.
