@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -144,23 +145,13 @@ func (r Result) Count() string {
 		hows[t.How]++
 	}
 	var ks, hs []string
-	for _, k := range slices.Sorted(mapKeys(kinds)) {
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
 		ks = append(ks, fmt.Sprintf("%s %d", k, kinds[k]))
 	}
-	for _, h := range slices.Sorted(mapKeys(hows)) {
+	for _, h := range slices.Sorted(maps.Keys(hows)) {
 		hs = append(hs, fmt.Sprintf("%s %d", h, hows[h]))
 	}
 	return fmt.Sprintf("%d terms (%s; ended: %s)", len(r.Terms), strings.Join(ks, ", "), strings.Join(hs, ", "))
-}
-
-func mapKeys[M ~map[K]V, K comparable, V any](m M) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // Summary is the run's figures in a few lines.
@@ -233,7 +224,7 @@ func (n *Node) Member() Member {
 			})
 			waited(false)
 			if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) || errors.Is(err, leasehold.ErrInvalidConfig) {
-				return fmt.Errorf("leasehold node %s: %w", n.Name, err)
+				return fmt.Errorf("leasehold/interop/fleet: node %s: %w", n.Name, err)
 			}
 			Pause(ctx, n.Cool)
 		}
