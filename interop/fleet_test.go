@@ -30,7 +30,7 @@ const (
 func controlRun(faults *fleet.Faults, who string, ttl time.Duration) fleet.Options {
 	faults.Kinds, faults.OnLeader = []string{fleet.FaultPartition}, 0.8
 	faults.Every, faults.Min, faults.Max = ttl/2, ttl, 2*ttl
-	return fleet.Options{Duration: 2 * fleetControlRun, Faults: faults, Until: fleet.Involving(who)}
+	return fleet.Options{Duration: 3 * fleetControlRun, Faults: faults, Until: fleet.Involving(who)}
 }
 
 // newProxy starts a fault proxy to target for one participant.
