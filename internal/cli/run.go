@@ -27,6 +27,7 @@ type runCmd struct {
 	timings timingFlags
 
 	lease        string
+	slots        int // --slots: a semaphore of this many slots (runslots.go); 0: one lease
 	identity     string
 	metadata     string
 	restart      bool
@@ -38,6 +39,7 @@ type runCmd struct {
 
 	// Set while running.
 	elector  *leasehold.Elector
+	sem      *leasehold.Semaphore // with --slots
 	metrics  *metrics
 	log      *slog.Logger
 	sup      *supervisor
@@ -76,8 +78,13 @@ When the command exits on its own, run releases the lease and exits with the com
 code (128+N if it died of signal N), unless --restart runs it again. After losing the
 lease, run stops the command and contends again, unless --stop-on-loss.
 
+With --slots N, NAME is a semaphore of N slots: up to N nodes run CMD at once, each in a
+slot of its own (the lease NAME.slot-I), with that slot's token; LEASEHOLD_LEASE is the
+slot's lease name, the key a fenced resource keeps its last token under.
+
 Example:
   leasehold run --store postgres://app@db/app --lease nightly-report -- ./report.sh --all
+  leasehold run --store postgres://app@db/app --lease transcode --slots 4 -- ./transcode.sh
 `
 
 func newRunCmd(env *Env) Command {
@@ -91,6 +98,7 @@ func newRunCmd(env *Env) Command {
 		host = "node"
 	}
 	fs.StringVar(&r.lease, "lease", "", "the lease `NAME` the nodes share (required)")
+	fs.IntVar(&r.slots, "slots", 0, slotsUsage)
 	fs.StringVar(&r.identity, "identity", host, "this node's name; a random suffix makes each process's holder identity unique")
 	fs.StringVar(&r.metadata, "metadata", "", "optional data stored with the lease while this node leads (such as its address)")
 	fs.BoolVar(&r.restart, "restart", false, "run the command again when it exits while this node still leads")
@@ -118,6 +126,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	}
 	if err := store.ValidateMetadata(r.metadata); err != nil {
 		return usagef("--metadata: %v", err)
+	}
+	if err := r.checkSlots(); err != nil {
+		return err
 	}
 	if r.restartDelay < 0 {
 		return usagef("--restart-delay %v is negative", r.restartDelay)
@@ -165,7 +176,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	// A store that refuses this client's writes for good ends the run.
 	ctx, stopRefused := context.WithCancelCause(ctx)
 	defer stopRefused(nil)
-	e, err := leasehold.NewElector(st.Store, r.lease, leasehold.Config{
+	cfg := leasehold.Config{
 		Identity:   r.identity,
 		Metadata:   r.metadata,
 		Timings:    tm,
@@ -183,7 +194,13 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 				}
 			}
 		},
-	})
+	}
+	e, err := leasehold.NewElector(st.Store, r.lease, cfg)
+	if err == nil && r.slots > 0 {
+		semCfg := cfg
+		semCfg.KeepAlive = true // renewed while the command runs, as an elector's term
+		r.sem, err = leasehold.NewSemaphore(st.Store, r.lease, r.slots, semCfg)
+	}
 	if err != nil {
 		var ue *UsageError
 		if errors.As(err, &ue) {
@@ -233,7 +250,11 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		"renew_interval", tm.RenewInterval.String(), "retry_period", tm.RetryPeriod.String(),
 		"term_grace", termGrace.String(), "kill_margin", killMargin.String(),
 		"command", strings.Join(argv, " "))
-	err = e.Run(ctx, r.work)
+	if r.sem != nil {
+		err = r.runSlots(ctx)
+	} else {
+		err = e.Run(ctx, r.work)
+	}
 	r.running.Store(false)
 
 	var (
