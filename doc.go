@@ -11,6 +11,10 @@
 //   - a [Keeper] for many leases of one process (one per shard), renewed
 //     together in one batch.
 //
+// A [Semaphore] is N locks under one name (N slots, each an ordinary lease,
+// see [SlotName]): up to N holders at once, each with its slot's own token,
+// which rises per slot; a resource fences each slot by its lease name.
+//
 // All three take one [Config], and hand out each term this process holds as
 // a [Lease]: its name, its fencing token, its safe-until deadline, a context
 // cancelled when the term must no longer be trusted, and Release. The
