@@ -248,27 +248,54 @@ type slotWatch struct {
 	wg     sync.WaitGroup
 }
 
-// watchSlots subscribes to every slot, each subscription bounded by a retry
-// period (contender.subscribe).
+// watchSlots subscribes to every slot at once, each subscription bounded by
+// a retry period (contender.subscribe), so a store whose Watch hangs delays a
+// waiter by one retry period, not one per slot.
 func watchSlots(ctx context.Context, cs []*contender) (*slotWatch, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &slotWatch{wake: make(chan struct{}, 1), broken: make(chan struct{}), cancel: cancel}
-	var breakOnce sync.Once
-	for _, c := range cs {
-		ch, stop, err := c.subscribe(wctx)
-		if err != nil {
-			w.stop()
-			return nil, err
+	type sub struct {
+		ch   <-chan struct{}
+		stop context.CancelFunc
+		err  error
+	}
+	subs := make([]sub, len(cs))
+	var subscribing sync.WaitGroup
+	for i, c := range cs {
+		subscribing.Add(1)
+		go func() {
+			defer subscribing.Done()
+			ch, stop, err := c.subscribe(wctx)
+			subs[i] = sub{ch, stop, err}
+		}()
+	}
+	subscribing.Wait()
+	var err error
+	for _, s := range subs {
+		if s.err != nil {
+			err = s.err
 		}
+	}
+	if err != nil {
+		for _, s := range subs {
+			if s.stop != nil {
+				s.stop()
+			}
+		}
+		cancel()
+		return nil, err
+	}
+	var breakOnce sync.Once
+	for _, s := range subs {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			defer stop()
+			defer s.stop()
 			for {
 				select {
 				case <-wctx.Done():
 					return
-				case _, ok := <-ch:
+				case _, ok := <-s.ch:
 					if !ok {
 						breakOnce.Do(func() { close(w.broken) })
 						return

@@ -228,3 +228,47 @@ func TestNewSemaphoreBadInput(t *testing.T) {
 		t.Errorf("NewSemaphore without an identity: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// A watch that fails, stalls or hangs never stalls a waiter: it polls, and
+// gets the freed slot within a few retry periods of the release (a hanging
+// subscription costs one retry period per attempt, for all slots together).
+func TestSemaphoreWatchFaultsPoll(t *testing.T) {
+	for _, mode := range []faultstore.Mode{faultstore.Fail, faultstore.Mute, faultstore.Hang} {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFixture()
+			ctx := context.Background()
+			a := newSemaphore(t, f.faulty(), "node-a", 3, nil)
+			st := f.faulty()
+			st.Inject(faultstore.Fault{Mode: mode}, faultstore.OpWatch)
+			b := newSemaphore(t, st, "node-b", 3, nil)
+			for i := 0; i < 2; i++ {
+				l, err := a.Acquire(ctx) // held for the test's length
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Release(ctx)
+			}
+			la, err := a.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *leasehold.Lease, 1)
+			go func() {
+				l, err := b.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			time.Sleep(5 * time.Second)
+			released := time.Now()
+			la.Release(ctx)
+			lb := <-got
+			bound := 3 * leasehold.DefaultRetryPeriod
+			if d := time.Since(released); d > bound {
+				t.Fatalf("watch fault %v: the waiter got the slot %v after the release, want within %v (it polls)", mode, d, bound)
+			}
+			lb.Release(ctx)
+		})
+	}
+}
