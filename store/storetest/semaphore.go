@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,6 +89,20 @@ func testSemaphoreFillAndRefill(s *suite) {
 	}
 }
 
+// testSemaphoreRaceControl is the race's negative control on this store:
+// holders that use three slots, judged against a limit of two, must be
+// caught three at once. It shows that the race overlaps terms on this store,
+// so that SemaphoreRace passing means something.
+func testSemaphoreRaceControl(s *suite) {
+	v := RaceSemaphore(s.t, s.open, 3, 2, s.h.Handles)
+	for _, x := range v {
+		if strings.Contains(x, "3 terms trusted at once") {
+			return
+		}
+	}
+	s.t.Fatalf("three slots judged against a limit of two: no three terms at once were seen (violations %q)", v)
+}
+
 // testSemaphoreRace races many holders for a semaphore of two slots, each
 // holding its slot for a moment of work, and checks with a SlotChecker that
 // no slot was worked under by two terms at once and that at most two terms
@@ -132,7 +147,7 @@ func RaceSemaphore(t *testing.T, open func() (store.Store, error), slots, limit,
 						t.Errorf("Acquire: %v", err)
 						return
 					}
-					check.Work(l, 30*time.Millisecond)
+					check.Work(l, 50*time.Millisecond)
 					if err := l.Release(context.Background()); err != nil && !errors.Is(err, store.ErrNotHeld) {
 						t.Errorf("Release %v: %v", l.Term(), err)
 					}

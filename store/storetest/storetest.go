@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 		{"TokensSurviveLoss", testTokensSurviveLoss},
 		{"SemaphoreFillAndRefill", testSemaphoreFillAndRefill},
 		{"SemaphoreRace", testSemaphoreRace},
+		{"SemaphoreRaceControl", testSemaphoreRaceControl},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
