@@ -19,11 +19,10 @@ import (
 // trying several names in turn), so that a slot is never granted to two terms
 // at once and each slot's tokens rise.
 
-// semaphoreTimings are timings every store accepts: a lease of a few seconds,
+// semaphoreTimings are timings every store accepts: a lease of at least ld,
 // wider than the store's minimum and with a margin wider than its time
 // resolution; a short retry period, so that stores without a watch poll often.
-func semaphoreTimings(st store.Store) leasehold.Timings {
-	ld := 3 * time.Second
+func semaphoreTimings(st store.Store, ld time.Duration) leasehold.Timings {
 	if l, ok := st.(store.Limiter); ok {
 		lim := l.Limits()
 		ld = max(ld, 2*lim.MinLeaseDuration, 3*lim.TimeResolution+time.Second)
@@ -37,7 +36,9 @@ func semaphoreTimings(st store.Store) leasehold.Timings {
 func testSemaphoreFillAndRefill(s *suite) {
 	const slots = 3
 	st := s.store()
-	cfg := leasehold.Config{Identity: "sem-a", Timings: semaphoreTimings(st)}
+	// A long lease: nothing here waits for an expiry, and a slow machine must
+	// not see a term expire between the fill and the refusal.
+	cfg := leasehold.Config{Identity: "sem-a", Timings: semaphoreTimings(st, s.longTTL())}
 	sem, err := leasehold.NewSemaphore(st, "sem", slots, cfg)
 	if err != nil {
 		s.t.Fatalf("NewSemaphore: %v", err)
@@ -134,7 +135,7 @@ func RaceSemaphore(t *testing.T, open func() (store.Store, error), slots, limit,
 		defer st.Close()
 		for g := 0; g < perHandle; g++ {
 			sem, err := leasehold.NewSemaphore(st, "race", slots, leasehold.Config{
-				Identity: fmt.Sprintf("h%d-g%d", h, g), Timings: semaphoreTimings(st)})
+				Identity: fmt.Sprintf("h%d-g%d", h, g), Timings: semaphoreTimings(st, 3*time.Second)})
 			if err != nil {
 				t.Fatalf("NewSemaphore: %v", err)
 			}
