@@ -73,7 +73,7 @@ func NewSemaphore(st store.Store, name string, slots int, cfg Config) (*Semaphor
 		s.slots[i] = SlotName(name, i)
 	}
 	s.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: cfg.KeepAlive,
-		events: newEventQueue(cfg.OnEvent)}
+		maxHold: cfg.MaxHold, events: newEventQueue(cfg.OnEvent)}
 	s.watcher, _ = st.(store.Watcher)
 	return s, nil
 }

@@ -22,6 +22,7 @@ func TestSlotsBadInput(t *testing.T) {
 		{"too many", []string{"run", "--lease", "x", "--slots", "257", "--", "true"}, "--slots 257: want 1 to 256"},
 		{"not a number", []string{"run", "--lease", "x", "--slots", "two", "--", "true"}, "-slots"},
 		{"with --http", []string{"run", "--lease", "x", "--slots", "2", "--http", "127.0.0.1:0", "--", "true"}, "--slots and --http together are not supported"},
+		{"with --every", []string{"run", "--lease", "x", "--slots", "2", "--every", "1h", "--", "true"}, "--slots does not go with --every"},
 		{"slot names too long", []string{"run", "--lease", long, "--slots", "12", "--", "true"}, "the slot lease names are too long"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
