@@ -299,3 +299,24 @@ func BenchmarkSemaphoreLastSlot(b *testing.B) {
 		}
 	}
 }
+
+// Config.MaxHold caps a semaphore's term as it caps a Lock's.
+func TestSemaphoreMaxHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		s := newSemaphore(t, f.faulty(), "node-a", 2, func(c *leasehold.Config) {
+			c.KeepAlive = true
+			c.MaxHold = 30 * time.Second
+		})
+		start := time.Now()
+		l, err := s.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-l.Context().Done()
+		if d := time.Since(start); d != 30*time.Second || !errors.Is(context.Cause(l.Context()), leasehold.ErrMaxHold) {
+			t.Fatalf("term ended at +%v with %v, want +30s and ErrMaxHold", d, context.Cause(l.Context()))
+		}
+		l.Release(context.Background())
+	})
+}
