@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -165,20 +164,11 @@ func (c *cluster) leader(t *testing.T) int {
 	}
 }
 
-// elector is one leasehold elector running in the background.
+// elector is one leasehold elector running in the background, on its own
+// store handle.
 type elector struct {
-	e       *leasehold.Elector
-	st      *Store
-	cancel  context.CancelFunc
-	done    chan error
-	mu      sync.Mutex
-	renewed int // successful renewals
-}
-
-func (el *elector) renewals() int {
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	return el.renewed
+	*storetest.Elector
+	st *Store
 }
 
 func clusterTimings() leasehold.Timings {
@@ -193,37 +183,7 @@ func clusterTimings() leasehold.Timings {
 func startElector(t *testing.T, l *storetest.Ledger, id, prefix string, endpoints []string) *elector {
 	t.Helper()
 	st := openStore(t, prefix, endpoints...)
-	el := &elector{st: st, done: make(chan error, 1)}
-	e, err := leasehold.NewElector(st, "leader", leasehold.Config{
-		Identity: id, Timings: clusterTimings(),
-		OnEvent: func(ev leasehold.Event) {
-			switch ev.Kind {
-			case leasehold.EventRenewed:
-				el.mu.Lock()
-				el.renewed++
-				el.mu.Unlock()
-			case leasehold.EventRenewFailed, leasehold.EventLost, leasehold.EventAcquired:
-				l.Note("%s %s %s err=%v", id, ev.Kind, ev.Term, ev.Err)
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	el.e = e
-	ctx, cancel := context.WithCancel(context.Background())
-	el.cancel = cancel
-	go func() { el.done <- e.Run(ctx, l.Work) }()
-	t.Cleanup(el.stop)
-	return el
-}
-
-func (el *elector) stop() {
-	el.cancel()
-	select {
-	case <-el.done:
-	case <-time.After(20 * time.Second):
-	}
+	return &elector{Elector: l.Start(t, st, id, clusterTimings()), st: st}
 }
 
 // TestClusterClientMemberStops: two electors, each with a client on all three
@@ -243,7 +203,7 @@ func TestClusterClientMemberStops(t *testing.T) {
 	_, tok0 := l.Leading()
 	lead := c.leader(t)
 	victim := (lead + 1) % 3
-	before := a.renewals() + b.renewals()
+	before := a.Renewals() + b.Renewals()
 	l.Note("stopping member %d (a follower); raft leader is member %d", victim, lead)
 	c.crash(victim)
 	// Liveness: the holder renews through the remaining members, or a new
@@ -252,7 +212,7 @@ func TestClusterClientMemberStops(t *testing.T) {
 		return progressed(l, tok0, a, b, before)
 	})
 	who, tok := l.Leading()
-	l.Note("after the stop: %s leads with token %d; a renewed %d times since", who, tok, a.renewals()-before)
+	l.Note("after the stop: %s leads with token %d; a renewed %d times since", who, tok, a.Renewals()-before)
 	checkLive(t, l, c.endpoints(lead, 3-lead-victim), prefix, who, tok)
 }
 
@@ -265,9 +225,9 @@ func progressed(l *storetest.Ledger, tok0 int64, a, b *elector, before int) bool
 	case who == "":
 		return false
 	case tok == tok0:
-		return a.renewals()+b.renewals() >= before+4
+		return a.Renewals()+b.Renewals() >= before+4
 	default:
-		return a.renewals()+b.renewals() >= before+2
+		return a.Renewals()+b.Renewals() >= before+2
 	}
 }
 
@@ -304,7 +264,7 @@ func TestClusterLeaderCrashes(t *testing.T) {
 	b := startElector(t, l, "b", prefix, c.endpoints())
 	_, tok0 := l.Leading()
 	lead := c.leader(t)
-	before := a.renewals() + b.renewals()
+	before := a.Renewals() + b.Renewals()
 	l.Note("crashing the raft leader, member %d", lead)
 	c.crash(lead)
 	newLead := c.leader(t)
@@ -354,7 +314,7 @@ func TestClusterMinorityCutOff(t *testing.T) {
 			h := startElector(t, l, "h", prefix, c.endpoints(cut))
 			storetest.WaitFor(t, 20*time.Second, "h leads", func() bool { who, _ := l.Leading(); return who != "" })
 			hWho, hTok := l.Leading()
-			storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.renewals() >= 2 })
+			storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.Renewals() >= 2 })
 			startElector(t, l, "r", prefix, c.endpoints(rest...))
 			l.Note("cutting off member %d (%s); the holder's client talks only to it", cut, which)
 			c.part.isolate(c.members[cut].id())

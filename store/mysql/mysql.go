@@ -28,9 +28,9 @@ func (s *Store) opErr(op string, err error) error {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case errNoTable:
-			return kit.Errorf(op, "%s (table %s): %w; create it with `leasehold migrate`, (*mysql.Store).Migrate, or Options.CreateIfMissing", me.Message, s.n.table, ErrNotMigrated)
+			return kit.NoTable(op, me.Message, s.n.table, ErrNotMigrated)
 		case errBadField:
-			return kit.Errorf(op, "%s: table %s is not a migrated lease table: %w; `leasehold migrate` or (*mysql.Store).Migrate adds what is missing", me.Message, s.n.table, ErrNotMigrated)
+			return kit.OldTable(op, me.Message, s.n.table, ErrNotMigrated)
 		case errOutOfRange:
 			if strings.HasPrefix(op, "acquire") || strings.HasPrefix(op, "lock") {
 				return kit.Errorf(op, "the epoch is at the BIGINT limit: %w", ErrBadRow)

@@ -1,7 +1,6 @@
 package nats
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -106,76 +105,53 @@ func state(l *storetest.Ledger) (leader string, token int64, terms int) {
 	return leader, token, l.Terms()
 }
 
-// renewals counts successful renewals across the electors.
-type renewals struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (r *renewals) get() int { r.mu.Lock(); defer r.mu.Unlock(); return r.n }
-
-// elector is one leasehold elector running in the background.
+// elector is one leasehold elector running in the background, on its own
+// store handle.
 type elector struct {
-	st     *Store
-	cancel context.CancelFunc
+	*storetest.Elector
+	st *Store
 }
 
 // crash closes the elector's store under it, then stops it: its renewals
 // and its release fail, so its term ends only when the server expires it.
 func (e *elector) crash() {
 	e.st.Close()
-	e.cancel()
+	e.Stop()
 }
 
-func startElector(t *testing.T, l *storetest.Ledger, r *renewals, id string, urls []string, bucket string) *elector {
+func startElector(t *testing.T, l *storetest.Ledger, id string, urls []string, bucket string) *elector {
 	t.Helper()
 	st, err := Open(testCtx(t, 30*time.Second), Config{Servers: urls, Options: Options{Bucket: bucket, Replicas: 3}})
 	if err != nil {
 		t.Fatalf("open store for %s: %v", id, err)
 	}
-	e, err := leasehold.NewElector(st, "leader", leasehold.Config{
-		Identity: id,
-		Timings:  leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond},
-		OnEvent: func(ev leasehold.Event) {
-			switch ev.Kind {
-			case leasehold.EventRenewed:
-				r.mu.Lock()
-				r.n++
-				r.mu.Unlock()
-			case leasehold.EventRenewFailed, leasehold.EventLost, leasehold.EventAcquired:
-				l.Note("%s %s %s err=%v", id, ev.Kind, ev.Term, ev.Err)
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx, l.Work) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Errorf("elector %s did not stop within 20s", id)
+	t.Cleanup(func() { st.Close() }) // after the elector has stopped
+	timings := leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
+	return &elector{Elector: l.Start(t, st, id, timings), st: st}
+}
+
+// renewals counts successful renewals across the electors.
+func renewals(electors map[string]*elector) func() int {
+	return func() int {
+		n := 0
+		for _, e := range electors {
+			n += e.Renewals()
 		}
-		st.Close()
-	})
-	return &elector{st: st, cancel: cancel}
+		return n
+	}
 }
 
 // progress waits until, after a fault, the electors renew again or a new
 // term leads: the cluster keeps granting.
-func progress(t *testing.T, l *storetest.Ledger, r *renewals, what string) {
+func progress(t *testing.T, l *storetest.Ledger, r func() int, what string) {
 	t.Helper()
 	_, _, terms0 := state(l)
-	r0 := r.get()
+	r0 := r()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		who, tok, terms := state(l)
-		if who != "" && (terms > terms0 || r.get() >= r0+3) {
-			l.Note("after %s: %s leads with token %d (%d new terms, %d renewals)", what, who, tok, terms-terms0, r.get()-r0)
+		if who != "" && (terms > terms0 || r() >= r0+3) {
+			l.Note("after %s: %s leads with token %d (%d new terms, %d renewals)", what, who, tok, terms-terms0, r()-r0)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -192,11 +168,11 @@ func TestClusterR3KillMembers(t *testing.T) {
 	c := startCluster(t, 3)
 	bucket := uniqueBucket("r3")
 	l := storetest.NewLedger(t)
-	r := &renewals{}
 	electors := map[string]*elector{}
 	for _, id := range []string{"a", "b", "c"} {
-		electors[id] = startElector(t, l, r, id, c.urls(), bucket)
+		electors[id] = startElector(t, l, id, c.urls(), bucket)
 	}
+	r := renewals(electors)
 	progress(t, l, r, "start")
 
 	// 1. Kill the server that leads the bucket's stream.

@@ -123,7 +123,7 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 	if err != nil {
 		s.closeSession(conn)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, kit.Errorf(fmt.Sprintf("advisory lock %q", name), "table %s does not exist: %w; create it with `leasehold migrate` or (*postgres.Store).Migrate", s.qtable, ErrNotMigrated)
+			return nil, kit.NoTable(fmt.Sprintf("advisory lock %q", name), "", s.qtable, ErrNotMigrated)
 		}
 		return nil, s.opErr("advisory lock", fmt.Sprintf("%q", name), err)
 	}

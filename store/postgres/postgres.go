@@ -72,11 +72,9 @@ func (s *Store) opErr(op, what string, err error) error {
 	if errors.As(err, &pe) {
 		switch pe.Code {
 		case "42P01": // undefined_table
-			return kit.Errorf(op+" "+what, "%s (table %s): %w; create it with `leasehold migrate`, (*postgres.Store).Migrate, or Options.CreateIfMissing",
-				pe.Message, s.qtable, ErrNotMigrated)
+			return kit.NoTable(op+" "+what, pe.Message, s.qtable, ErrNotMigrated)
 		case "42703", "42P10": // undefined_column, no unique constraint for ON CONFLICT
-			return kit.Errorf(op+" "+what, "%s: table %s is not a migrated lease table: %w; `leasehold migrate` or (*postgres.Store).Migrate adds what is missing",
-				pe.Message, s.qtable, ErrNotMigrated)
+			return kit.OldTable(op+" "+what, pe.Message, s.qtable, ErrNotMigrated)
 		case "22003": // numeric_value_out_of_range: epoch + 1 overflowed
 			if op == "acquire" {
 				return kit.Errorf(op+" "+what, "the epoch is at the bigint limit: %w", ErrBadRow)

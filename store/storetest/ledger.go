@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
 )
 
 // Ledger records who leads, in real time, across the electors of one test
@@ -121,5 +122,60 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, d)
 		}
 		time.Sleep(20 * time.Millisecond) // polling
+	}
+}
+
+// Elector is one leasehold elector the ledger started (Ledger.Start),
+// running in the background until the test ends.
+type Elector struct {
+	cancel  context.CancelFunc
+	done    chan error
+	mu      sync.Mutex
+	renewed int
+}
+
+// Start runs an elector for lease "leader" on st with identity id and the
+// given timings, its work Work, until the test ends (or Stop). Its
+// acquisitions, failed renewals and losses go to the ledger's log; its
+// successful renewals are counted (Renewals).
+func (l *Ledger) Start(t testing.TB, st store.Store, id string, timings leasehold.Timings) *Elector {
+	t.Helper()
+	el := &Elector{done: make(chan error, 1)}
+	e, err := leasehold.NewElector(st, "leader", leasehold.Config{
+		Identity: id, Timings: timings,
+		OnEvent: func(ev leasehold.Event) {
+			switch ev.Kind {
+			case leasehold.EventRenewed:
+				el.mu.Lock()
+				el.renewed++
+				el.mu.Unlock()
+			case leasehold.EventRenewFailed, leasehold.EventLost, leasehold.EventAcquired:
+				l.Note("%s %s %s err=%v", id, ev.Kind, ev.Term, ev.Err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	el.cancel = cancel
+	go func() { el.done <- e.Run(ctx, l.Work) }()
+	t.Cleanup(el.Stop)
+	return el
+}
+
+// Renewals is how many renewals of the elector have succeeded.
+func (el *Elector) Renewals() int {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return el.renewed
+}
+
+// Stop stops the elector and waits (up to 20 s) for its Run to return.
+func (el *Elector) Stop() {
+	el.cancel()
+	select {
+	case <-el.done:
+	case <-time.After(20 * time.Second):
 	}
 }

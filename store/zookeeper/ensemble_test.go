@@ -50,7 +50,7 @@ func progressed(l *storetest.Ledger, tok0 int64, els []*elector, before int) boo
 	who, tok := l.Leading()
 	n := 0
 	for _, el := range els {
-		n += el.renewals()
+		n += el.Renewals()
 	}
 	switch {
 	case who == "":
@@ -65,7 +65,7 @@ func progressed(l *storetest.Ledger, tok0 int64, els []*elector, before int) boo
 func renewalsOf(els []*elector) int {
 	n := 0
 	for _, el := range els {
-		n += el.renewals()
+		n += el.Renewals()
 	}
 	return n
 }
@@ -216,7 +216,7 @@ func TestEnsembleMinorityCutOff(t *testing.T) {
 			h := startElector(t, l, "h", openStore(t, root, e.Servers[cut].Addr()))
 			storetest.WaitFor(t, 20*time.Second, "h leads", func() bool { who, _ := l.Leading(); return who != "" })
 			hWho, hTok := l.Leading()
-			storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.renewals() >= 2 })
+			storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.Renewals() >= 2 })
 			startElector(t, l, "r", openStore(t, root, e.Addrs(rest...)...))
 			l.Note("cutting off member %d (the %s); the holder's client talks only to it", cut, which)
 			cutAt := time.Now()

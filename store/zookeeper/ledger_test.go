@@ -1,8 +1,6 @@
 package zookeeper
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -10,19 +8,11 @@ import (
 	"github.com/leasehold/leasehold/store/storetest"
 )
 
-// elector is one leasehold elector running in the background.
+// elector is one leasehold elector running in the background, on its own
+// store handle.
 type elector struct {
-	st      *Store
-	cancel  context.CancelFunc
-	done    chan error
-	mu      sync.Mutex
-	renewed int
-}
-
-func (el *elector) renewals() int {
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	return el.renewed
+	*storetest.Elector
+	st *Store
 }
 
 // clusterTimings: a 3 s lease trusted for 2 s after each renewal was sent
@@ -40,34 +30,5 @@ func clusterTimings() leasehold.Timings {
 // ledger's, until the test ends.
 func startElector(t *testing.T, l *storetest.Ledger, id string, st *Store) *elector {
 	t.Helper()
-	el := &elector{st: st, done: make(chan error, 1)}
-	e, err := leasehold.NewElector(st, "leader", leasehold.Config{
-		Identity: id, Timings: clusterTimings(),
-		OnEvent: func(ev leasehold.Event) {
-			switch ev.Kind {
-			case leasehold.EventRenewed:
-				el.mu.Lock()
-				el.renewed++
-				el.mu.Unlock()
-			case leasehold.EventRenewFailed, leasehold.EventLost, leasehold.EventAcquired:
-				l.Note("%s %s %s err=%v", id, ev.Kind, ev.Term, ev.Err)
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	el.cancel = cancel
-	go func() { el.done <- e.Run(ctx, l.Work) }()
-	t.Cleanup(el.stop)
-	return el
-}
-
-func (el *elector) stop() {
-	el.cancel()
-	select {
-	case <-el.done:
-	case <-time.After(20 * time.Second):
-	}
+	return &elector{Elector: l.Start(t, st, id, clusterTimings()), st: st}
 }

@@ -95,7 +95,7 @@ func TestSessionExpiresWhileHolding(t *testing.T) {
 	h := startElector(t, l, "h", hst)
 	storetest.WaitFor(t, 20*time.Second, "h leads", func() bool { who, _ := l.Leading(); return who != "" })
 	hWho, hTok := l.Leading()
-	storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.renewals() >= 2 })
+	storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.Renewals() >= 2 })
 	startElector(t, l, "r", rst)
 	l.Note("cutting the holder off from the server")
 	cut := time.Now()
