@@ -264,7 +264,7 @@ func TestSemaphoreWatchFaultsPoll(t *testing.T) {
 			released := time.Now()
 			la.Release(ctx)
 			lb := <-got
-			bound := 3 * leasehold.DefaultRetryPeriod
+			bound := 3 * leasehold.DefaultTimings().RetryPeriod
 			if d := time.Since(released); d > bound {
 				t.Fatalf("watch fault %v: the waiter got the slot %v after the release, want within %v (it polls)", mode, d, bound)
 			}
