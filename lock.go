@@ -140,7 +140,7 @@ func (l *Lock) waitYield(ctx context.Context) error {
 type lockKeeping struct {
 	h *holding
 	c *contender
-	l *Lock // nil: no yield after release (the Scheduler's claims)
+	l *Lock // nil: no yield after release (the Scheduler's claims, a Semaphore's slots)
 }
 
 func (k lockKeeping) safeUntil() time.Time { return k.h.SafeUntil() }
