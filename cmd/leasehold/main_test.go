@@ -747,9 +747,9 @@ func TestHTTP(t *testing.T) {
 	for _, want := range []string{
 		`leasehold_is_leader{lease="web"} 1`,
 		`leasehold_token{lease="web"} 1`,
-		`leasehold_leader_transitions_total{lease="web"} 1`,
+		`leasehold_terms_started_total{lease="web"} 1`,
 		`leasehold_acquire_attempts_total{lease="web",result="granted"} 1`,
-		`leasehold_step_downs_total{lease="web",reason="expired"} 0`,
+		`leasehold_terms_ended_total{lease="web",reason="expired"} 0`,
 		`leasehold_renew_latency_seconds_bucket{lease="web",le="+Inf"}`,
 		`# TYPE leasehold_renew_latency_seconds histogram`,
 		`leasehold_command_starts_total{lease="web"} 1`,
