@@ -93,7 +93,7 @@ func health(v healthView) (bool, string) {
 }
 
 // httpHandler serves /healthz, /leader and /metrics for `run`.
-func (r *runCmd) httpHandler() http.Handler {
+func (r *runCmd) httpHandler() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, req *http.Request) {
 		ok, why := health(r.healthView())

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// TestTermsOf: how the timeline tells how each term ended, from the store's
+// history (newest first) and the current record.
+func TestTermsOf(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	e := func(sec int, event, holder string, token int64) store.HistoryEntry {
+		return store.HistoryEntry{Term: store.Term{Name: "x", Holder: holder, Token: token}, Event: event, At: t0.Add(time.Duration(sec) * time.Second)}
+	}
+	live := func(holder string, token int64) store.Record {
+		return store.Record{Term: store.Term{Name: "x", Holder: holder, Token: token}, Remaining: time.Second}
+	}
+	cases := []struct {
+		name    string
+		entries []store.HistoryEntry // newest first
+		cur     store.Record
+		want    string
+	}{
+		{"released then taken", []store.HistoryEntry{e(3, "acquired", "b", 2), e(2, "released", "a", 1), e(1, "acquired", "a", 1)}, live("b", 2),
+			"2 b holding from 3; 1 a released from 1 to 2"},
+		{"expired takeover", []store.HistoryEntry{e(9, "expired-takeover", "b", 2), e(1, "acquired", "a", 1)}, live("b", 2),
+			"2 b holding from 9; 1 a expired from 1 to 9"},
+		{"same holder again", []store.HistoryEntry{e(4, "acquired", "a", 2), e(1, "acquired", "a", 1)}, live("a", 2),
+			"2 a holding from 4; 1 a replaced from 1 to 4"},
+		{"force-released, nobody since", []store.HistoryEntry{e(5, "force-released", "a", 1), e(1, "acquired", "a", 1)}, store.Record{Term: store.Term{Name: "x", Token: 1}},
+			"1 a force-released from 1 to 5"},
+		{"expired, nobody took over", []store.HistoryEntry{e(1, "acquired", "a", 1)}, store.Record{Term: store.Term{Name: "x", Holder: "a", Token: 1}, Remaining: -time.Second},
+			"1 a expired from 1"},
+		{"history begins mid-term", []store.HistoryEntry{e(2, "released", "a", 7)}, store.Record{Term: store.Term{Name: "x", Token: 7}},
+			"7 a released from ? to 2"},
+		{"no record", []store.HistoryEntry{e(1, "acquired", "a", 1)}, store.Record{},
+			"1 a unknown from 1"},
+	}
+	for _, c := range cases {
+		got := ""
+		for i, tv := range termsOf(c.entries, c.cur) {
+			if i > 0 {
+				got += "; "
+			}
+			got += fmt.Sprintf("%d %s %s from %s", tv.Token, tv.Holder, tv.End, sec(t0, tv.Started))
+			if tv.Ended != nil {
+				got += " to " + sec(t0, tv.Ended)
+			}
+		}
+		want := c.want
+		if got != want {
+			t.Errorf("%s:\n got  %s\n want %s", c.name, got, want)
+		}
+	}
+}
+
+func sec(t0 time.Time, t *time.Time) string {
+	if t == nil {
+		return "?"
+	}
+	return fmt.Sprint(int(t.Sub(t0) / time.Second))
+}
