@@ -711,7 +711,7 @@ func TestHTTP(t *testing.T) {
 	a := startRun(t, dir, "a", nil, append([]string{"--store", url, "--lease", "web", "--http", "127.0.0.1:0"}, timingArgs...)...)
 	var addr string
 	waitUntil(t, 20*time.Second, "a to lead and serve HTTP", func() bool {
-		m := regexp.MustCompile(`msg="serving /healthz.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.log())
+		m := regexp.MustCompile(`msg="serving the status page, /healthz.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.log())
 		if m != nil {
 			addr = m[1]
 		}
@@ -726,6 +726,14 @@ func TestHTTP(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// The status page, the same as `leasehold serve`'s, marks this node.
+	if code, body := get("/"); code != 200 || !strings.Contains(body, `<script src="/static/app.js"`) {
+		t.Errorf("GET / = %d:\n%s", code, body)
+	}
+	waitUntil(t, 10*time.Second, "the page's snapshot to show a leading", func() bool {
+		_, body := get("/api/leases")
+		return strings.Contains(body, `"name":"web","state":"held"`) && strings.Contains(body, `"self":true`)
+	})
 	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "leading with token 1") {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
