@@ -171,6 +171,19 @@ func TestImage(t *testing.T) {
 	if out, err := run("--user", "0:0", "/usr/local/bin/leasehold migrate --store sqlite:///leases.db"); err != nil {
 		t.Errorf("as root (the control), writing to / should work: %v\n%s", err, out)
 	}
+	// The init container of deploy/kubernetes/deployment.yaml: the binary
+	// copies itself into a shared volume (the image has no cp).
+	vol := filepath.Join(tmp, "leasehold-bin")
+	if err := os.Mkdir(vol, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(vol, 0o777) // an emptyDir is writable by the pod's user
+	if out, err := run("-v", vol+":/leasehold-bin", "/usr/local/bin/leasehold install /leasehold-bin"); err != nil {
+		t.Errorf("leasehold install in the image: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(filepath.Join(vol, "leasehold"), "--version").CombinedOutput(); err != nil || !strings.Contains(string(out), "github.com/leasehold/leasehold") {
+		t.Errorf("the binary the image installed: %v\n%s", err, out)
+	}
 }
 
 // interpreter returns the ELF program interpreter of path ("" when static).

@@ -142,6 +142,7 @@ var commands = []commandInfo{
 	{name: demoWorkerCommand, hidden: true, new: newDemoWorkerCmd},
 	{name: "verify", summary: "prove on a store that no stale write is accepted: real processes, real faults, a checked history", new: newVerifyCmd},
 	{name: chaosNodeCommand, hidden: true, new: newChaosNodeCmd},
+	{name: "install", summary: "copy this binary into DIR (an init container's command: the image has no cp)", new: newInstallCmd},
 	{name: "version", summary: "print the version and commit of this build (also --version)", new: newVersionCmd},
 }
 
