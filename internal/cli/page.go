@@ -90,12 +90,14 @@ func (p *statusPage) run(ctx context.Context) {
 	watched := map[string]bool{}
 	var watchMu sync.Mutex
 	w, canWatch := p.st.(store.Watcher)
+	reread := false
 	for {
 		recs, err := p.read(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		p.publish(recs, err)
+		subscribed := false
 		if canWatch {
 			for _, r := range recs {
 				watchMu.Lock()
@@ -110,6 +112,7 @@ func (p *statusPage) run(ctx context.Context) {
 				}
 				watched[r.Name] = true
 				watchMu.Unlock()
+				subscribed = true
 				wg.Add(1)
 				go func(name string) {
 					defer wg.Done()
@@ -126,6 +129,14 @@ func (p *statusPage) run(ctx context.Context) {
 				}(r.Name)
 			}
 		}
+		if subscribed && !reread {
+			// A change between the read and the new watch would be missed:
+			// read once more now that the watch is on (once: a watch that
+			// breaks at once is not resubscribed in a tight loop).
+			reread = true
+			continue
+		}
+		reread = false
 		t := time.NewTimer(p.interval)
 		select {
 		case <-ctx.Done():

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/memstore"
 )
 
 // TestTermsOf: how the timeline tells how each term ended, from the store's
@@ -62,4 +65,95 @@ func sec(t0 time.Time, t *time.Time) string {
 		return "?"
 	}
 	return fmt.Sprint(int(t.Sub(t0) / time.Second))
+}
+
+// noWatch hides a store's Watcher (and its Lister, which the page needs
+// only without names).
+type noWatch struct{ st store.Store }
+
+func (n noWatch) Acquire(ctx context.Context, name, holder string, ttl time.Duration, md string) (store.Record, error) {
+	return n.st.Acquire(ctx, name, holder, ttl, md)
+}
+func (n noWatch) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
+	return n.st.Renew(ctx, t, ttl)
+}
+func (n noWatch) Release(ctx context.Context, t store.Term) error { return n.st.Release(ctx, t) }
+func (n noWatch) Get(ctx context.Context, name string) (store.Record, error) {
+	return n.st.Get(ctx, name)
+}
+func (n noWatch) Close() error { return n.st.Close() }
+
+// TestStatusPageWatches: with a store that watches, a change of hands
+// reaches the page at once, though the page reads only every hour; without
+// the watch (the control) it does not.
+func TestStatusPageWatches(t *testing.T) {
+	for _, watch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("watch=%v", watch), func(t *testing.T) {
+			ms := memstore.New()
+			var st store.Store = ms
+			if !watch {
+				st = noWatch{ms}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			rec, err := ms.Acquire(ctx, "job", "alpha", time.Minute, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, err := newStatusPage(st, "mem", []string{"job"}, time.Hour, 5*time.Second, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				page.run(ctx)
+			}()
+			defer func() {
+				cancel()
+				<-done
+			}()
+			holder := func() string {
+				snap, _ := page.current()
+				var s pageSnapshot
+				json.Unmarshal(snap, &s)
+				if len(s.Leases) != 1 {
+					return ""
+				}
+				return s.Leases[0].Holder
+			}
+			waitFor(t, 10*time.Second, func() bool { return holder() == "alpha" })
+			_, changed := page.current()
+			if err := ms.Release(ctx, rec.Term); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ms.Acquire(ctx, "job", "beta", time.Minute, ""); err != nil {
+				t.Fatal(err)
+			}
+			timer := time.NewTimer(5 * time.Second)
+			defer timer.Stop()
+			select {
+			case <-changed:
+				if !watch {
+					t.Fatalf("a page without a watch read again before its interval")
+				}
+				waitFor(t, 10*time.Second, func() bool { return holder() == "beta" })
+			case <-timer.C:
+				if watch {
+					t.Fatalf("the page did not see the hand-over within 5s; holder %q", holder())
+				}
+			}
+		})
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v", timeout)
+		}
+		tm := time.NewTimer(5 * time.Millisecond)
+		<-tm.C
+	}
 }
