@@ -51,7 +51,7 @@ import (
 // Reasons are the values of the reason label of
 // leasehold_terms_ended_total: those of leasehold.LossReason. Every series
 // exists (at 0) from a lease's first event, so that rate() sees the first end.
-var Reasons = []string{"expired", "lost", "released", "shutdown", "error"}
+var Reasons = []string{"expired", "lost", "released", "max-hold", "shutdown", "error"}
 
 // Results are the values of the result label of
 // leasehold_acquire_attempts_total.
@@ -123,7 +123,7 @@ func New(opts Options) *Metrics {
 		remaining: desc("leasehold_safe_until_remaining_seconds", "Seconds until this process stops trusting its term (safeUntil), to the millisecond; 0 when it does not lead, negative when overdue."),
 		at:        desc("leasehold_safe_until_timestamp_seconds", "Wall-clock time of safeUntil as Unix seconds, to the millisecond (advisory: the holder keeps the deadline on its monotonic clock); 0 when it does not lead."),
 		started:   counter("leasehold_terms_started_total", "Terms this process was granted."),
-		ended:     counter("leasehold_terms_ended_total", "Terms this process ended, by reason (expired: no renewal before safeUntil; lost: the store said so; released; shutdown: the caller's context ended; error).", "reason"),
+		ended:     counter("leasehold_terms_ended_total", "Terms this process ended, by reason (expired: no renewal before safeUntil; lost: the store said so; released; max-hold: Config.MaxHold reached; shutdown: the caller's context ended; error).", "reason"),
 		attempts:  counter("leasehold_acquire_attempts_total", "Acquire requests, by result (granted; held by another; error, outcome unknown).", "result"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "leasehold_renew_latency_seconds", Help: "Round trip of successful renewals, from when each was sent.",

@@ -1,6 +1,7 @@
 package promlease_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -268,5 +269,15 @@ func TestDashboardQueriesExist(t *testing.T) {
 	// Negative control: a renamed metric is caught.
 	if miss := missing([]string{`rate(leasehold_step_downs_total[5m])`, `leasehold_is_leader_bucket`}, fams); len(miss) != 2 {
 		t.Errorf("missing() caught %v, want both names", miss)
+	}
+}
+
+// TestReasonsCoverLossReason: every reason leasehold.LossReason gives has
+// its series from the start.
+func TestReasonsCoverLossReason(t *testing.T) {
+	for _, err := range []error{leasehold.ErrSafeUntilPassed, leasehold.ErrLeaseLost, leasehold.ErrReleased, leasehold.ErrMaxHold, context.Canceled, errors.New("other")} {
+		if r := leasehold.LossReason(err); !slices.Contains(promlease.Reasons, r) {
+			t.Errorf("LossReason(%v) = %q, not in Reasons %v", err, r, promlease.Reasons)
+		}
 	}
 }
