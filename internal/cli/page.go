@@ -34,7 +34,9 @@ const maxWatches = 64
 //	GET /api/history?lease=N   the terms of lease N, newest first (JSON)
 //
 // One goroutine (run) reads the leases every interval, and at once when a
-// store watch says one may have changed; every open page gets each snapshot.
+// store watch says one may have changed, while someone looks (an open event
+// stream, or a request of /api/leases): a `run --http` nobody looks at adds
+// no load on the store. Every open page gets each snapshot.
 type statusPage struct {
 	st        store.Store
 	storeName string
@@ -49,7 +51,10 @@ type statusPage struct {
 
 	mu      sync.Mutex
 	snap    []byte
+	at      time.Time     // when snap was read
 	changed chan struct{} // closed and replaced when snap changes
+	viewers int           // open event streams
+	wanted  chan struct{} // a viewer arrived, or a reading was asked for (coalesced)
 	done    chan struct{} // closed when run returns: event streams end
 }
 
@@ -64,7 +69,7 @@ func newStatusPage(st store.Store, storeName string, names []string, interval, t
 	return &statusPage{
 		st: st, storeName: storeName, names: names,
 		interval: interval, timeout: timeout, historyLimit: historyLimit,
-		changed: make(chan struct{}), done: make(chan struct{}),
+		changed: make(chan struct{}), done: make(chan struct{}), wanted: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -92,6 +97,14 @@ func (p *statusPage) run(ctx context.Context) {
 	w, canWatch := p.st.(store.Watcher)
 	reread := false
 	for {
+		// Read only while someone looks (or once, when asked).
+		if !p.looked() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.wanted:
+			}
+		}
 		recs, err := p.read(ctx)
 		if ctx.Err() != nil {
 			return
@@ -191,10 +204,44 @@ func (p *statusPage) publish(recs []store.Record, err error) {
 	}
 	b, _ := json.Marshal(snap)
 	p.mu.Lock()
-	p.snap = b
+	p.snap, p.at = b, time.Now()
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
+}
+
+// looked reports whether someone looks at the page: an open event stream,
+// or a pending request for a reading.
+func (p *statusPage) looked() bool {
+	select {
+	case <-p.wanted:
+		return true
+	default:
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.viewers > 0
+}
+
+// want asks run for a reading.
+func (p *statusPage) want() {
+	select {
+	case p.wanted <- struct{}{}:
+	default:
+	}
+}
+
+// view counts a viewer until the returned func is called.
+func (p *statusPage) view() (leave func()) {
+	p.mu.Lock()
+	p.viewers++
+	p.mu.Unlock()
+	p.want()
+	return func() {
+		p.mu.Lock()
+		p.viewers--
+		p.mu.Unlock()
+	}
 }
 
 // current returns the latest snapshot (nil before the first read) and a
@@ -218,14 +265,24 @@ func (p *statusPage) routes(mux *http.ServeMux) {
 		files.ServeHTTP(w, r)
 	})))
 	mux.HandleFunc("GET /api/leases", func(w http.ResponseWriter, r *http.Request) {
-		snap, changed := p.current()
-		if snap == nil { // before the first read: wait for it
+		p.mu.Lock()
+		snap, changed, fresh := p.snap, p.changed, time.Since(p.at) < p.interval
+		p.mu.Unlock()
+		if snap == nil || !fresh { // ask for a reading and wait for it
+			p.want()
+			t := time.NewTimer(p.timeout)
+			defer t.Stop()
 			select {
 			case <-changed:
+			case <-t.C:
 			case <-r.Context().Done():
 				return
 			}
 			snap, _ = p.current()
+		}
+		if snap == nil {
+			http.Error(w, "no reading of the store yet", http.StatusServiceUnavailable)
+			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
@@ -251,6 +308,8 @@ func (p *statusPage) serveEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming is not supported here", http.StatusInternalServerError)
 		return
 	}
+	leave := p.view()
+	defer leave()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)

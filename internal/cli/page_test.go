@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/store"
@@ -103,6 +105,8 @@ func TestStatusPageWatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			leave := page.view() // an open page: the refresher reads
+			defer leave()
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -156,4 +160,56 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 		tm := time.NewTimer(5 * time.Millisecond)
 		<-tm.C
 	}
+}
+
+// countGets counts the Get calls of a store.
+type countGets struct {
+	noWatch
+	gets atomic.Int64
+}
+
+func (c *countGets) Get(ctx context.Context, name string) (store.Record, error) {
+	c.gets.Add(1)
+	return c.noWatch.Get(ctx, name)
+}
+
+// TestStatusPageIdle: the page reads the store only while someone looks, so
+// a `run --http` nobody opens adds no load; a viewer starts the readings
+// (the control) and they stop when it leaves.
+func TestStatusPageIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &countGets{noWatch: noWatch{memstore.New()}}
+		page, err := newStatusPage(st, "mem", []string{"job"}, 10*time.Millisecond, time.Second, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			page.run(ctx)
+		}()
+		time.Sleep(time.Second) // virtual time: 100 intervals
+		synctest.Wait()
+		if n := st.gets.Load(); n != 0 {
+			t.Errorf("%d reads with nobody looking, want 0", n)
+		}
+		leave := page.view()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := st.gets.Load(); n < 50 {
+			t.Errorf("%d reads in 1s with a viewer at a 10ms interval, want about 100", n)
+		}
+		leave()
+		time.Sleep(100 * time.Millisecond) // the wait in progress ends
+		synctest.Wait()
+		before := st.gets.Load()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := st.gets.Load() - before; n != 0 {
+			t.Errorf("%d reads after the viewer left, want 0", n)
+		}
+		cancel()
+		<-done
+	})
 }
