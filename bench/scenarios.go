@@ -216,6 +216,10 @@ type contentionRound struct {
 	// previous turn (a fair lottery among k: 1/k; the releaser winning its
 	// own race against the woken waiters: near 1).
 	Repeat float64 `json:"repeat"`
+	// MaxWaitAt says where the longest wait was: "first" (before a
+	// contender's first turn), "between" (between two turns) or "last"
+	// (after its last turn, to the end of the round).
+	MaxWaitAt string `json:"max_wait_at"`
 }
 
 // runContention runs k contenders of l, each acquiring and releasing in a
@@ -292,12 +296,17 @@ func runContention(ctx context.Context, r *Results, l *lib, lockName string, k i
 		cr.Counts[who]++
 		if w := idx - last[who] - 1; w > cr.MaxWait {
 			cr.MaxWait = w
+			cr.MaxWaitAt = "between"
+			if last[who] < 0 {
+				cr.MaxWaitAt = "first"
+			}
 		}
 		last[who] = idx
 	}
 	for i := range last {
 		if w := len(order) - last[i] - 1; w > cr.MaxWait {
 			cr.MaxWait = w
+			cr.MaxWaitAt = "last"
 		}
 	}
 	fair := float64(len(order)) / float64(k)
