@@ -73,7 +73,10 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // Acquire waits until it holds the lock or ctx ends. It wakes when the store
 // announces a change (if it can) or when the holder's term expires, and polls
 // every RetryPeriod otherwise. ctx bounds only the wait: the returned Lease
-// has its own context.
+// has its own context. After a term of this Lock that was won against other
+// holders is released, Acquire first waits max(2 × the release's latency,
+// 1 ms), at most RetryPeriod, so the waiters woken by that release get there
+// first (see yield); this applies to every goroutine sharing the Lock.
 func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 	defer l.hold.events.flush()
 	if err := l.waitYield(ctx); err != nil {
