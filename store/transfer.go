@@ -1,0 +1,32 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Transferer is an optional capability of a Store, used by a graceful
+// hand-over: it ends one term and grants the lease to a named successor in
+// the same conditional write, judged on the store's clock, so that no third
+// holder can take the lease in between.
+//
+// Callers find it by type assertion. Without it the core releases the term
+// and then calls Acquire for the successor: between those two writes another
+// candidate (woken by the release) may win the lease. That is still safe
+// (tokens rise, the old term has ended), but the preference is then best
+// effort. See the README section "Handing over".
+type Transferer interface {
+	// Transfer ends exactly the live term t and grants name (t.Name) to
+	// holder to for ttl, with metadata: a new term whose token is strictly
+	// greater than t.Token, as for any grant. The new term is a reservation:
+	// to's own Acquire replaces it at once (a live term of the same holder is
+	// replaced, see Acquire), while every other holder's Acquire is refused
+	// with ErrHeld until it expires, ttl after the write on the store's clock.
+	//
+	// If t is not the live term (expired, released, replaced), Transfer
+	// changes nothing and returns an error matching ErrNotHeld. It returns
+	// ErrInvalid for a bad term, successor, ttl or metadata, and for to equal
+	// to t.Holder. Any other error means the outcome is unknown: both terms
+	// expire on their own.
+	Transfer(ctx context.Context, t Term, to string, ttl time.Duration, metadata string) (Record, error)
+}
