@@ -33,8 +33,9 @@ import (
 //     conditional write that also grants the successor a reservation term of
 //     PreferFor on the store's clock: only the successor's Acquire can replace
 //     it; everyone else is refused until it expires. Without a Transferer the
-//     term is released and the successor's reservation acquired just after
-//     (best effort: a candidate woken by the release may come first).
+//     term is released, and any waiting candidate may win (no reservation is
+//     written after the release: an Acquire in the successor's name would
+//     replace a term the successor had meanwhile won by itself).
 //  4. The old holder stays out of the contest for PreferFor, then contends
 //     again as usual.
 //

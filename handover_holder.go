@@ -104,9 +104,8 @@ func (w *handoverWatch) loop(ctx context.Context, c *contender, h *holding, reqN
 }
 
 // handOver ends term after its work returned, on the request req: with a
-// successor, by a store.Transferer's Transfer (one conditional write) or
-// else by Release and then an Acquire of the successor's reservation; with
-// none, by Release. The reservation lasts req.preferFor, at least the
+// successor, by a store.Transferer's Transfer (one conditional write); with
+// none, or on a store without Transfer, by Release. The reservation lasts req.preferFor, at least the
 // store's shortest lease.
 func (c *contender) handOver(ctx context.Context, term store.Term, req handoverRequest) {
 	if req.to == "" || req.to == term.Holder {
@@ -123,14 +122,12 @@ func (c *contender) handOver(ctx context.Context, term store.Term, req handoverR
 		c.emit(Event{Kind: EventReleased, Name: term.Name, Term: term, Latency: c.clock.Now().Sub(sent), Err: err})
 		return
 	}
-	if err := c.release(ctx, term); err != nil {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timings.RenewDeadline)
-	defer cancel()
-	// Best effort: a candidate woken by the release may have come first
-	// (ErrHeld), which is as safe, only not the preference asked for.
-	c.store.Acquire(rctx, term.Name, req.to, ttl, meta)
+	// No Transferer: release only. An Acquire in the successor's name after
+	// the release would be unsafe: if the successor had meanwhile won the
+	// lease by itself, that Acquire (same holder) would replace the
+	// successor's live term under its feet, and the reservation would then
+	// expire while the successor still trusts its term.
+	c.release(ctx, term)
 }
 
 func (c *contender) reservationTTL(req handoverRequest) time.Duration {

@@ -249,8 +249,9 @@ func (n noTransfer) Watch(ctx context.Context, name string) (<-chan struct{}, er
 }
 
 // Without a Transferer the hand-over still ends the term after the work and
-// the tokens still rise; the successor is preferred only on a best-effort
-// basis (a waiter woken by the release may come first).
+// the tokens still rise, but nothing is reserved: the term is released and a
+// waiter takes it. The successor's own term is never replaced (an Acquire in
+// its name after the release would do that: this test caught it).
 func TestHandoverFallbackWithoutTransferer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
@@ -264,7 +265,10 @@ func TestHandoverFallbackWithoutTransferer(t *testing.T) {
 		time.Sleep(time.Second)
 		ans := <-handoverAsync(memstore.Open(f.backend), leasehold.HandoverOptions{To: b.Identity()})
 		if ans.err != nil || !ans.res.TookOver {
-			t.Fatalf("Handover = %+v, %v: want node-b to take over", ans.res, ans.err)
+			t.Fatalf("Handover = %+v, %v: want node-b, the only waiter, to take over", ans.res, ans.err)
+		}
+		if r := f.get(t, "sweeper"); leasehold.IsReservation(r) {
+			t.Fatalf("a reservation was written without a Transferer: %+v", r)
 		}
 		time.Sleep(time.Second)
 		stopB()

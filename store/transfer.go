@@ -10,11 +10,11 @@ import (
 // the same conditional write, judged on the store's clock, so that no third
 // holder can take the lease in between.
 //
-// Callers find it by type assertion. Without it the core releases the term
-// and then calls Acquire for the successor: between those two writes another
-// candidate (woken by the release) may win the lease. That is still safe
-// (tokens rise, the old term has ended), but the preference is then best
-// effort. See the README section "Handing over".
+// Callers find it by type assertion. Without it the core only releases the
+// term, and any waiting candidate may win the lease: still safe (tokens rise,
+// the old term has ended), but the successor is not preferred. (Release and
+// then Acquire in the successor's name would not do: if the successor won
+// the lease in between, that Acquire would replace its live term.)
 type Transferer interface {
 	// Transfer ends exactly the live term t and grants name (t.Name) to
 	// holder to for ttl, with metadata: a new term whose token is strictly
