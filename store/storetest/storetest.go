@@ -86,6 +86,8 @@ func Run(t *testing.T, h Harness) {
 		{"List", testList},
 		{"ForceRelease", testForceRelease},
 		{"TokensSurviveLoss", testTokensSurviveLoss},
+		{"Transfer", testTransfer},
+		{"Handover", testHandover},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
