@@ -165,7 +165,10 @@ func (e *Elector) lead(ctx context.Context, c *contender, rec store.Record, sent
 	case handedOver && errors.Is(cause, ErrHandedOver):
 		// The work has returned: end the term, preferring the successor.
 		c.handOver(ctx, rec.Term, req)
-		aside = c.reservationTTL(req)
+		// Stand aside past the reservation by a retry period, so that if the
+		// successor does not come, the nodes that waited (and wake when the
+		// reservation expires) come before this one.
+		aside = c.reservationTTL(req) + e.cfg.Timings.RetryPeriod
 	default:
 		c.release(ctx, rec.Term)
 	}

@@ -36,8 +36,9 @@ import (
 //     term is released, and any waiting candidate may win (no reservation is
 //     written after the release: an Acquire in the successor's name would
 //     replace a term the successor had meanwhile won by itself).
-//  4. The old holder stays out of the contest for PreferFor, then contends
-//     again as usual.
+//  4. The old holder stays out of the contest for PreferFor and one
+//     RetryPeriod (so that, if the successor does not come, the nodes that
+//     waited come first), then contends again as usual.
 //
 // Tokens rise at each step (the reservation is a grant), the old term ends
 // in the store before any later term starts, and it ends only after the work

@@ -134,6 +134,7 @@ var commands = []commandInfo{
 	{name: "status", summary: "show the leases in a store: holder, token, time left", new: newStatusCmd},
 	{name: "history", summary: "show the recent grants and releases of a lease", new: newHistoryCmd},
 	{name: "release", summary: "end a lease's live term, whoever holds it (release --force NAME)", new: newReleaseCmd},
+	{name: "handover", summary: "ask a lease's holder to step down gracefully, preferring a successor", new: newHandoverCmd},
 	{name: "migrate", summary: "create the lease table of a SQL store", new: newMigrateCmd},
 	{name: "doctor", summary: "check a store and timings: round trip, failover time, safety margin", new: newDoctorCmd},
 	{name: "demo", summary: "see leader election, takeover and fencing on three local processes", new: newDemoCmd},
