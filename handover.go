@@ -22,11 +22,12 @@ import (
 //     down, the successor and the preference window. The store's clock
 //     expires it: a request to a dead holder blocks nothing, and the lease
 //     itself expires on its own as it always would.
-//  2. The holder's Elector watches that request name while it leads (on a
-//     store.Watcher this costs no round trip; otherwise it reads it once per
-//     RenewInterval). A live request naming its exact term cancels the
-//     work's context with ErrHandedOver. A request for another term is
-//     ignored.
+//  2. The holder's Elector reads that request name once per RenewInterval
+//     while it leads (one small read beside each renewal), and at once when
+//     the store's watch says it changed (where the watch pushes grants as
+//     well as releases, as memstore's does; Redis's pushes releases only). A live
+//     request naming its exact term cancels the work's context with
+//     ErrHandedOver. A request for another term is ignored.
 //  3. The Elector waits for the work to return (for `leasehold run`: the
 //     command is signalled and waited for, as on shutdown), then ends its
 //     term. With a successor named, on a store.Transferer, that end is one

@@ -75,21 +75,19 @@ func (w *handoverWatch) loop(ctx context.Context, c *contender, h *holding, reqN
 		if ctx.Err() != nil {
 			return handoverRequest{}, false
 		}
-		// Without a watch, read the request once per RenewInterval; with
-		// one, only when it fires (and a retry period after an error).
-		var wait <-chan time.Time
-		var timer Timer
-		if wake == nil || (err != nil && !errors.Is(err, store.ErrNotFound)) {
-			d := t.RenewInterval
-			if wake != nil {
-				d = t.RetryPeriod
-			}
-			timer = c.clock.NewTimer(d)
-			wait = timer.C()
+		// Read the request once per RenewInterval (a retry period after an
+		// error), and at once when the watch fires. The reading is what
+		// every store guarantees: a store.Watcher must push releases, but
+		// need not push grants (Redis publishes releases only), and a
+		// request is a grant.
+		d := t.RenewInterval
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			d = min(d, t.RetryPeriod)
 		}
+		timer := c.clock.NewTimer(d)
 		select {
 		case <-ctx.Done():
-		case <-wait:
+		case <-timer.C():
 		case _, open := <-wake:
 			if !open {
 				wake = nil
@@ -97,9 +95,7 @@ func (w *handoverWatch) loop(ctx context.Context, c *contender, h *holding, reqN
 				noWatchUntil = c.clock.Now().Add(t.RetryPeriod)
 			}
 		}
-		if timer != nil {
-			timer.Stop()
-		}
+		timer.Stop()
 	}
 }
 
