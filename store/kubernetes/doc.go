@@ -20,6 +20,12 @@
 // holderIdentity, leaseDurationSeconds 1, new times, and leaseTransitions
 // kept. Holder metadata goes in the annotation leasehold.dev/metadata.
 //
+// Every write starts from the object it read and changes only those five
+// fields and leasehold's own annotations: spec.strategy and
+// spec.preferredHolder, which Kubernetes' coordinated leader election writes
+// and its electors read, and the labels, other annotations and
+// ownerReferences others put on the Lease, are kept.
+//
 // Every update carries the resourceVersion of the object it read, so the API
 // server applies it only if nobody wrote in between (an update without one
 // would be applied unconditionally; this store never sends one). A 409

@@ -159,17 +159,17 @@ func ttlSeconds(ttl time.Duration) (int32, error) {
 	return int32(secs), nil
 }
 
-// spec is a LeaseSpec written exactly as client-go's LeaseLock writes one:
-// every field set, and nothing else (preferredHolder and strategy dropped).
-func spec(holder string, secs int32, acquired, renewed time.Time, transitions int64) coordinationv1.LeaseSpec {
+// setSpec sets the five fields client-go's LeaseLock writes and leaves every
+// other field of sp as it was: preferredHolder and strategy (Kubernetes'
+// coordinated leader election) and any field added later are not
+// leasehold's to write, and every write starts from the object it read.
+func setSpec(sp *coordinationv1.LeaseSpec, holder string, secs int32, acquired, renewed time.Time, transitions int64) {
 	t := int32(transitions)
-	return coordinationv1.LeaseSpec{
-		HolderIdentity:       &holder,
-		LeaseDurationSeconds: &secs,
-		AcquireTime:          &metav1.MicroTime{Time: acquired},
-		RenewTime:            &metav1.MicroTime{Time: renewed},
-		LeaseTransitions:     &t,
-	}
+	sp.HolderIdentity = &holder
+	sp.LeaseDurationSeconds = &secs
+	sp.AcquireTime = &metav1.MicroTime{Time: acquired}
+	sp.RenewTime = &metav1.MicroTime{Time: renewed}
+	sp.LeaseTransitions = &t
 }
 
 // setAnnotations sets leasehold's annotations on l for a term of token with
@@ -243,10 +243,8 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 				return fail(err)
 			}
 			now := s.now()
-			l := &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: o.obj, Namespace: s.ns},
-				Spec:       spec(holder, secs, now, now, token),
-			}
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: o.obj, Namespace: s.ns}}
+			setSpec(&l.Spec, holder, secs, now, now, token)
 			o.setAnnotations(l, token, metadata)
 			created, err := s.leases.Create(ctx, l, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
@@ -278,7 +276,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		}
 		next := cur.DeepCopy()
 		now := s.now()
-		next.Spec = spec(holder, secs, now, now, token)
+		setSpec(&next.Spec, holder, secs, now, now, token)
 		o.setAnnotations(next, token, metadata)
 		updated, err := s.update(ctx, next)
 		if apierrors.IsConflict(err) {
@@ -363,7 +361,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 		if cur.Spec.AcquireTime != nil {
 			acquired = cur.Spec.AcquireTime.Time
 		}
-		next.Spec = spec(t.Holder, secs, acquired, s.now(), t.Token)
+		setSpec(&next.Spec, t.Holder, secs, acquired, s.now(), t.Token)
 		metadata = v.metadata
 		return next
 	})
@@ -430,7 +428,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	err = s.updateLive(ctx, o, t, func(cur *coordinationv1.Lease, _ view) *coordinationv1.Lease {
 		next := cur.DeepCopy()
 		now := s.now()
-		next.Spec = spec("", 1, now, now, t.Token)
+		setSpec(&next.Spec, "", 1, now, now, t.Token)
 		o.setAnnotations(next, t.Token, "")
 		return next
 	})
@@ -473,7 +471,7 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 		}
 		next := cur.DeepCopy()
 		now := s.now()
-		next.Spec = spec("", 1, now, now, v.token)
+		setSpec(&next.Spec, "", 1, now, now, v.token)
 		o.setAnnotations(next, v.token, "")
 		updated, err := s.update(ctx, next)
 		if apierrors.IsConflict(err) {
