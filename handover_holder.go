@@ -64,6 +64,9 @@ func (w *handoverWatch) loop(ctx context.Context, c *contender, h *holding, reqN
 				noWatchUntil = c.clock.Now().Add(t.RetryPeriod)
 			}
 		}
+		if req, ok := preferredElsewhere(c.store, h.term); ok {
+			return req, true
+		}
 		gctx, cancel := context.WithTimeout(ctx, t.RetryPeriod)
 		rec, err := c.store.Get(gctx, reqName)
 		cancel()
@@ -147,4 +150,24 @@ func (c *contender) standAside(ctx context.Context, d time.Duration) error {
 	case <-timer.C():
 		return nil
 	}
+}
+
+// preferredElsewhere asks a store.PreferredHolderReader (Kubernetes) whether
+// the lease's own record prefers another holder than term's: Kubernetes'
+// coordinated leader election asks a holder to step down that way. It costs
+// no request: the store answers from the version its last renewal saw.
+func preferredElsewhere(st store.Store, term store.Term) (handoverRequest, bool) {
+	pr, ok := st.(store.PreferredHolderReader)
+	if !ok {
+		return handoverRequest{}, false
+	}
+	p := pr.PreferredHolder(term.Name)
+	if p == "" || p == term.Holder {
+		return handoverRequest{}, false
+	}
+	req := handoverRequest{token: term.Token, preferFor: DefaultHandoverPreferFor}
+	if store.ValidateHolder(p) == nil {
+		req.to = p
+	}
+	return req, true
 }

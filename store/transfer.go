@@ -30,3 +30,17 @@ type Transferer interface {
 	// expire on their own.
 	Transfer(ctx context.Context, t Term, to string, ttl time.Duration, metadata string) (Record, error)
 }
+
+// PreferredHolderReader is an optional capability of a store whose lease
+// records can themselves name a preferred holder: Kubernetes' Lease
+// spec.preferredHolder, which Kubernetes' coordinated leader election sets to
+// ask the holder to give the lease up. A holder that sees a preferred holder
+// other than itself hands over to it as on a hand-over request (drain, then
+// Transfer or Release), which is what client-go's coordinated elector does
+// (it stops renewing), only sooner.
+type PreferredHolderReader interface {
+	// PreferredHolder returns the holder the record of name prefers, or ""
+	// for none, as of the last time this handle read or wrote that record
+	// (a holder's renewal keeps it fresh): it makes no request.
+	PreferredHolder(name string) string
+}

@@ -86,7 +86,7 @@ func testTransfer(s *suite) {
 		s.t.Fatalf("Transfer to a successor that never comes: %v", err)
 	}
 	s.waitExpired(st, "job")
-	c := s.acquire(other, "job", "node-c", long)
+	c := s.acquire(st, "job", "node-c", long) // the handle that saw it expire (Kubernetes judges per handle)
 	if c.Token <= r2.Token {
 		s.t.Fatalf("term after the expired reservation %v is not above it %v", c.Term, r2.Term)
 	}
