@@ -53,7 +53,7 @@ func TestHandoverToSuccessor(t *testing.T) {
 			t.Fatalf("Handover: %v", ans.err)
 		}
 		time.Sleep(30 * time.Second) // long past the preference window
-		stopC() // first: node-b's release at its stop would let node-c in
+		stopC()                      // first: node-b's release at its stop would let node-c in
 		stopB()
 		stopA()
 
