@@ -67,6 +67,14 @@ func (b broken) Transfer(ctx context.Context, t store.Term, to string, ttl time.
 	return b.Store.Transfer(ctx, t, to, ttl, md)
 }
 
+func (b broken) Get(ctx context.Context, name string) (store.Record, error) {
+	rec, err := b.Store.Get(ctx, name)
+	if b.bug == "forgets-ended-names" && err == nil && !rec.Live() {
+		return store.Record{}, store.ErrNotFound
+	}
+	return rec, err
+}
+
 // TestBrokenStoreHelper runs the suite against a broken store when asked to
 // by TestSuiteCatchesBrokenStores; on its own it does nothing.
 func TestBrokenStoreHelper(t *testing.T) {
@@ -89,6 +97,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		"two-winners":          "RaceOneWinnerPerTerm",
 		"renew-ignores-term":   "StaleRenewNotHeld",
 		"release-ignores-term": "StaleReleaseKeepsNewerTerm",
+		"forgets-ended-names":  "GetFoundAfterGrant",
 		// Negative controls of the hand-over cases.
 		"transfer-ignores-term":     "Transfer",
 		"transfer-reserves-nothing": "Transfer",
