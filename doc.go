@@ -14,6 +14,10 @@
 //     nodes (a cron job every replica carries), whose periods are claimed in
 //     the store, not by any node's wall clock.
 //
+// A [Semaphore] is N locks under one name (N slots, each an ordinary lease,
+// see [SlotName]): up to N holders at once, each with its slot's own token,
+// which rises per slot; a resource fences each slot by its lease name.
+//
 // Config.MaxHold caps how long an Elector's or a Lock's term is kept, so a
 // holder whose work is stuck cannot keep a lease for ever.
 //

@@ -76,7 +76,7 @@ func TestHandoverToSuccessor(t *testing.T) {
 		if !ans.res.TookOver || ans.res.Next.Holder != b.Identity() || ans.res.Ended != 2*time.Second || ans.res.TookOverAfter != 2*time.Second {
 			t.Errorf("result = %+v, want node-b took over 2 s after the request", ans.res)
 		}
-		if d := ans.res.TookOverAfter; d >= leasehold.DefaultLeaseDuration/5 {
+		if d := ans.res.TookOverAfter; d >= leasehold.DefaultTimings().LeaseDuration/5 {
 			t.Errorf("took over after %v, want well under a lease duration", d)
 		}
 		if r := f.get(t, "sweeper.handover"); r.Live() {

@@ -27,6 +27,7 @@ type runCmd struct {
 	timings timingFlags
 
 	lease        string
+	slots        int // --slots: a semaphore of this many slots (runslots.go); 0: one lease
 	identity     string
 	metadata     string
 	restart      bool
@@ -40,6 +41,7 @@ type runCmd struct {
 
 	// Set while running.
 	elector  *leasehold.Elector
+	sem      *leasehold.Semaphore // with --slots
 	metrics  *metrics
 	log      *slog.Logger
 	sup      *supervisor
@@ -78,8 +80,13 @@ When the command exits on its own, run releases the lease and exits with the com
 code (128+N if it died of signal N), unless --restart runs it again. After losing the
 lease, run stops the command and contends again, unless --stop-on-loss.
 
+With --slots N, NAME is a semaphore of N slots: up to N nodes run CMD at once, each in a
+slot of its own (the lease NAME.slot-I), with that slot's token; LEASEHOLD_LEASE is the
+slot's lease name, the key a fenced resource keeps its last token under.
+
 Example:
   leasehold run --store postgres://app@db/app --lease nightly-report -- ./report.sh --all
+  leasehold run --store postgres://app@db/app --lease transcode --slots 4 -- ./transcode.sh
 `
 
 func newRunCmd(env *Env) Command {
@@ -93,6 +100,7 @@ func newRunCmd(env *Env) Command {
 		host = "node"
 	}
 	fs.StringVar(&r.lease, "lease", "", "the lease `NAME` the nodes share (required)")
+	fs.IntVar(&r.slots, "slots", 0, slotsUsage)
 	fs.StringVar(&r.identity, "identity", host, "this node's name; a random suffix makes each process's holder identity unique")
 	fs.StringVar(&r.metadata, "metadata", "", "optional data stored with the lease while this node leads (such as its address)")
 	fs.BoolVar(&r.restart, "restart", false, "run the command again when it exits while this node still leads")
@@ -130,6 +138,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		return usagef("--max-hold %v is negative", r.maxHold)
 	}
 	if err := r.sched.check(r); err != nil {
+		return err
+	}
+	if err := r.checkSlots(); err != nil {
 		return err
 	}
 	tm, termGrace, killMargin, err := r.timings.resolve()
@@ -226,6 +237,13 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		return configError(err)
 	}
 	r.elector = e
+	if r.slots > 0 {
+		semCfg := cfg
+		semCfg.KeepAlive = true // renewed while the command runs, as an elector's term
+		if r.sem, err = leasehold.NewSemaphore(st.Store, r.lease, r.slots, semCfg); err != nil {
+			return configError(err)
+		}
+	}
 
 	r.started = time.Now()
 	r.running.Store(true)
@@ -241,7 +259,11 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		"renew_interval", tm.RenewInterval.String(), "retry_period", tm.RetryPeriod.String(),
 		"term_grace", termGrace.String(), "kill_margin", killMargin.String(),
 		"command", strings.Join(argv, " "))
-	err = e.Run(ctx, r.work)
+	if r.sem != nil {
+		err = r.runSlots(ctx)
+	} else {
+		err = e.Run(ctx, r.work)
+	}
 	r.running.Store(false)
 
 	var (

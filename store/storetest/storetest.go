@@ -89,6 +89,9 @@ func Run(t *testing.T, h Harness) {
 		{"TokensSurviveLoss", testTokensSurviveLoss},
 		{"Transfer", testTransfer},
 		{"Handover", testHandover},
+		{"SemaphoreFillAndRefill", testSemaphoreFillAndRefill},
+		{"SemaphoreRace", testSemaphoreRace},
+		{"SemaphoreRaceControl", testSemaphoreRaceControl},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
