@@ -1,8 +1,16 @@
 package kubernetes_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -244,5 +252,80 @@ func TestInCluster(t *testing.T) {
 	os.Remove(filepath.Join(dir, "token"))
 	if _, err := openWith(t, "", ""); err == nil || !strings.Contains(err.Error(), "token file") {
 		t.Errorf("in a pod without a token: OpenURL = %v, want an error naming the token file", err)
+	}
+}
+
+// TestKubeconfigClientCert: a user who authenticates with a client
+// certificate, given inline (base64 data) or as files relative to the
+// kubeconfig; a certificate the server's CA did not sign does not
+// authenticate.
+func TestKubeconfigClientCert(t *testing.T) {
+	notInPod(t)
+	srv := apiserver(t)
+	ns := namespace(t)
+	certPEM, keyPEM, err := srv.ClientCert("cert-admin", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := func(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+	st, err := openWith(t, ns, writeKubeconfig(t, t.TempDir(), "    client-certificate-data: "+b64(certPEM)+"\n    client-key-data: "+b64(keyPEM)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	getWorks(t, st, "client certificate data")
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "c.pem"), certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "k.pem"), keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err = openWith(t, ns, writeKubeconfig(t, dir, "    client-certificate: c.pem\n    client-key: k.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	getWorks(t, st, "client certificate files")
+
+	// Negative control: a certificate the server's client CA did not sign.
+	foreign := selfSigned(t)
+	st, err = openWith(t, ns, writeKubeconfig(t, t.TempDir(), "    client-certificate-data: "+b64(foreign.cert)+"\n    client-key-data: "+b64(foreign.key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server ignores it and takes the request for an anonymous one.
+	if _, err := st.Get(ctxT(t), "nothing"); !k8sstore.IsForbidden(err) || !strings.Contains(err.Error(), `"system:anonymous"`) {
+		t.Errorf("a certificate the server's CA did not sign: Get = %v, want Forbidden for system:anonymous", err)
+	}
+}
+
+type pemPair struct{ cert, key []byte }
+
+// selfSigned makes a self-signed client certificate for "intruder" in
+// system:masters.
+func selfSigned(t *testing.T) pemPair {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7),
+		Subject:      pkix.Name{CommonName: "intruder", Organization: []string{"system:masters"}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pemPair{
+		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
 	}
 }
