@@ -63,13 +63,17 @@ type Store struct {
 	ns     string
 	now    func() time.Time
 
-	mu     sync.Mutex
-	closed bool
-	seen   map[string]*sighting // by object name
-
-	// done is closed by Close; it ends the watches, and wg waits for them.
-	done chan struct{}
+	// life is open or closed; its Done ends the watches, and wg waits for
+	// them. A watch is added to wg under mu, and Close takes mu before it
+	// waits, so that no watch is added once Close waits.
+	life storekit.Lifecycle
 	wg   sync.WaitGroup
+	// closeIdle closes the idle connections of an HTTP client the store
+	// made itself (OpenURL); nil for one it was given.
+	closeIdle func()
+
+	mu   sync.Mutex
+	seen map[string]*sighting // by object name
 }
 
 // sighting is what this Store has seen of one Lease object.
@@ -123,21 +127,11 @@ func New(cfg Config) (*Store, error) {
 		ns:     cfg.Namespace,
 		now:    now,
 		seen:   map[string]*sighting{},
-		done:   make(chan struct{}),
 	}, nil
 }
 
 // Namespace is the namespace of the store's Lease objects.
 func (s *Store) Namespace() string { return s.ns }
-
-func (s *Store) check() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return store.ErrClosed
-	}
-	return nil
-}
 
 // object maps name to its object name; see ObjectName.
 type object struct {
@@ -222,7 +216,7 @@ func (o object) setAnnotations(l *lease, token int64, metadata string) {
 // refuses with store.ErrHeld, until this store has seen the Lease unchanged
 // for its full duration; see the package documentation.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
@@ -351,7 +345,7 @@ func (s *Store) liveTerm(ctx context.Context, o object, t store.Term, fresh bool
 // read. A term this store has seen unchanged for its full duration is
 // expired and is not renewed.
 func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckRenew(t, ttl); err != nil {
@@ -429,7 +423,7 @@ func (s *Store) updateLive(ctx context.Context, o object, t store.Term, mutate f
 // acquireTime and renewTime, and the same leaseTransitions, conditional on
 // the resourceVersion it read. Waiters watching the Lease wake at once.
 func (s *Store) Release(ctx context.Context, t store.Term) error {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return err
 	}
 	if err := kit.CheckRelease(t); err != nil {
@@ -457,7 +451,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 // does, and returns the record as it was. A term this store has never seen
 // before counts as live: it cannot know how long the holder has been silent.
 func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	o, err := objectFor(name)
@@ -506,7 +500,7 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 // may be is left out). It needs the "list" verb on leases, which the minimal
 // Role in deploy/kubernetes does not grant.
 func (s *Store) List(ctx context.Context) ([]store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
 	list, err := s.leases.list(ctx)
@@ -537,7 +531,7 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 // this store has seen the Lease unchanged: a Lease it reads for the first
 // time has its full duration left, whatever its renewTime says.
 func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	o, err := objectFor(name)
@@ -558,16 +552,17 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	return s.observe(cur, s.now()).record(name), nil
 }
 
-// them. It releases no lease.
+// Close implements store.Store: it ends the store's watches and waits for
+// them. It releases no lease. Later calls do nothing and return nil; every
+// other method returns store.ErrClosed after it.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
+	return s.life.Close(func() error {
+		s.mu.Lock() // a Watch past its closed check has added itself to wg
 		s.mu.Unlock()
+		s.wg.Wait()
+		if s.closeIdle != nil {
+			s.closeIdle()
+		}
 		return nil
-	}
-	s.closed = true
-	close(s.done)
-	s.mu.Unlock()
-	s.wg.Wait()
-	return nil
+	})
 }

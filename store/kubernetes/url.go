@@ -62,7 +62,12 @@ func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 	if ns == "" {
 		ns = "default"
 	}
-	return New(Config{Server: conn.server, HTTPClient: conn.client, Namespace: ns})
+	st, err := New(Config{Server: conn.server, HTTPClient: conn.client, Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	st.closeIdle = conn.client.CloseIdleConnections
+	return st, nil
 }
 
 // connect finds the server and the credentials: in a pod with neither

@@ -17,7 +17,7 @@ import (
 // or the watch ends (the server ends watches after its request timeout, and
 // a version too old to watch from ends it at once).
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
 	o, err := objectFor(name)
@@ -46,7 +46,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, fmt.Errorf("leasehold/kubernetes: watch %q: %w", name, err)
 	}
 	s.mu.Lock()
-	if s.closed {
+	if s.life.Closed() {
 		s.mu.Unlock()
 		cancel()
 		body.Close()
@@ -57,7 +57,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	go func() {
 		defer s.wg.Done()
 		select {
-		case <-s.done:
+		case <-s.life.Done():
 			cancel()
 		case <-wctx.Done():
 		}
@@ -103,5 +103,3 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	}()
 	return out, nil
 }
-
-// Close implements store.Store: it ends the store's watches and waits for
