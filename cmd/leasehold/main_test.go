@@ -335,12 +335,16 @@ func zookeeperURL(t *testing.T) string {
 }
 
 // consecutive reports whether storeURL's store counts its tokens up by one
-// per grant; ZooKeeper's are czxids, which rise by every write.
-func consecutive(storeURL string) bool { return !strings.HasPrefix(storeURL, "zookeeper:") }
+// per grant; ZooKeeper's are czxids and NATS's key revisions, which rise by
+// every write.
+func consecutive(storeURL string) bool {
+	return !strings.HasPrefix(storeURL, "zookeeper:") && !strings.HasPrefix(storeURL, "nats:")
+}
 
 // twoRuns: two `leasehold run` on one lease; kill -9 the leader; the other
-// takes over after the lease, with token + 1, and the killed leader's command
-// is dead before that; then SIGTERM to the new leader's run is forwarded to
+// takes over after the lease, with token + 1 (a higher token where the store
+// does not count by one), and the killed leader's command is dead before
+// that; status shows the lease held; then SIGTERM to the new leader's run is forwarded to
 // its command, whose exit code run returns, after releasing the lease.
 func twoRuns(t *testing.T, storeURL string) {
 	dir := t.TempDir()
@@ -379,6 +383,9 @@ func twoRuns(t *testing.T, storeURL string) {
 
 	// SIGTERM to b's run: forwarded to the command, which exits 5; b releases.
 	waitUntil(t, 5*time.Second, "b's command to tick", func() bool { return len(b.record().ticks) > 0 })
+	if code, out, errOut := leasehold(t, nil, "status", "--store", storeURL, "--json", "e2e"); code != 0 || !strings.Contains(out, `"held"`) {
+		t.Fatalf("status while b holds: exit %d: %s%s", code, out, errOut)
+	}
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ type runCmd struct {
 	timings timingFlags
 
 	lease        string
+	slots        int // --slots: a semaphore of this many slots (runslots.go); 0: one lease
 	identity     string
 	metadata     string
 	restart      bool
@@ -35,9 +36,12 @@ type runCmd struct {
 	httpAddr     string
 	logFormat    string
 	logLevel     string
+	maxHold      time.Duration
+	sched        scheduleFlags
 
 	// Set while running.
 	elector  *leasehold.Elector
+	sem      *leasehold.Semaphore // with --slots
 	metrics  *metrics
 	log      *slog.Logger
 	sup      *supervisor
@@ -76,13 +80,18 @@ When the command exits on its own, run releases the lease and exits with the com
 code (128+N if it died of signal N), unless --restart runs it again. After losing the
 lease, run stops the command and contends again, unless --stop-on-loss.
 
+With --slots N, NAME is a semaphore of N slots: up to N nodes run CMD at once, each in a
+slot of its own (the lease NAME.slot-I), with that slot's token; LEASEHOLD_LEASE is the
+slot's lease name, the key a fenced resource keeps its last token under.
+
 Example:
   leasehold run --store postgres://app@db/app --lease nightly-report -- ./report.sh --all
+  leasehold run --store postgres://app@db/app --lease transcode --slots 4 -- ./transcode.sh
 `
 
 func newRunCmd(env *Env) Command {
 	r := &runCmd{env: env}
-	fs := newFlagSet(env, "run", "--lease NAME [flags] -- CMD [ARGS...]", runAbout)
+	fs := newFlagSet(env, "run", "--lease NAME [flags] -- CMD [ARGS...]", runAbout+scheduleAbout)
 	r.fs = fs
 	r.store.register(fs)
 	r.timings.register(fs)
@@ -91,6 +100,7 @@ func newRunCmd(env *Env) Command {
 		host = "node"
 	}
 	fs.StringVar(&r.lease, "lease", "", "the lease `NAME` the nodes share (required)")
+	fs.IntVar(&r.slots, "slots", 0, slotsUsage)
 	fs.StringVar(&r.identity, "identity", host, "this node's name; a random suffix makes each process's holder identity unique")
 	fs.StringVar(&r.metadata, "metadata", "", "optional data stored with the lease while this node leads (such as its address)")
 	fs.BoolVar(&r.restart, "restart", false, "run the command again when it exits while this node still leads")
@@ -99,6 +109,8 @@ func newRunCmd(env *Env) Command {
 	fs.StringVar(&r.httpAddr, "http", "", "serve /healthz, /leader and /metrics on `ADDR` (such as 127.0.0.1:9090)")
 	fs.StringVar(&r.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&r.maxHold, "max-hold", 0, "stop the command and stop renewing `D` after the term began, so a stuck command cannot keep the lease (0: no cap; with --every, the period)")
+	r.sched.register(fs)
 	return r
 }
 
@@ -121,6 +133,15 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	}
 	if r.restartDelay < 0 {
 		return usagef("--restart-delay %v is negative", r.restartDelay)
+	}
+	if r.maxHold < 0 {
+		return usagef("--max-hold %v is negative", r.maxHold)
+	}
+	if err := r.sched.check(r); err != nil {
+		return err
+	}
+	if err := r.checkSlots(); err != nil {
+		return err
 	}
 	tm, termGrace, killMargin, err := r.timings.resolve()
 	if err != nil {
@@ -165,10 +186,11 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	// A store that refuses this client's writes for good ends the run.
 	ctx, stopRefused := context.WithCancelCause(ctx)
 	defer stopRefused(nil)
-	e, err := leasehold.NewElector(st.Store, r.lease, leasehold.Config{
+	cfg := leasehold.Config{
 		Identity:   r.identity,
 		Metadata:   r.metadata,
 		Timings:    tm,
+		MaxHold:    r.maxHold,
 		StopOnLoss: r.stopOnLoss,
 		OnEvent: func(ev leasehold.Event) {
 			r.metrics.observe(ev)
@@ -183,18 +205,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 				}
 			}
 		},
-	})
-	if err != nil {
-		var ue *UsageError
-		if errors.As(err, &ue) {
-			return err
-		}
-		if errors.Is(err, leasehold.ErrInvalidConfig) {
-			return usagef("%v", err)
-		}
-		return err
 	}
-	r.elector = e
 
 	// The safe-until file's directory; one left by a run killed with SIGKILL
 	// is removed by the next run (makeRunDir).
@@ -218,6 +229,21 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		renewed:  renewed,
 		onStart:  func(int) { r.metrics.childStarted() },
 	}
+	if r.sched.every > 0 {
+		return r.runScheduled(ctx, st, cfg)
+	}
+	e, err := leasehold.NewElector(st.Store, r.lease, cfg)
+	if err != nil {
+		return configError(err)
+	}
+	r.elector = e
+	if r.slots > 0 {
+		semCfg := cfg
+		semCfg.KeepAlive = true // renewed while the command runs, as an elector's term
+		if r.sem, err = leasehold.NewSemaphore(st.Store, r.lease, r.slots, semCfg); err != nil {
+			return configError(err)
+		}
+	}
 
 	r.started = time.Now()
 	r.running.Store(true)
@@ -233,7 +259,11 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		"renew_interval", tm.RenewInterval.String(), "retry_period", tm.RetryPeriod.String(),
 		"term_grace", termGrace.String(), "kill_margin", killMargin.String(),
 		"command", strings.Join(argv, " "))
-	err = e.Run(ctx, r.work)
+	if r.sem != nil {
+		err = r.runSlots(ctx)
+	} else {
+		err = e.Run(ctx, r.work)
+	}
 	r.running.Store(false)
 
 	var (
@@ -255,7 +285,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		}
 		r.log.Info("stopped", "cause", context.Cause(ctx).Error())
 		return nil
-	case r.stopOnLoss && (errors.Is(err, leasehold.ErrSafeUntilPassed) || errors.Is(err, leasehold.ErrLeaseLost)):
+	case r.stopOnLoss && (errors.Is(err, leasehold.ErrSafeUntilPassed) || errors.Is(err, leasehold.ErrLeaseLost) || errors.Is(err, leasehold.ErrMaxHold)):
 		return &ExitError{Code: ExitLeaseLost, Msg: "lost the lease (--stop-on-loss): " + err.Error()}
 	default:
 		return err

@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseFreesAtOnce", testReleaseFrees},
 		{"NamesIndependent", testNamesIndependent},
 		{"GetNotFound", testGetNotFound},
+		{"GetFoundAfterGrant", testGetFoundAfterGrant},
 		{"Limits", testLimits},
 		{"CancelledContext", testCancelledContext},
 		{"CloseIdempotent", testCloseIdempotent},
@@ -86,6 +87,9 @@ func Run(t *testing.T, h Harness) {
 		{"List", testList},
 		{"ForceRelease", testForceRelease},
 		{"TokensSurviveLoss", testTokensSurviveLoss},
+		{"SemaphoreFillAndRefill", testSemaphoreFillAndRefill},
+		{"SemaphoreRace", testSemaphoreRace},
+		{"SemaphoreRaceControl", testSemaphoreRaceControl},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
