@@ -585,3 +585,55 @@ func TestWatchEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchSightingStartsTheClock: a version the store's watch delivers
+// counts as seen from then, so a contender waiting with a watch judges a
+// holder's expiry from when the holder's write reached it, not from its next
+// read (before, a waiting leasehold node started its clock at its next poll
+// and lost expiry races to client-go contenders; see interop/README.md). It
+// stays safe: the event follows the write. A store without the watch, asked
+// at the same moment, is the control: it has just seen the version.
+func TestWatchSightingStartsTheClock(t *testing.T) {
+	ns := namespace(t)
+	cfg := apiserver(t).AdminConfig()
+	var now atomic.Int64 // nanoseconds added to base: the stores' own clock
+	base := time.Now()
+	clock := func() time.Time { return base.Add(time.Duration(now.Load())) }
+	open := func() *k8sstore.Store {
+		sc := storeConfig(t, cfg, ns)
+		sc.Now = clock
+		st, err := k8sstore.New(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	watcher, control := open(), open()
+	ctx := ctxT(t)
+	ch, err := watcher.Watch(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openStore(t, cfg, ns).Acquire(ctx, "job", "node-a", 5*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := within(ch, 30*time.Second); !ok {
+		t.Fatal("the watch did not report the grant")
+	}
+	now.Add(int64(3 * time.Second))
+	seen, err := watcher.Get(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := control.Get(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen.Remaining != 2*time.Second {
+		t.Errorf("watching store, 3 s after its watch delivered the grant: %v left, want 2s (the 5 s lease less 3 s)", seen.Remaining)
+	}
+	if fresh.Remaining != 5*time.Second {
+		t.Errorf("control store, first sight now: %v left, want the full 5s", fresh.Remaining)
+	}
+}

@@ -13,7 +13,8 @@ import (
 // first, so that it reports changes after that version and no synthetic
 // event for the current state. The channel receives a value when the
 // Lease's holder or token changes or the object is created or deleted;
-// renewals do not wake it. It is closed when ctx ends, the store is closed,
+// renewals do not wake it, but each version it delivers counts as seen (the
+// store's clock for that version starts then, see observe). It is closed when ctx ends, the store is closed,
 // or the watch ends (the server ends watches after its request timeout, and
 // a version too old to watch from ends it at once).
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
@@ -87,6 +88,13 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				if err := json.Unmarshal(ev.Object, &l); err != nil {
 					return
 				}
+				// Note the sighting: a renewal seen here starts this store's
+				// clock for the new version now, not at the next read, so
+				// that a contender judges expiry from when the version
+				// reached it, as a client-go contender polling as often
+				// would (it is still no earlier than the write: the event
+				// follows it).
+				s.observe(&l, s.now())
 				v := specView(&l)
 				if last == nil || ev.Type == "ADDED" || v.holder != last.holder || v.token != last.token {
 					wake()
