@@ -2,11 +2,10 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -35,7 +34,7 @@ var (
 // elector would read a preferredHolder left in place as "end of term" and
 // not renew.
 func (s *Store) Transfer(ctx context.Context, t store.Term, to string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckTransfer(t, to, ttl, metadata); err != nil {
@@ -65,12 +64,14 @@ func (s *Store) Transfer(ctx context.Context, t store.Term, to string, ttl time.
 	if err != nil {
 		return fail(err)
 	}
-	err = s.updateLive(ctx, o, t, func(cur *coordinationv1.Lease, _ view) *coordinationv1.Lease {
-		next := cur.DeepCopy()
+	err = s.updateLive(ctx, o, t, func(cur *lease, _ view) *lease {
+		next := cur.clone()
 		now := s.now()
-		setSpec(&next.Spec, to, secs, now, now, token)
-		if p := next.Spec.PreferredHolder; p != nil && *p == to {
-			next.Spec.PreferredHolder = nil
+		setSpec(next, to, secs, now, now, token)
+		if preferredHolderOf(next) == to {
+			// Cannot fail on an object that was read (its raw JSON
+			// parsed); encode would refuse it first anyway.
+			_ = dropPreferredHolder(next)
 		}
 		o.setAnnotations(next, token, metadata)
 		return next
@@ -90,8 +91,45 @@ func (s *Store) PreferredHolder(name string) string {
 		return ""
 	}
 	l, _ := s.cached(o.obj, s.now())
-	if l == nil || l.Spec.PreferredHolder == nil {
+	if l == nil {
 		return ""
 	}
-	return *l.Spec.PreferredHolder
+	return preferredHolderOf(l)
+}
+
+// preferredHolderOf reads spec.preferredHolder from the object as read: the
+// package's lease type keeps the fields it does not own only there.
+func preferredHolderOf(l *lease) string {
+	var o struct {
+		Spec struct {
+			PreferredHolder string `json:"preferredHolder"`
+		} `json:"spec"`
+	}
+	if l.raw == nil || json.Unmarshal(l.raw, &o) != nil {
+		return ""
+	}
+	return o.Spec.PreferredHolder
+}
+
+// dropPreferredHolder removes spec.preferredHolder from the object l will
+// be written from (a new copy of it: the object as read is not changed).
+func dropPreferredHolder(l *lease) error {
+	obj := map[string]json.RawMessage{}
+	if err := json.Unmarshal(l.raw, &obj); err != nil {
+		return err
+	}
+	spec, err := members(obj["spec"])
+	if err != nil {
+		return err
+	}
+	delete(spec, "preferredHolder")
+	if obj["spec"], err = json.Marshal(spec); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	l.raw = raw
+	return nil
 }
