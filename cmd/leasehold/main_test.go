@@ -718,7 +718,7 @@ func TestHTTP(t *testing.T) {
 	a := startRun(t, dir, "a", nil, append([]string{"--store", url, "--lease", "web", "--http", "127.0.0.1:0"}, timingArgs...)...)
 	var addr string
 	waitUntil(t, 20*time.Second, "a to lead and serve HTTP", func() bool {
-		m := regexp.MustCompile(`msg="serving /healthz.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.log())
+		m := regexp.MustCompile(`msg="serving the status page, /healthz.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.log())
 		if m != nil {
 			addr = m[1]
 		}
@@ -733,6 +733,14 @@ func TestHTTP(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// The status page, the same as `leasehold serve`'s, marks this node.
+	if code, body := get("/"); code != 200 || !strings.Contains(body, `<script src="/static/app.js"`) {
+		t.Errorf("GET / = %d:\n%s", code, body)
+	}
+	waitUntil(t, 10*time.Second, "the page's snapshot to show a leading", func() bool {
+		_, body := get("/api/leases")
+		return strings.Contains(body, `"name":"web","state":"held"`) && strings.Contains(body, `"self":true`)
+	})
 	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "leading with token 1") {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
@@ -754,9 +762,9 @@ func TestHTTP(t *testing.T) {
 	for _, want := range []string{
 		`leasehold_is_leader{lease="web"} 1`,
 		`leasehold_token{lease="web"} 1`,
-		`leasehold_leader_transitions_total{lease="web"} 1`,
+		`leasehold_terms_started_total{lease="web"} 1`,
 		`leasehold_acquire_attempts_total{lease="web",result="granted"} 1`,
-		`leasehold_step_downs_total{lease="web",reason="expired"} 0`,
+		`leasehold_terms_ended_total{lease="web",reason="expired"} 0`,
 		`leasehold_renew_latency_seconds_bucket{lease="web",le="+Inf"}`,
 		`# TYPE leasehold_renew_latency_seconds histogram`,
 		`leasehold_command_starts_total{lease="web"} 1`,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,7 +105,7 @@ func newRunCmd(env *Env) Command {
 	fs.BoolVar(&r.restart, "restart", false, "run the command again when it exits while this node still leads")
 	fs.DurationVar(&r.restartDelay, "restart-delay", time.Second, "wait between a command's exit and its restart (with --restart)")
 	fs.BoolVar(&r.stopOnLoss, "stop-on-loss", false, "exit (code 3) after losing the lease, instead of contending again")
-	fs.StringVar(&r.httpAddr, "http", "", "serve /healthz, /leader and /metrics on `ADDR` (such as 127.0.0.1:9090)")
+	fs.StringVar(&r.httpAddr, "http", "", "serve the status page, /healthz, /leader and /metrics on `ADDR` (such as 127.0.0.1:9090)")
 	fs.StringVar(&r.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&r.maxHold, "max-hold", 0, "stop the command and stop renewing `D` after the term began, so a stuck command cannot keep the lease (0: no cap; with --every, the period)")
@@ -248,7 +247,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	r.started = time.Now()
 	r.running.Store(true)
 	if r.httpAddr != "" {
-		stopHTTP, err := r.serveHTTP()
+		stopHTTP, err := r.serveHTTP(st.Store)
 		if err != nil {
 			return err
 		}
@@ -352,24 +351,28 @@ func (r *runCmd) healthView() healthView {
 	}
 }
 
-func (r *runCmd) serveHTTP() (stop func(), err error) {
+func (r *runCmd) serveHTTP(st store.Store) (stop func(), err error) {
 	ln, err := net.Listen("tcp", r.httpAddr)
 	if err != nil {
 		return nil, usagef("--http %s: %v", r.httpAddr, err)
 	}
-	srv := &http.Server{Handler: scrubHandler(r.env.secrets, r.httpHandler()), ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ln)
-	}()
-	r.log.Info("serving /healthz, /leader and /metrics", "addr", ln.Addr().String())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-done
-	}, nil
+	// The status page shows every lease of the store where it can list
+	// them, else this run's lease.
+	var names []string
+	if _, ok := st.(store.Lister); !ok {
+		names = []string{r.lease}
+	}
+	page, err := newStatusPage(st, r.storeURL, names, time.Second, r.store.timeout, 50)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	page.self = r.elector.Identity
+	mux := r.httpHandler()
+	page.routes(mux)
+	stop = servePage(context.Background(), page, ln, scrubHandler(r.env.secrets, mux))
+	r.log.Info("serving the status page, /healthz, /leader and /metrics", "addr", ln.Addr().String())
+	return stop, nil
 }
 
 func newLogger(env *Env, format, level string) (*slog.Logger, error) {
