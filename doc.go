@@ -65,6 +65,16 @@
 // arithmetic. After a loss a node keeps contending unless StopOnLoss is set.
 // The lease is released only after the guarded work has returned.
 //
+// # Handing over
+//
+// [Handover] asks an Elector that leads to step down: its work's context is
+// cancelled with [ErrHandedOver], and once the work has returned the term is
+// ended, on a store with [store.Transferer] in the same write that reserves
+// the lease for a named successor for a bounded window (on the store's clock),
+// so that no other node takes it meanwhile. A request to a dead holder blocks
+// nothing: it expires on the store's clock, and so does the dead term. Every
+// Elector reads its lease's request once per renew interval while it leads.
+//
 // # Identities
 //
 // The holder identity is the configured identity (a host or pod name) plus a

@@ -115,7 +115,18 @@ func trimScheme(host string) string {
 }
 
 func (f *kubeFleet) node(who string, seed uint64) *fleet.Node {
-	st, err := k8sstore.New(k8sstore.Config{Client: f.client(who).CoordinationV1(), Namespace: f.ns})
+	// The store through who's own proxy, its requests bounded by 2 s as
+	// the client-go peers' are (clientTo), unlimited in rate as theirs.
+	p := newProxy(f.t, trimScheme(f.server.Host))
+	f.proxies[who] = p
+	cfg := rest.CopyConfig(f.server.AdminConfig())
+	cfg.Host = "https://" + p.Addr()
+	cfg.Timeout = 2 * time.Second
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	st, err := k8sstore.New(k8sstore.Config{Server: cfg.Host, HTTPClient: hc, Namespace: f.ns, QPS: -1})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ ca=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-(cd "$root" && CGO_ENABLED=0 go build -trimpath -o "$ctx/leasehold" ./cmd/leasehold)
+(cd "$root" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$ctx/leasehold" ./cmd/leasehold)
 cp "$ca" "$ctx/ca-certificates.crt"
 printf 'root:x:0:0:root:/:/sbin/nologin\nleasehold:x:65532:65532:leasehold:/:/sbin/nologin\n' >"$ctx/passwd"
 printf 'root:x:0:\nleasehold:x:65532:\n' >"$ctx/group"

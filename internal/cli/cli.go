@@ -135,6 +135,7 @@ var commands = []commandInfo{
 	{name: "history", summary: "show the recent grants and releases of a lease", new: newHistoryCmd},
 	{name: "serve", summary: "serve a live status page of the leases and their terms' timeline (serve --http ADDR)", new: newServeCmd},
 	{name: "release", summary: "end a lease's live term, whoever holds it (release --force NAME)", new: newReleaseCmd},
+	{name: "handover", summary: "ask a lease's holder to step down gracefully, preferring a successor", new: newHandoverCmd},
 	{name: "migrate", summary: "create the lease table of a SQL store", new: newMigrateCmd},
 	{name: "doctor", summary: "check a store and timings: round trip, failover time, safety margin", new: newDoctorCmd},
 	{name: "demo", summary: "see leader election, takeover and fencing on three local processes", new: newDemoCmd},

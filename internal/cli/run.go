@@ -284,6 +284,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		}
 		r.log.Info("stopped", "cause", context.Cause(ctx).Error())
 		return nil
+	case r.stopOnLoss && errors.Is(err, leasehold.ErrHandedOver):
+		r.log.Info("handed over on request (--stop-on-loss): exiting")
+		return nil
 	case r.stopOnLoss && (errors.Is(err, leasehold.ErrSafeUntilPassed) || errors.Is(err, leasehold.ErrLeaseLost) || errors.Is(err, leasehold.ErrMaxHold)):
 		return &ExitError{Code: ExitLeaseLost, Msg: "lost the lease (--stop-on-loss): " + err.Error()}
 	default:
@@ -415,7 +418,7 @@ func (r *runCmd) logEvent(ev leasehold.Event) {
 	case leasehold.EventLost:
 		reason := leasehold.LossReason(ev.Err)
 		lv := slog.LevelWarn
-		if reason == "released" || reason == "shutdown" {
+		if reason == "released" || reason == "shutdown" || reason == "handed-over" {
 			lv = slog.LevelInfo
 		}
 		log.Log(context.Background(), lv, "term ended", "token", ev.Term.Token, "reason", reason, "cause", errString(ev.Err))

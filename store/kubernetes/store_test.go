@@ -1,8 +1,12 @@
 package kubernetes_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -11,7 +15,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
@@ -19,30 +22,38 @@ import (
 	"github.com/leasehold/leasehold/store/storetest"
 )
 
-// checkedLeases wraps a Lease client and fails the test on any update
-// without a resourceVersion: the server accepts such an update whatever the
-// object's version, so it would overwrite a rival's write.
-type checkedLeases struct {
-	coordinationv1client.LeasesGetter
+// checkedTransport passes the store's requests on, and fails the test on
+// any update (PUT) without a resourceVersion: the server accepts such an
+// update whatever the object's version, so it would overwrite a rival's
+// write.
+type checkedTransport struct {
+	next    http.RoundTripper
 	t       testing.TB
 	updates *atomic.Int64
 }
 
-func (c checkedLeases) Leases(ns string) coordinationv1client.LeaseInterface {
-	return checkedLease{LeaseInterface: c.LeasesGetter.Leases(ns), c: c}
-}
-
-type checkedLease struct {
-	coordinationv1client.LeaseInterface
-	c checkedLeases
-}
-
-func (l checkedLease) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	if lease.ResourceVersion == "" {
-		l.c.t.Errorf("update of Lease %s without a resourceVersion", lease.Name)
+func (c checkedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodPut {
+		return c.next.RoundTrip(r)
 	}
-	l.c.updates.Add(1)
-	return l.LeaseInterface.Update(ctx, lease, opts)
+	b, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var l struct {
+		Metadata struct{ Name, ResourceVersion string }
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		c.t.Errorf("update with a body that is not an object: %v", err)
+	}
+	if l.Metadata.ResourceVersion == "" {
+		c.t.Errorf("update of Lease %s without a resourceVersion", l.Metadata.Name)
+	}
+	c.updates.Add(1)
+	r2 := r.Clone(r.Context())
+	r2.Body = io.NopCloser(bytes.NewReader(b))
+	return c.next.RoundTrip(r2)
 }
 
 // TestConformanceCheckedUpdates runs the suite again with every update
@@ -54,8 +65,9 @@ func TestConformanceCheckedUpdates(t *testing.T) {
 		New: func(t *testing.T) func() (store.Store, error) {
 			ns := namespace(t)
 			return func() (store.Store, error) {
-				client := checkedLeases{LeasesGetter: mustClient(t, srv.AdminConfig()).CoordinationV1(), t: t, updates: &updates}
-				return k8sstore.New(k8sstore.Config{Client: client, Namespace: ns})
+				cfg := storeConfig(t, srv.AdminConfig(), ns)
+				cfg.HTTPClient = &http.Client{Transport: checkedTransport{next: cfg.HTTPClient.Transport, t: t, updates: &updates}}
+				return k8sstore.New(cfg)
 			}
 		},
 		MinTTL: k8sstore.MinTTL,
@@ -588,7 +600,9 @@ func TestWatchSightingStartsTheClock(t *testing.T) {
 	base := time.Now()
 	clock := func() time.Time { return base.Add(time.Duration(now.Load())) }
 	open := func() *k8sstore.Store {
-		st, err := k8sstore.New(k8sstore.Config{Client: mustClient(t, cfg).CoordinationV1(), Namespace: ns, Now: clock})
+		sc := storeConfig(t, cfg, ns)
+		sc.Now = clock
+		st, err := k8sstore.New(sc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -87,6 +87,8 @@ func Run(t *testing.T, h Harness) {
 		{"List", testList},
 		{"ForceRelease", testForceRelease},
 		{"TokensSurviveLoss", testTokensSurviveLoss},
+		{"Transfer", testTransfer},
+		{"Handover", testHandover},
 		{"SemaphoreFillAndRefill", testSemaphoreFillAndRefill},
 		{"SemaphoreRace", testSemaphoreRace},
 		{"SemaphoreRaceControl", testSemaphoreRaceControl},
