@@ -119,17 +119,6 @@ func runClean(t *testing.T, c Config) *Outcome {
 	return out
 }
 
-func TestChaosSQLite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	dir := t.TempDir()
-	c := baseConfig(t, "sqlite://"+filepath.Join(dir, "leases.db"), 28*time.Second)
-	c.Faults = []string{faultPause, faultKill, faultClock, faultTwin} // a file has no network to cut
-	out := runClean(t, c)
-	requireKinds(t, out, c.Faults[:3]...)
-}
-
 // requireKinds checks that the run injected faults of these kinds (the
 // planner takes every kind once before repeating, so a run long enough for
 // n faults has the first n kinds of its shuffled bag).

@@ -1,0 +1,169 @@
+package chaos
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/zookeeper/zktest"
+)
+
+// ciSpan is how long each store's CI run injects faults.
+const ciSpan = 45 * time.Second
+
+// storeRun is one store's chaos run: its server, faults, timings and number
+// of lease groups. The CI tests (TestChaos<Store>) and the soak
+// (TestChaosSoak) run the same configurations; the soak only runs longer.
+type storeRun struct {
+	name   string
+	groups int
+	setup  func(t *testing.T, span time.Duration) Config
+}
+
+var storeRuns = []storeRun{
+	{"sqlite", 12, func(t *testing.T, span time.Duration) Config {
+		c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), span)
+		c.Faults = []string{faultPause, faultKill, faultClock, faultTwin} // a file has no network to cut
+		return c
+	}},
+	{"postgres", 12, func(t *testing.T, span time.Duration) Config {
+		// A server of the test's own, so that a store restart is real:
+		// SIGKILL and a start on the same data (the shared server on
+		// 127.0.0.1:5432 is not touched).
+		pg := startPG(t)
+		c := baseConfig(t, pg.URL(), span)
+		c.StoreControl = pg
+		c.Faults = []string{faultBlackhole, faultLatency, faultStoreRestart, faultReset, faultPause, faultKill}
+		return c
+	}},
+	{"redis", 12, func(t *testing.T, span time.Duration) Config {
+		r := startRedis(t)
+		c := baseConfig(t, r.URL(), span)
+		c.StoreControl = r // store-restart faults restart this redis-server for real
+		c.Faults = []string{faultStoreRestart, faultPause, faultBlackhole, faultReset, faultClock}
+		return c
+	}},
+	{"etcd", 12, func(t *testing.T, span time.Duration) Config {
+		m := startEtcd(t)
+		c := baseConfig(t, m.URL(), span)
+		c.StoreControl = m // store-restart faults restart the member for real
+		c.Faults = []string{faultStoreRestart, faultKill, faultLatency, faultBlackhole, faultTwin}
+		return c
+	}},
+	{"kubernetes", 14, func(t *testing.T, span time.Duration) Config {
+		c := baseConfig(t, startKube(t), span)
+		c.AllowRemote = true // the kubeconfig points at this test's own server on 127.0.0.1
+		// The harness proxies the API server (a kubeconfig per node that
+		// points at its proxy), so network faults run too; a store restart
+		// is emulated at the proxies.
+		c.Faults = []string{faultPause, faultKill, faultClock, faultTwin, faultBlackhole, faultReset, faultLatency, faultStoreRestart}
+		// The store refuses a margin (lease - renew deadline) of a second or
+		// less: client-go, which may share a Lease, tells renewals apart
+		// only at whole seconds.
+		c.Timings = leasehold.Timings{LeaseDuration: 2 * time.Second, RenewDeadline: 900 * time.Millisecond, RenewInterval: 300 * time.Millisecond,
+			RetryPeriod: 200 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
+		return c
+	}},
+	{"mysql", 12, func(t *testing.T, span time.Duration) Config {
+		// The machine's shared MariaDB is not restarted: the restart is
+		// emulated at the proxies.
+		c := baseConfig(t, mysqlURL(t), span)
+		c.Faults = []string{faultBlackhole, faultStoreRestart, faultPause, faultReset, faultKill}
+		return c
+	}},
+	{"zookeeper", 12, func(t *testing.T, span time.Duration) Config {
+		srv := zktest.Standalone(t, zktest.Options{})
+		c := baseConfig(t, "zookeeper://"+srv.Addr()+"/chaos", span)
+		c.StoreControl = zkServer{srv}
+		// The faults that end a leader's session one way or another, aimed
+		// at whichever node leads: its process paused (its session expires
+		// while it sleeps), killed, cut off from the server, and the server
+		// restarted.
+		c.Faults = []string{faultPause, faultKill, faultBlackhole, faultStoreRestart}
+		c.LeaderBias = 1
+		return c
+	}},
+	{"nats", 12, func(t *testing.T, span time.Duration) Config {
+		m := startNATS(t)
+		c := baseConfig(t, m.URL(), span)
+		c.StoreControl = m
+		c.Faults = []string{faultStoreRestart, faultKill, faultLatency, faultPause, faultReset}
+		return c
+	}},
+}
+
+// runStore runs one store's configuration: many lease groups with
+// overlapping faults, zero violations, every fault kind injected, and at
+// least ciVolume faults (or the soak's count).
+func runStore(t *testing.T, name string, span time.Duration) {
+	t.Helper()
+	for _, r := range storeRuns {
+		if r.name != name {
+			continue
+		}
+		c := r.setup(t, span)
+		volume(&c, r.groups)
+		out := runClean(t, c)
+		requireKinds(t, out, c.Faults...)
+		requireVolume(t, out, ciVolume)
+		return
+	}
+	t.Fatalf("no store run %q", name)
+}
+
+func TestChaosSQLite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	runStore(t, "sqlite", ciSpan)
+}
+
+func TestChaosPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	runStore(t, "postgres", ciSpan)
+}
+
+func TestChaosRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	runStore(t, "redis", ciSpan)
+}
+
+func TestChaosEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	runStore(t, "etcd", ciSpan)
+}
+
+func TestChaosKubernetes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	runStore(t, "kubernetes", ciSpan)
+}
+
+func TestChaosMySQL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	runStore(t, "mysql", ciSpan)
+}
+
+func TestChaosZooKeeper(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	runStore(t, "zookeeper", ciSpan)
+}
+
+func TestChaosNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	runStore(t, "nats", ciSpan)
+}

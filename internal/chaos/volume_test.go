@@ -1,0 +1,65 @@
+package chaos
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// shortLease are the volume runs' timings: a 1 s lease, renewed every
+// 200 ms, with the 400 ms wind-down of the default 2 s timings. The
+// wind-down is the time a leader's work has to stop before safeUntil; with
+// forty processes on two cores, a process can wait a couple of hundred
+// milliseconds for a CPU, and a shorter wind-down (the 166 ms 1 s timings
+// scale to) let such a wait carry a write past safeUntil: the safe-until
+// check reported it, rightly, in the first runs of this configuration.
+var shortLease = leasehold.Timings{LeaseDuration: time.Second, RenewDeadline: 700 * time.Millisecond,
+	RenewInterval: 200 * time.Millisecond, RetryPeriod: 150 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
+
+// ciVolume is the least number of faults every store's run injects in the
+// default (CI) run: the test fails below it.
+const ciVolume = 200
+
+// volume makes c a run of many lease groups with overlapping faults: groups
+// groups of c.Nodes nodes (default 3), bursts of up to one fault per node,
+// and a 1 s lease unless c sets its own timings. The leaders write every
+// 50 ms instead of 10 ms: a register write is the run's main load, and
+// forty processes share two cores in CI.
+func volume(c *Config, groups int) {
+	c.Groups = groups
+	if c.Nodes == 0 {
+		c.Nodes = 3
+	}
+	c.Overlap = c.Nodes
+	if c.Timings == (leasehold.Timings{}) {
+		c.Timings = shortLease
+	}
+	c.WriteInterval = 50 * time.Millisecond
+	c.UntilFaults = soakFaults()
+}
+
+// soakFaults is LEASEHOLD_CHAOS_SOAK_FAULTS: the number of faults a soak
+// run injects per store (0: the default, CI-sized run).
+func soakFaults() int {
+	n, _ := strconv.Atoi(os.Getenv("LEASEHOLD_CHAOS_SOAK_FAULTS"))
+	return n
+}
+
+// requireVolume fails the test when the run injected fewer than n faults.
+func requireVolume(t *testing.T, out *Outcome, n int) {
+	t.Helper()
+	got := faultTotal(out.Result)
+	t.Logf("faults injected: %d in %d groups (%s)", got, max(1, len(out.Groups)), faultCounts(out.Result.Stats.FaultsByKind))
+	if soak := soakFaults(); soak > 0 {
+		n = soak
+	}
+	if os.Getenv("LEASEHOLD_CHAOS_SOAK") != "" && soakFaults() == 0 {
+		return // a soak of a given length: no count to reach
+	}
+	if got < n {
+		t.Errorf("the run injected %d faults; it must inject at least %d", got, n)
+	}
+}
