@@ -225,6 +225,10 @@ func TestChaosBrokenStoreIsCaught(t *testing.T) {
 	}{
 		{brokenEarlyGrant, chkExclusive},
 		{brokenTokenDown, chkTokenOrder},
+		{brokenTokenRepeat, chkUniqueToken},
+		{brokenNoFailover, chkFailover},
+		{brokenForgeToken, chkWriteOwner},
+		{brokenOverrun, chkSafeUntil},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			dir := t.TempDir()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/internal/testenv"
 )
@@ -120,11 +121,16 @@ func (s *pgServer) Start(ctx context.Context) error {
 	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); logf.Close(); close(done) }(s.cmd, s.exited)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), time.Second)
+		// Up means answering queries: after a crash, the server listens
+		// while it recovers from its WAL, and refuses logins until done.
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		c, err := pgx.Connect(cctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port))
 		if err == nil {
-			c.Close()
-			// Listening is not yet accepting queries after a crash
-			// (recovery): the nodes retry, as clients of a restarted server do.
+			_, err = c.Exec(cctx, "SELECT 1")
+			c.Close(cctx)
+		}
+		cancel()
+		if err == nil {
 			return nil
 		}
 		select {

@@ -19,6 +19,9 @@ type storeRun struct {
 	name   string
 	groups int
 	setup  func(t *testing.T, span time.Duration) Config
+	// span, if set, replaces ciSpan in CI (a store whose lease cannot be
+	// short injects fewer faults a second).
+	span time.Duration
 }
 
 var storeRuns = []storeRun{
@@ -26,7 +29,7 @@ var storeRuns = []storeRun{
 		c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), span)
 		c.Faults = []string{faultPause, faultKill, faultClock, faultTwin} // a file has no network to cut
 		return c
-	}},
+	}, 0},
 	{"postgres", 12, func(t *testing.T, span time.Duration) Config {
 		// A server of the test's own, so that a store restart is real:
 		// SIGKILL and a start on the same data (the shared server on
@@ -36,22 +39,22 @@ var storeRuns = []storeRun{
 		c.StoreControl = pg
 		c.Faults = []string{faultBlackhole, faultLatency, faultStoreRestart, faultReset, faultPause, faultKill}
 		return c
-	}},
+	}, 0},
 	{"redis", 12, func(t *testing.T, span time.Duration) Config {
 		r := startRedis(t)
 		c := baseConfig(t, r.URL(), span)
 		c.StoreControl = r // store-restart faults restart this redis-server for real
 		c.Faults = []string{faultStoreRestart, faultPause, faultBlackhole, faultReset, faultClock}
 		return c
-	}},
+	}, 0},
 	{"etcd", 12, func(t *testing.T, span time.Duration) Config {
 		m := startEtcd(t)
 		c := baseConfig(t, m.URL(), span)
 		c.StoreControl = m // store-restart faults restart the member for real
 		c.Faults = []string{faultStoreRestart, faultKill, faultLatency, faultBlackhole, faultTwin}
 		return c
-	}},
-	{"kubernetes", 14, func(t *testing.T, span time.Duration) Config {
+	}, 0},
+	{"kubernetes", 18, func(t *testing.T, span time.Duration) Config {
 		c := baseConfig(t, startKube(t), span)
 		c.AllowRemote = true // the kubeconfig points at this test's own server on 127.0.0.1
 		// The harness proxies the API server (a kubeconfig per node that
@@ -64,14 +67,14 @@ var storeRuns = []storeRun{
 		c.Timings = leasehold.Timings{LeaseDuration: 2 * time.Second, RenewDeadline: 900 * time.Millisecond, RenewInterval: 300 * time.Millisecond,
 			RetryPeriod: 200 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
 		return c
-	}},
+	}, 55 * time.Second},
 	{"mysql", 12, func(t *testing.T, span time.Duration) Config {
 		// The machine's shared MariaDB is not restarted: the restart is
 		// emulated at the proxies.
 		c := baseConfig(t, mysqlURL(t), span)
 		c.Faults = []string{faultBlackhole, faultStoreRestart, faultPause, faultReset, faultKill}
 		return c
-	}},
+	}, 0},
 	{"zookeeper", 12, func(t *testing.T, span time.Duration) Config {
 		srv := zktest.Standalone(t, zktest.Options{})
 		c := baseConfig(t, "zookeeper://"+srv.Addr()+"/chaos", span)
@@ -83,14 +86,14 @@ var storeRuns = []storeRun{
 		c.Faults = []string{faultPause, faultKill, faultBlackhole, faultStoreRestart}
 		c.LeaderBias = 1
 		return c
-	}},
+	}, 0},
 	{"nats", 12, func(t *testing.T, span time.Duration) Config {
 		m := startNATS(t)
 		c := baseConfig(t, m.URL(), span)
 		c.StoreControl = m
 		c.Faults = []string{faultStoreRestart, faultKill, faultLatency, faultPause, faultReset}
 		return c
-	}},
+	}, 0},
 }
 
 // runStore runs one store's configuration: many lease groups with
@@ -101,6 +104,9 @@ func runStore(t *testing.T, name string, span time.Duration) {
 	for _, r := range storeRuns {
 		if r.name != name {
 			continue
+		}
+		if span == ciSpan && r.span > 0 {
+			span = r.span
 		}
 		c := r.setup(t, span)
 		volume(&c, r.groups)

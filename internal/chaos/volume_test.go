@@ -39,6 +39,10 @@ func volume(c *Config, groups int) {
 	}
 	c.WriteInterval = 50 * time.Millisecond
 	c.UntilFaults = soakFaults()
+	if c.UntilFaults > 0 {
+		// A soak's groups each record tens of thousands of writes.
+		c.LinearizeTimeout = 10 * time.Minute
+	}
 }
 
 // soakFaults is LEASEHOLD_CHAOS_SOAK_FAULTS: the number of faults a soak
