@@ -25,12 +25,12 @@ type storeRun struct {
 }
 
 var storeRuns = []storeRun{
-	{"sqlite", 12, func(t *testing.T, span time.Duration) Config {
+	{"sqlite", 16, func(t *testing.T, span time.Duration) Config {
 		c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), span)
 		c.Faults = []string{faultPause, faultKill, faultClock, faultTwin} // a file has no network to cut
 		return c
 	}, 0},
-	{"postgres", 12, func(t *testing.T, span time.Duration) Config {
+	{"postgres", 16, func(t *testing.T, span time.Duration) Config {
 		// A server of the test's own, so that a store restart is real:
 		// SIGKILL and a start on the same data (the shared server on
 		// 127.0.0.1:5432 is not touched).
@@ -40,21 +40,21 @@ var storeRuns = []storeRun{
 		c.Faults = []string{faultBlackhole, faultLatency, faultStoreRestart, faultReset, faultPause, faultKill}
 		return c
 	}, 0},
-	{"redis", 12, func(t *testing.T, span time.Duration) Config {
+	{"redis", 16, func(t *testing.T, span time.Duration) Config {
 		r := startRedis(t)
 		c := baseConfig(t, r.URL(), span)
 		c.StoreControl = r // store-restart faults restart this redis-server for real
 		c.Faults = []string{faultStoreRestart, faultPause, faultBlackhole, faultReset, faultClock}
 		return c
 	}, 0},
-	{"etcd", 12, func(t *testing.T, span time.Duration) Config {
+	{"etcd", 16, func(t *testing.T, span time.Duration) Config {
 		m := startEtcd(t)
 		c := baseConfig(t, m.URL(), span)
 		c.StoreControl = m // store-restart faults restart the member for real
 		c.Faults = []string{faultStoreRestart, faultKill, faultLatency, faultBlackhole, faultTwin}
 		return c
 	}, 0},
-	{"kubernetes", 18, func(t *testing.T, span time.Duration) Config {
+	{"kubernetes", 16, func(t *testing.T, span time.Duration) Config {
 		c := baseConfig(t, startKube(t), span)
 		c.AllowRemote = true // the kubeconfig points at this test's own server on 127.0.0.1
 		// The harness proxies the API server (a kubeconfig per node that
@@ -67,15 +67,15 @@ var storeRuns = []storeRun{
 		c.Timings = leasehold.Timings{LeaseDuration: 2 * time.Second, RenewDeadline: 900 * time.Millisecond, RenewInterval: 300 * time.Millisecond,
 			RetryPeriod: 200 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
 		return c
-	}, 55 * time.Second},
-	{"mysql", 12, func(t *testing.T, span time.Duration) Config {
+	}, 75 * time.Second},
+	{"mysql", 16, func(t *testing.T, span time.Duration) Config {
 		// The machine's shared MariaDB is not restarted: the restart is
 		// emulated at the proxies.
 		c := baseConfig(t, mysqlURL(t), span)
 		c.Faults = []string{faultBlackhole, faultStoreRestart, faultPause, faultReset, faultKill}
 		return c
 	}, 0},
-	{"zookeeper", 12, func(t *testing.T, span time.Duration) Config {
+	{"zookeeper", 16, func(t *testing.T, span time.Duration) Config {
 		srv := zktest.Standalone(t, zktest.Options{})
 		c := baseConfig(t, "zookeeper://"+srv.Addr()+"/chaos", span)
 		c.StoreControl = zkServer{srv}
@@ -87,7 +87,7 @@ var storeRuns = []storeRun{
 		c.LeaderBias = 1
 		return c
 	}, 0},
-	{"nats", 12, func(t *testing.T, span time.Duration) Config {
+	{"nats", 16, func(t *testing.T, span time.Duration) Config {
 		m := startNATS(t)
 		c := baseConfig(t, m.URL(), span)
 		c.StoreControl = m
