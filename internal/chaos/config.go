@@ -27,7 +27,8 @@ type Config struct {
 	// StoreURL names the store (any scheme of store/registry). Required. Network
 	// stores must be on a loopback address unless AllowRemote is set; a
 	// Kubernetes store (whose server the kubeconfig names, not the URL)
-	// needs AllowRemote always, and is not proxied: no network faults.
+	// needs AllowRemote always, and is proxied (network faults) only when
+	// its kubeconfig names a server on a loopback address.
 	StoreURL    string
 	AllowRemote bool
 	// Open opens a store by URL, in the harness and (the same registry) in

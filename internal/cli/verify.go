@@ -74,7 +74,7 @@ Examples:
 	fs.IntVar(&f.untilFaults, "until-faults", 0, "end the run once the groups have injected `N` faults (or when --duration ends)")
 	fs.DurationVar(&f.duration, "duration", 30*time.Second, "how long faults are injected, after the first leader is elected")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the fault schedule and clock offsets (default: random, printed)")
-	fs.StringVar(&f.faults, "faults", "all", "comma-separated `KINDS` to inject: "+strings.Join(chaos.AllFaults, ", ")+", or all\n(a SQLite store has no network, and a Kubernetes store is not proxied: all means pause, kill, clock, twin there)")
+	fs.StringVar(&f.faults, "faults", "all", "comma-separated `KINDS` to inject: "+strings.Join(chaos.AllFaults, ", ")+", or all\n(a SQLite store has no network, nor a Kubernetes store whose kubeconfig names a server off this host:\nall means pause, kill, clock, twin there)")
 	fs.Float64Var(&f.leaderBias, "leader-bias", 0.7, "share of node faults aimed at whichever node leads, in [0, 1]")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 0, "lease timings (default: a 2s lease, 1.4s renew deadline, 400ms renew interval,\n300ms retry period, 400ms wind-down; with only --lease-duration, the rest scale)")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", 0, "the holder's trust window after each renewal it sent")
@@ -100,6 +100,12 @@ Examples:
 	}
 	if fs.NArg() != 0 {
 		return usagef("takes no arguments, got %q", fs.Args())
+	}
+	if f.groups < 1 {
+		return usagef("--groups %d: need 1 to 64 lease groups", f.groups)
+	}
+	if f.overlap < 1 {
+		return usagef("--overlap %d: need 1 to --nodes (%d)", f.overlap, f.nodes)
 	}
 	faults, err := chaos.ParseFaults(f.faults)
 	if err != nil {
