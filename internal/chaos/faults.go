@@ -161,7 +161,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (f fault, ok bool, err 
 		}
 		sleepCtx(ctx, p.Duration)
 		for _, px := range target.proxies {
-			px.Heal()
+			px.EndBlackhole() // a store restart overlapping it keeps refusing
 		}
 	case faultReset:
 		n := 0
@@ -181,7 +181,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (f fault, ok bool, err 
 		}
 		sleepCtx(ctx, p.Duration)
 		for _, px := range target.proxies {
-			px.Heal()
+			px.SetLatency(0)
 		}
 	case faultStoreRestart:
 		f.Target, f.Leader = "store", false
