@@ -79,7 +79,7 @@ func writeVolume(b *strings.Builder, h *history, r *Result) {
 	}
 	for _, frac := range []float64{0, 0.25, 0.5, 0.75, 1} {
 		x := float64(left) + frac*float64(W-left-10)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11" text-anchor="middle" fill="#55606b">%s</text>`+"\n", x, H+16, round(time.Duration(frac*float64(span))))
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11" text-anchor="%s" fill="#55606b">%s</text>`+"\n", x, H+16, anchor(frac), round(time.Duration(frac*float64(span))))
 	}
 	b.WriteString("</svg>\n<p class=\"legend\">")
 	for _, k := range AllFaults {
@@ -125,7 +125,7 @@ func writeVolume(b *strings.Builder, h *history, r *Result) {
 	fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="6" y2="%d" stroke="#c8322b" stroke-dasharray="4 3"/><text x="%.1f" y="14" font-size="11" fill="#c8322b" text-anchor="end">failover bound %s </text>`+"\n", bx, bx, H, bx-3, round(bound))
 	for _, frac := range []float64{0, 0.25, 0.5, 0.75, 1} {
 		x := float64(left) + frac*float64(W-left-10)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11" text-anchor="middle" fill="#55606b">%s</text>`+"\n", x, H+16, round(time.Duration(frac*bins*bin)))
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11" text-anchor="%s" fill="#55606b">%s</text>`+"\n", x, H+16, anchor(frac), round(time.Duration(frac*bins*bin)))
 	}
 	n := len(fo)
 	fmt.Fprintf(b, "</svg>\n<p class=\"note\">%d faults that hit the leader, from the fault's start to the grant of a newer term: p50 %s, p90 %s, p99 %s, max %s. The dashed line is the failover bound the <code>failover</code> check holds each heal to (it is measured from the heal, not the start).</p>\n",
@@ -204,4 +204,12 @@ func writeFleetReport(w io.Writer, out *Outcome) error {
 	b.WriteString("</table>\n<p class=\"note\">Each group's report has its timeline, faults and processes. A real store restart, made by the first group's schedule, hits every group and is counted once.</p>\n</body></html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// anchor keeps an axis label inside the chart: the last one ends at its tick.
+func anchor(frac float64) string {
+	if frac >= 1 {
+		return "end"
+	}
+	return "middle"
 }
