@@ -2,12 +2,14 @@ package leasehold
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/store"
 )
 
-// Config configures an Elector, a Lock or a Keeper. The lease name is not part
-// of it: NewElector and NewLock take it, and a Keeper takes one per Acquire.
+// Config configures an Elector, a Lock, a Keeper or a Scheduler. The lease
+// name is not part of it: NewElector, NewLock and NewScheduler take it, and a
+// Keeper takes one per Acquire.
 type Config struct {
 	// Identity names this node (a host or pod name). Required. The holder
 	// identity is Identity plus a random per-process suffix (see NewIdentity);
@@ -32,8 +34,16 @@ type Config struct {
 	// KeepAlive makes a Lock renew its lease while it is held, for work that
 	// may outlast one lease duration. Without it a Lock's term is trusted
 	// until RenewDeadline after the acquire request was sent, and never
-	// renewed. An Elector and a Keeper always renew.
+	// renewed. An Elector, a Keeper and a Scheduler's run always renew.
 	KeepAlive bool
+	// MaxHold, if set, caps how long one term is kept: MaxHold after its
+	// acquire request was sent, the term's context is cancelled with cause
+	// ErrMaxHold and renewing stops, so a holder whose work is stuck cannot
+	// keep the lease for ever. The term then ends by release once the work
+	// has returned (never while it runs), or by expiry on the store's clock if
+	// the work never returns. An Elector contends again after releasing, as
+	// after any loss. Zero: no cap. A Keeper refuses it.
+	MaxHold time.Duration
 	// StopOnLoss makes an Elector's Run return (with the loss's cause) after
 	// this node loses a term, instead of contending again. A Lock and a
 	// Keeper never contend again by themselves.
@@ -45,6 +55,9 @@ type Config struct {
 func (cfg *Config) prepare(st store.Store) (holder string, err error) {
 	if st == nil {
 		return "", fmt.Errorf("%w: store is nil", ErrInvalidConfig)
+	}
+	if cfg.MaxHold < 0 {
+		return "", fmt.Errorf("%w: maxHold %v is negative", ErrInvalidConfig, cfg.MaxHold)
 	}
 	if err := store.ValidateMetadata(cfg.Metadata); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrInvalidConfig, err)

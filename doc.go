@@ -2,16 +2,22 @@
 // and gives the resource that work writes to a number with which to refuse a
 // node that has lost that role.
 //
-// It offers three things built on one lease mechanism:
+// It offers four things built on one lease mechanism:
 //
 //   - an [Elector] for leader election: a long-lived role kept by renewal,
 //     whose guarded work runs under a context cancelled before any rival could
 //     legally take over;
 //   - a [Lock] for a short critical section, with optional keep-alive;
 //   - a [Keeper] for many leases of one process (one per shard), renewed
-//     together in one batch.
+//     together in one batch;
+//   - a [Scheduler] for a job that must run at most once per period across
+//     nodes (a cron job every replica carries), whose periods are claimed in
+//     the store, not by any node's wall clock.
 //
-// All three take one [Config], and hand out each term this process holds as
+// Config.MaxHold caps how long an Elector's or a Lock's term is kept, so a
+// holder whose work is stuck cannot keep a lease for ever.
+//
+// All of them take one [Config], and hand out each term this process holds as
 // a [Lease]: its name, its fencing token, its safe-until deadline, a context
 // cancelled when the term must no longer be trusted, and Release. The
 // fencing token is a number that rises on every grant of the lease, on every

@@ -71,7 +71,7 @@ func NewElector(st store.Store, name string, cfg Config) (*Elector, error) {
 	}
 	e := &Elector{name: name, cfg: cfg, holder: holder}
 	e.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: true,
-		observe: e.observe, events: newEventQueue(cfg.OnEvent)}
+		maxHold: cfg.MaxHold, observe: e.observe, events: newEventQueue(cfg.OnEvent)}
 	e.watcher, _ = st.(store.Watcher)
 	return e, nil
 }

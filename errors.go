@@ -17,6 +17,10 @@ var (
 	// ErrLeaseLost: the store answered that this term is no longer the live
 	// one: it expired or a newer term replaced it.
 	ErrLeaseLost = errors.New("leasehold: lease lost to expiry or a newer term")
+	// ErrMaxHold: the term reached Config.MaxHold. The work's context is
+	// cancelled and renewing stopped; the term is released once the work
+	// returns, or expires on the store's clock.
+	ErrMaxHold = errors.New("leasehold: term reached its maximum hold time")
 	// ErrReleased: the term was ended on purpose: released, or the work
 	// returned and the elector stepped down.
 	ErrReleased = errors.New("leasehold: lease released")

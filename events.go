@@ -74,7 +74,8 @@ type Event struct {
 
 // LossReason names why a term ended, for logs and metrics: "expired" (no
 // renewal before safeUntil), "lost" (the store said the term is gone),
-// "released", "shutdown" (the caller's context ended), or "error".
+// "released", "max-hold" (Config.MaxHold reached), "shutdown" (the caller's
+// context ended), or "error".
 func LossReason(err error) string {
 	switch {
 	case errors.Is(err, ErrSafeUntilPassed):
@@ -83,6 +84,8 @@ func LossReason(err error) string {
 		return "lost"
 	case errors.Is(err, ErrReleased):
 		return "released"
+	case errors.Is(err, ErrMaxHold):
+		return "max-hold"
 	case err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return "shutdown"
 	default:

@@ -15,6 +15,7 @@ type holdConfig struct {
 	clock     Clock
 	timings   Timings // with defaults, validated
 	keepAlive bool
+	maxHold   time.Duration // zero: no cap (Config.MaxHold)
 	// observe, if set, sees each event at once, on the goroutine that
 	// reports it (the Elector's Status); events then go to the user's
 	// OnEvent through the queue.
@@ -63,12 +64,14 @@ type renewResult struct {
 // term's context derives from parent.
 func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sentAt time.Time) *holding {
 	ctx, cancel := context.WithCancelCause(parent)
+	tr := granted(cfg.timings, sentAt)
+	tr.capHold(sentAt, cfg.maxHold)
 	h := &holding{
 		cfg:    cfg,
 		term:   rec.Term,
 		ctx:    ctx,
 		cancel: cancel,
-		tr:     granted(cfg.timings, sentAt),
+		tr:     tr,
 		stopc:  make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -137,7 +140,13 @@ func (h *holding) loop() {
 			return
 		case <-deadline.C():
 			// Stop trusting the term now, whatever a renewal in flight may say.
-			finish(ErrSafeUntilPassed)
+			// At the hold cap, stop renewing too: the term ends by release
+			// once the work returns, or by expiry.
+			if h.trust().holdCapped(t) {
+				finish(ErrMaxHold)
+			} else {
+				finish(ErrSafeUntilPassed)
+			}
 			h.cfg.emit(Event{Kind: EventLost, Name: h.term.Name, Term: h.term, SafeUntil: h.SafeUntil(), Err: h.cause})
 			return
 		case <-renewC:

@@ -36,7 +36,7 @@ func NewLock(st store.Store, name string, cfg Config) (*Lock, error) {
 	}
 	l := &Lock{name: name, cfg: cfg, base: base}
 	l.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: cfg.KeepAlive,
-		events: newEventQueue(cfg.OnEvent)}
+		maxHold: cfg.MaxHold, events: newEventQueue(cfg.OnEvent)}
 	l.watcher, _ = st.(store.Watcher)
 	return l, nil
 }

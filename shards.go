@@ -77,6 +77,9 @@ type kept struct {
 
 // NewKeeper validates cfg and starts a Keeper on st. Close stops it.
 func NewKeeper(st store.Store, cfg Config) (*Keeper, error) {
+	if cfg.MaxHold != 0 {
+		return nil, fmt.Errorf("%w: maxHold is for an Elector or a Lock; a Keeper's leases are released by its caller", ErrInvalidConfig)
+	}
 	holder, err := cfg.prepare(st)
 	if err != nil {
 		return nil, err

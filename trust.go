@@ -10,17 +10,28 @@ import "time"
 //     plus RenewDeadline, on the holder's own clock (SAFETY.md rule 6). It only
 //     moves forward: a late answer to an earlier request cannot shorten it,
 //     and nothing extends it but a successful request.
-//   - The term's context is cancelled at cancelAt = safeUntil - WindDown.
+//   - The term's context is cancelled at cancelAt = safeUntil - WindDown, or
+//     at holdEnd (the acquire's send time plus Config.MaxHold) if that is
+//     earlier; nothing moves holdEnd.
 //   - The next renewal is sent RenewInterval after the last successful one was
 //     sent, or RetryPeriod after a failed one was sent.
 type trust struct {
 	safeUntil time.Time
 	nextRenew time.Time
+	holdEnd   time.Time // zero: no cap
 }
 
 // granted is the trust of a term whose acquire request was sent at sentAt.
 func granted(t Timings, sentAt time.Time) trust {
 	return trust{safeUntil: sentAt.Add(t.RenewDeadline), nextRenew: sentAt.Add(t.RenewInterval)}
+}
+
+// capHold caps the term at maxHold after its acquire request was sent at
+// sentAt (no cap if maxHold is zero).
+func (tr *trust) capHold(sentAt time.Time, maxHold time.Duration) {
+	if maxHold > 0 {
+		tr.holdEnd = sentAt.Add(maxHold)
+	}
 }
 
 // renewed records a successful renewal sent at sentAt.
@@ -38,7 +49,18 @@ func (tr *trust) renewFailed(t Timings, sentAt time.Time) {
 }
 
 // cancelAt is when the term's context is cancelled.
-func (tr trust) cancelAt(t Timings) time.Time { return tr.safeUntil.Add(-t.WindDown) }
+func (tr trust) cancelAt(t Timings) time.Time {
+	c := tr.safeUntil.Add(-t.WindDown)
+	if !tr.holdEnd.IsZero() && tr.holdEnd.Before(c) {
+		return tr.holdEnd
+	}
+	return c
+}
+
+// holdCapped reports whether cancelAt is the hold cap rather than safeUntil.
+func (tr trust) holdCapped(t Timings) bool {
+	return !tr.holdEnd.IsZero() && !tr.holdEnd.After(tr.safeUntil.Add(-t.WindDown))
+}
 
 // trusted reports whether the term may still be worked under at now.
 func (tr trust) trusted(t Timings, now time.Time) bool { return now.Before(tr.cancelAt(t)) }

@@ -58,3 +58,29 @@ func TestTrustTable(t *testing.T) {
 		})
 	}
 }
+
+// The hold cap (Config.MaxHold) ends trust at the acquire's send time plus
+// MaxHold, whatever renewals say; without it, renewals extend trust.
+func TestTrustHoldCap(t *testing.T) {
+	tm := Timings{WindDown: time.Second}.WithDefaults()
+	t0 := time.Unix(1000, 0)
+	tr := granted(tm, t0)
+	tr.capHold(t0, 12*time.Second)
+	if got := tr.cancelAt(tm).Sub(t0); got != 9*time.Second || tr.holdCapped(tm) {
+		t.Fatalf("before any renewal: cancelAt +%v capped %v, want +9s (safeUntil - WindDown), not capped", got, tr.holdCapped(tm))
+	}
+	tr.renewed(tm, t0.Add(5*time.Second))
+	if got := tr.cancelAt(tm).Sub(t0); got != 12*time.Second || !tr.holdCapped(tm) {
+		t.Fatalf("after a renewal: cancelAt +%v capped %v, want +12s (the cap)", got, tr.holdCapped(tm))
+	}
+	if tr.trusted(tm, t0.Add(12*time.Second)) || !tr.trusted(tm, t0.Add(12*time.Second-time.Nanosecond)) {
+		t.Error("trust does not end exactly at the cap")
+	}
+	// Negative control: no cap, and the same renewal extends trust past it.
+	free := granted(tm, t0)
+	free.capHold(t0, 0)
+	free.renewed(tm, t0.Add(5*time.Second))
+	if got := free.cancelAt(tm).Sub(t0); got != 14*time.Second || free.holdCapped(tm) {
+		t.Fatalf("without a cap: cancelAt +%v, want +14s", got)
+	}
+}

@@ -211,6 +211,11 @@ func CheckResponse(resp *http.Response) error {
 // of Source and, if Lease is set, Leasehold-Lease. A request whose token is
 // below 1 (no term yet) or whose holder is empty or malformed is not sent.
 //
+// A request whose context names an operation (WithOperation) also gets an
+// Idempotency-Key header, IdempotencyKey(term, operation), unless it already
+// has one: for APIs that cannot compare a token but deduplicate retries
+// (weaker than a fence: see IdempotencyKey).
+//
 //	client := &http.Client{Transport: &fence.Transport{Lease: "sweeper", Source: leader}}
 type Transport struct {
 	// Base sends the request; nil means http.DefaultTransport.
@@ -236,7 +241,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("leasehold/fence: not sending %s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
+	var idemKey string
+	if op, ok := operation(req.Context()); ok && req.Header.Get(HeaderIdempotencyKey) == "" {
+		if t.Lease != "" && term.Name == "" {
+			term.Name = t.Lease
+		}
+		if idemKey, err = IdempotencyKey(term, op); err != nil {
+			closeBody(req)
+			return nil, fmt.Errorf("leasehold/fence: not sending %s %s: %w", req.Method, req.URL.Redacted(), err)
+		}
+	}
 	r := req.Clone(req.Context())
+	if idemKey != "" {
+		r.Header.Set(HeaderIdempotencyKey, idemKey)
+	}
 	r.Header.Set(HeaderToken, strconv.FormatInt(term.Token, 10))
 	r.Header.Set(HeaderHolder, term.Holder)
 	if t.Lease != "" {

@@ -121,7 +121,8 @@ type Store interface {
 
 	// Get returns the current record of name: the live term, or the last term
 	// (expired or released, with an empty Holder or Remaining <= 0) with the
-	// last token granted. It returns ErrNotFound if name was never granted.
+	// last token granted. It returns ErrNotFound if name was never granted,
+	// and never once it was (a scheduled job's period claim relies on it).
 	Get(ctx context.Context, name string) (Record, error)
 
 	// Close releases the store's own resources (connections, watchers). It does

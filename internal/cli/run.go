@@ -35,6 +35,8 @@ type runCmd struct {
 	httpAddr     string
 	logFormat    string
 	logLevel     string
+	maxHold      time.Duration
+	sched        scheduleFlags
 
 	// Set while running.
 	elector  *leasehold.Elector
@@ -82,7 +84,7 @@ Example:
 
 func newRunCmd(env *Env) Command {
 	r := &runCmd{env: env}
-	fs := newFlagSet(env, "run", "--lease NAME [flags] -- CMD [ARGS...]", runAbout)
+	fs := newFlagSet(env, "run", "--lease NAME [flags] -- CMD [ARGS...]", runAbout+scheduleAbout)
 	r.fs = fs
 	r.store.register(fs)
 	r.timings.register(fs)
@@ -99,6 +101,8 @@ func newRunCmd(env *Env) Command {
 	fs.StringVar(&r.httpAddr, "http", "", "serve /healthz, /leader and /metrics on `ADDR` (such as 127.0.0.1:9090)")
 	fs.StringVar(&r.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&r.maxHold, "max-hold", 0, "stop the command and stop renewing `D` after the term began, so a stuck command cannot keep the lease (0: no cap; with --every, the period)")
+	r.sched.register(fs)
 	return r
 }
 
@@ -121,6 +125,12 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	}
 	if r.restartDelay < 0 {
 		return usagef("--restart-delay %v is negative", r.restartDelay)
+	}
+	if r.maxHold < 0 {
+		return usagef("--max-hold %v is negative", r.maxHold)
+	}
+	if err := r.sched.check(r); err != nil {
+		return err
 	}
 	tm, termGrace, killMargin, err := r.timings.resolve()
 	if err != nil {
@@ -165,10 +175,11 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	// A store that refuses this client's writes for good ends the run.
 	ctx, stopRefused := context.WithCancelCause(ctx)
 	defer stopRefused(nil)
-	e, err := leasehold.NewElector(st.Store, r.lease, leasehold.Config{
+	cfg := leasehold.Config{
 		Identity:   r.identity,
 		Metadata:   r.metadata,
 		Timings:    tm,
+		MaxHold:    r.maxHold,
 		StopOnLoss: r.stopOnLoss,
 		OnEvent: func(ev leasehold.Event) {
 			r.metrics.observe(ev)
@@ -183,18 +194,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 				}
 			}
 		},
-	})
-	if err != nil {
-		var ue *UsageError
-		if errors.As(err, &ue) {
-			return err
-		}
-		if errors.Is(err, leasehold.ErrInvalidConfig) {
-			return usagef("%v", err)
-		}
-		return err
 	}
-	r.elector = e
 
 	// The safe-until file's directory; one left by a run killed with SIGKILL
 	// is removed by the next run (makeRunDir).
@@ -218,6 +218,14 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		renewed:  renewed,
 		onStart:  func(int) { r.metrics.childStarted() },
 	}
+	if r.sched.every > 0 {
+		return r.runScheduled(ctx, st, cfg)
+	}
+	e, err := leasehold.NewElector(st.Store, r.lease, cfg)
+	if err != nil {
+		return configError(err)
+	}
+	r.elector = e
 
 	r.started = time.Now()
 	r.running.Store(true)
@@ -255,7 +263,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		}
 		r.log.Info("stopped", "cause", context.Cause(ctx).Error())
 		return nil
-	case r.stopOnLoss && (errors.Is(err, leasehold.ErrSafeUntilPassed) || errors.Is(err, leasehold.ErrLeaseLost)):
+	case r.stopOnLoss && (errors.Is(err, leasehold.ErrSafeUntilPassed) || errors.Is(err, leasehold.ErrLeaseLost) || errors.Is(err, leasehold.ErrMaxHold)):
 		return &ExitError{Code: ExitLeaseLost, Msg: "lost the lease (--stop-on-loss): " + err.Error()}
 	default:
 		return err

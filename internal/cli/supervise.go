@@ -43,6 +43,9 @@ type supervisor struct {
 	safeFile              string
 	renewed               chan struct{} // coalesced: a renewal moved safeUntil
 	onStart               func(pid int)
+	// extraEnv is added to the command's environment (a scheduled run's
+	// period); set before runOnce.
+	extraEnv []string
 }
 
 // monoAt converts a deadline on this process's monotonic clock into the
@@ -100,7 +103,8 @@ type childResult struct {
 }
 
 func childEnv(l *leasehold.Lease, su time.Time, safeFile string) []string {
-	drop := map[string]bool{EnvLease: true, EnvHolder: true, EnvToken: true, EnvSafeUntil: true, EnvSafeUntilFile: true}
+	drop := map[string]bool{EnvLease: true, EnvHolder: true, EnvToken: true, EnvSafeUntil: true, EnvSafeUntilFile: true,
+		EnvPeriodStart: true, EnvPeriodSeconds: true}
 	var env []string
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -155,7 +159,7 @@ func (s *supervisor) runOnce(ctx context.Context, l *leasehold.Lease) (childResu
 		"--deadline", strconv.FormatInt(monoAt(su)-int64(s.killMargin), 10),
 		"--"}, s.argv...)
 	cmd := exec.CommandContext(ctx, s.exe, args...)
-	cmd.Env = childEnv(l, su, s.safeFile)
+	cmd.Env = append(childEnv(l, su, s.safeFile), s.extraEnv...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.stdin, s.stdout, s.stderr
 	cmd.ExtraFiles = []*os.File{ctlR, repW}
 	// The watchdog outlives a frozen run, and dies with a dead one only through

@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseFreesAtOnce", testReleaseFrees},
 		{"NamesIndependent", testNamesIndependent},
 		{"GetNotFound", testGetNotFound},
+		{"GetFoundAfterGrant", testGetFoundAfterGrant},
 		{"Limits", testLimits},
 		{"CancelledContext", testCancelledContext},
 		{"CloseIdempotent", testCloseIdempotent},

@@ -51,6 +51,14 @@ func (b broken) Release(ctx context.Context, t store.Term) error {
 	return b.Store.Release(ctx, t)
 }
 
+func (b broken) Get(ctx context.Context, name string) (store.Record, error) {
+	rec, err := b.Store.Get(ctx, name)
+	if b.bug == "forgets-ended-names" && err == nil && !rec.Live() {
+		return store.Record{}, store.ErrNotFound
+	}
+	return rec, err
+}
+
 // TestBrokenStoreHelper runs the suite against a broken store when asked to
 // by TestSuiteCatchesBrokenStores; on its own it does nothing.
 func TestBrokenStoreHelper(t *testing.T) {
@@ -73,6 +81,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		"two-winners":          "RaceOneWinnerPerTerm",
 		"renew-ignores-term":   "StaleRenewNotHeld",
 		"release-ignores-term": "StaleReleaseKeepsNewerTerm",
+		"forgets-ended-names":  "GetFoundAfterGrant",
 	}
 	for bug, wantFailing := range cases {
 		t.Run(bug, func(t *testing.T) {

@@ -1,0 +1,183 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
+)
+
+// Two `leasehold run --every 2s` processes on one store run the command at
+// most once per period, each run with the period's start and a token higher
+// than the last run's; on a store with history, each run's acquire names
+// its period.
+func TestScheduledRunsSQLite(t *testing.T) { scheduledRuns(t, sqliteURL(t), true, 2, timingArgs) }
+
+func TestScheduledRunsPostgres(t *testing.T) { scheduledRuns(t, postgresURL(t), true, 2, timingArgs) }
+
+func TestScheduledRunsRedis(t *testing.T) {
+	addr := testenv.RequireTCP(t, "Redis", testenv.Env("LEASEHOLD_REDIS_ADDR", "127.0.0.1:6379"), "start Redis on 127.0.0.1:6379")
+	scheduledRuns(t, fmt.Sprintf("redis://%s/0?prefix=lh-cli-sched-%d:", addr, rand.Uint64()), false, 2, timingArgs)
+}
+
+func TestScheduledRunsEtcd(t *testing.T) {
+	scheduledRuns(t, "etcd://"+embeddedEtcd(t)+"/lh-cli-sched", false, 2, timingArgs)
+}
+
+// Kubernetes tells renewals apart to the second: a 3s lease, a 4s period.
+func TestScheduledRunsKubernetes(t *testing.T) {
+	if os.Getenv(kubetest.EnvBin) == "" {
+		testenv.Missing(t, "kube-apiserver", "set "+kubetest.EnvBin+" to the directory hack/kube-apiserver/build.sh fills")
+	}
+	srv, err := kubetest.Start(kubetest.Options{})
+	if err != nil {
+		t.Fatalf("start kube-apiserver: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	kc, err := srv.Kubeconfig("admin", srv.AdminToken, "test", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheduledRuns(t, "kubernetes://default?kubeconfig="+url.QueryEscape(kc), false, 4,
+		[]string{"--lease-duration", "3s", "--renew-deadline", "1500ms", "--renew-interval", "500ms", "--retry-period", "250ms"})
+}
+
+type periodRun struct {
+	period string
+	token  int64
+	holder string
+}
+
+func scheduledRuns(t *testing.T, storeURL string, history bool, every int64, timings []string) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "runs")
+	script := `echo "$LEASEHOLD_PERIOD_START $LEASEHOLD_TOKEN $LEASEHOLD_HOLDER $LEASEHOLD_PERIOD_SECONDS" >> "$E2E_RUNS"`
+	args := append([]string{"run", "--store", storeURL, "--lease", "report", "--every", fmt.Sprintf("%ds", every), "--missed", "run-once"}, timings...)
+	args = append(args, "--", "sh", "-c", script)
+	env := []string{"LEASEHOLD_STORE=", "E2E_RUNS=" + out}
+	var procs []*lineProc
+	for _, id := range []string{"a", "b"} {
+		procs = append(procs, startProc(t, env, append([]string{args[0], "--identity", id}, args[1:]...)...))
+	}
+	read := func() []periodRun {
+		b, _ := os.ReadFile(out)
+		var runs []periodRun
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 4 {
+				continue
+			}
+			tok, _ := strconv.ParseInt(f[1], 10, 64)
+			if f[3] != strconv.FormatInt(every, 10) {
+				t.Errorf("LEASEHOLD_PERIOD_SECONDS = %q, want %d", f[3], every)
+			}
+			runs = append(runs, periodRun{f[0], tok, f[2]})
+		}
+		return runs
+	}
+	waitUntil(t, time.Duration(every)*10*time.Second, "six scheduled runs", func() bool { return len(read()) >= 6 })
+	for _, p := range procs {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		<-p.done
+	}
+	runs := read()
+	seen := map[string]bool{}
+	for i, r := range runs {
+		if seen[r.period] {
+			t.Errorf("period %s ran twice: %+v", r.period, runs)
+		}
+		seen[r.period] = true
+		start, err := time.Parse(time.RFC3339, r.period)
+		if err != nil || start.Unix()%every != 0 {
+			t.Errorf("LEASEHOLD_PERIOD_START %q: want an RFC 3339 time at a multiple of %ds (%v)", r.period, every, err)
+		}
+		if i > 0 && r.token <= runs[i-1].token {
+			t.Errorf("run %d token %d after %d: tokens must rise", i, r.token, runs[i-1].token)
+		}
+	}
+	if t.Failed() {
+		for _, p := range procs {
+			t.Logf("log:\n%s", p.output())
+		}
+		return
+	}
+	if !history {
+		return
+	}
+	code, hout, herr := leasehold(t, nil, "history", "--store", storeURL, "--json", "--limit", "100", "report")
+	var hist []struct {
+		Event    string `json:"event"`
+		Token    int64  `json:"token"`
+		Metadata string `json:"metadata"`
+	}
+	if code != 0 || json.Unmarshal([]byte(hout), &hist) != nil {
+		t.Fatalf("history: exit %d\n%s%s", code, hout, herr)
+	}
+	acquired := map[int64]string{}
+	for _, h := range hist {
+		if h.Event == "acquired" || h.Event == "expired-takeover" {
+			acquired[h.Token] = h.Metadata
+		}
+	}
+	for _, r := range runs {
+		if want := "period=" + r.period; acquired[r.token] != want {
+			t.Errorf("history of token %d: metadata %q, want %q\n%s", r.token, acquired[r.token], want, hout)
+		}
+	}
+}
+
+func TestScheduleBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--lease", "x", "--every", "2s", "--missed", "sometimes", "--", "true"}, `--missed "sometimes"`},
+		{[]string{"run", "--lease", "x", "--every", "2s", "--restart", "--", "true"}, "--restart does not go with --every"},
+		{[]string{"run", "--lease", "x", "--missed", "run-once", "--", "true"}, "--missed needs --every"},
+		{[]string{"run", "--lease", "x", "--max-hold", "-1s", "--", "true"}, "--max-hold -1s is negative"},
+		{[]string{"run", "--store", "sqlite://" + filepath.Join(t.TempDir(), "x.db"), "--lease", "x", "--every", "1500ms", "--", "true"}, "whole number of seconds"},
+	} {
+		code, _, errOut := leasehold(t, nil, c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("leasehold %q: exit %d, stderr %q; want exit 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// run --max-hold: a command that would run for ever is stopped (SIGTERM) at
+// the cap, the lease is released once it is dead, and run leads again in a
+// new term with a higher token. With a rival standing by, the rival may
+// take the lease instead: either way, no term outlives the cap by more
+// than the time the command takes to stop.
+func TestMaxHoldStopsCommand(t *testing.T) {
+	dir := t.TempDir()
+	url := sqliteURL(t)
+	a := startRun(t, dir, "a", nil, append([]string{"--store", url, "--lease", "stuck", "--max-hold", "3s"}, timingArgs...)...)
+	waitUntil(t, 30*time.Second, "a second term", func() bool { return len(a.record().starts) >= 2 })
+	r := a.record()
+	if len(r.terms) < 1 || r.sigs[0] != "terminated" {
+		t.Fatalf("record %+v: want the first command stopped by SIGTERM", r)
+	}
+	held := r.terms[0].Sub(r.starts[0].at)
+	// The cap counts from the acquire, before the command started: bounds
+	// loose enough for a loaded machine, tight enough to tell the cap.
+	if held < time.Second || held > 15*time.Second {
+		t.Errorf("first command stopped %v after it started, want about 3s (--max-hold)", held)
+	}
+	if r.starts[1].token <= r.starts[0].token || r.starts[1].at.Before(r.terms[0]) {
+		t.Errorf("second term %+v after first %+v: want a higher token, started after the first was stopped", r.starts[1], r.starts[0])
+	}
+	if !strings.Contains(a.log(), "reason=max-hold") {
+		t.Errorf("run's log does not say why the term ended:\n%s", a.log())
+	}
+}
