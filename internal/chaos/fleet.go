@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/leasehold/leasehold/store"
 )
 
 // fleet is the lease groups of one run: they share the store, so a real
@@ -98,6 +101,11 @@ func runFleet(ctx context.Context, c Config) (*Outcome, error) {
 			return nil, fmt.Errorf("leasehold/chaos: %w", err)
 		}
 	}
+	u, desc, _, err := parseStoreURL(c.StoreURL, c.AllowRemote)
+	if err != nil {
+		return nil, err
+	}
+	local := desc.Reach == store.ReachLocal
 	fl := newFleet(c.UntilFaults)
 	outs := make([]*Outcome, c.Groups)
 	errs := make([]error, c.Groups)
@@ -107,6 +115,15 @@ func runFleet(ctx context.Context, c Config) (*Outcome, error) {
 		gc.Groups = 1
 		gc.Seed = groupSeed(c.Seed, i)
 		gc.Dir = filepath.Join(dir, groupName(i))
+		if local {
+			// A file store: each group its own file, beside the given one.
+			// Groups on one file would share its lock, and a node frozen
+			// inside a write would stall every group's renewals at once.
+			gu := *u
+			ext := filepath.Ext(gu.Path)
+			gu.Path = strings.TrimSuffix(gu.Path, ext) + "-" + groupName(i) + ext
+			gc.StoreURL = gu.String()
+		}
 		if c.StoreControl != nil && i > 0 {
 			// The first group's schedule makes the real restarts (of the
 			// one store every group uses); the others feel them.
