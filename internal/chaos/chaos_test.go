@@ -238,6 +238,18 @@ func TestChaosBrokenStoreIsCaught(t *testing.T) {
 			c.LeaderBias = 1
 			c.Timings = leasehold.Timings{LeaseDuration: time.Second} // the rest scale: a short run
 			c.Slack = 200 * time.Millisecond
+			if tc.mode == brokenOverrun {
+				// The work must outlive a term while its process lives and
+				// runs: the leader cut off from the store (a blackhole)
+				// cannot renew, is told to stop, and writes on, to a
+				// register the cut does not reach. A kill would end the
+				// process with its work; on SQLite nothing else cuts a
+				// live leader off.
+				r := startRedis(t)
+				c.StoreURL = r.URL()
+				c.Faults = []string{faultBlackhole}
+				c.Duration = 5 * time.Second
+			}
 			out, err := Run(context.Background(), c)
 			if err != nil {
 				t.Fatalf("chaos run: %v", err)
