@@ -72,7 +72,7 @@ var storeRuns = []storeRun{
 		// less: client-go, which may share a Lease, tells renewals apart
 		// only at whole seconds.
 		c.Timings = leasehold.Timings{LeaseDuration: 2 * time.Second, RenewDeadline: 900 * time.Millisecond, RenewInterval: 300 * time.Millisecond,
-			RetryPeriod: 200 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
+			RetryPeriod: 200 * time.Millisecond, Jitter: 0.2, WindDown: volumeWindDown}
 		return c
 	}, 75 * time.Second},
 	{"mysql", 20, func(t *testing.T, span time.Duration) Config {
