@@ -20,12 +20,35 @@ func clockRead(id uintptr) (time.Duration, bool) {
 }
 
 // bootOffset is CLOCK_BOOTTIME - CLOCK_MONOTONIC: the time the host has been
-// suspended since it booted.
+// suspended since it booted. The two clocks cannot be read at once, and a
+// thread preempted between the reads (common on a loaded host) would see the
+// gap as a suspend, so the boot clock is read between two monotonic reads and
+// the tightest of a few such brackets is kept: its error is at most half its
+// width, microseconds unless every try was preempted.
 func bootOffset() (time.Duration, bool) {
-	mono, ok1 := clockRead(clockMonotonic)
-	boot, ok2 := clockRead(clockBoottime)
-	return boot - mono, ok1 && ok2
+	best, bestWidth := time.Duration(0), time.Duration(-1)
+	for range bracketTries {
+		m1, ok1 := clockRead(clockMonotonic)
+		b, ok2 := clockRead(clockBoottime)
+		m2, ok3 := clockRead(clockMonotonic)
+		if !ok1 || !ok2 || !ok3 {
+			return 0, false
+		}
+		width := m2 - m1
+		if bestWidth < 0 || width < bestWidth {
+			best, bestWidth = b-m1-width/2, width
+		}
+		if width < tightBracket {
+			break
+		}
+	}
+	return best, true
 }
+
+const (
+	bracketTries = 5
+	tightBracket = 100 * time.Microsecond
+)
 
 var startOffset, haveBoottime = bootOffset()
 

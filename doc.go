@@ -14,6 +14,10 @@
 //     nodes (a cron job every replica carries), whose periods are claimed in
 //     the store, not by any node's wall clock.
 //
+// A [Semaphore] is N locks under one name (N slots, each an ordinary lease,
+// see [SlotName]): up to N holders at once, each with its slot's own token,
+// which rises per slot; a resource fences each slot by its lease name.
+//
 // Config.MaxHold caps how long an Elector's or a Lock's term is kept, so a
 // holder whose work is stuck cannot keep a lease for ever.
 //
@@ -60,6 +64,16 @@
 // successful renewal was sent, retried every 2 s: see [Timings] for the
 // arithmetic. After a loss a node keeps contending unless StopOnLoss is set.
 // The lease is released only after the guarded work has returned.
+//
+// # Handing over
+//
+// [Handover] asks an Elector that leads to step down: its work's context is
+// cancelled with [ErrHandedOver], and once the work has returned the term is
+// ended, on a store with [store.Transferer] in the same write that reserves
+// the lease for a named successor for a bounded window (on the store's clock),
+// so that no other node takes it meanwhile. A request to a dead holder blocks
+// nothing: it expires on the store's clock, and so does the dead term. Every
+// Elector reads its lease's request once per renew interval while it leads.
 //
 // # Identities
 //

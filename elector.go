@@ -122,7 +122,7 @@ func (e *Elector) Run(ctx context.Context, work WorkFunc) error {
 		if err != nil {
 			return err
 		}
-		returned, werr, cause := e.lead(ctx, c, rec, sent, work)
+		returned, werr, cause, aside := e.lead(ctx, c, rec, sent, work)
 		switch {
 		case returned:
 			return werr
@@ -131,16 +131,23 @@ func (e *Elector) Run(ctx context.Context, work WorkFunc) error {
 		case e.cfg.StopOnLoss:
 			return cause
 		}
+		if aside > 0 {
+			// Handed over: let the successor (or anyone else) take it.
+			if err := c.standAside(ctx, aside); err != nil {
+				return err
+			}
+		}
 	}
 }
 
 // lead holds the term of rec while work runs. It reports whether work
-// returned while the term was still live (and then its error), and why the
-// term ended.
-func (e *Elector) lead(ctx context.Context, c *contender, rec store.Record, sent time.Time, work WorkFunc) (returned bool, werr error, cause error) {
+// returned while the term was still live (and then its error), why the term
+// ended, and, if it was handed over, how long to stand aside.
+func (e *Elector) lead(ctx context.Context, c *contender, rec store.Record, sent time.Time, work WorkFunc) (returned bool, werr error, cause error, aside time.Duration) {
 	h := startHolding(ctx, &e.hold, rec, sent)
 	l := &Lease{term: rec.Term, ctx: h.ctx, keep: electorKeeping{h}}
 	e.setLease(l)
+	hw := watchHandover(ctx, c, h)
 
 	workDone := make(chan error, 1)
 	go func() { workDone <- work(h.ctx, l) }()
@@ -151,11 +158,21 @@ func (e *Elector) lead(ctx context.Context, c *contender, rec store.Record, sent
 		werr = <-workDone // drain: the work returns before anything is released
 	}
 	cause = h.stop()
+	req, handedOver := hw.stop()
 	e.setLease(nil)
-	if !errors.Is(cause, ErrLeaseLost) {
+	switch {
+	case errors.Is(cause, ErrLeaseLost):
+	case handedOver && errors.Is(cause, ErrHandedOver):
+		// The work has returned: end the term, preferring the successor.
+		c.handOver(ctx, rec.Term, req)
+		// Stand aside past the reservation by a retry period, so that if the
+		// successor does not come, the nodes that waited (and wake when the
+		// reservation expires) come before this one.
+		aside = c.reservationTTL(req) + e.cfg.Timings.RetryPeriod
+	default:
 		c.release(ctx, rec.Term)
 	}
-	return returned, werr, cause
+	return returned, werr, cause, aside
 }
 
 func (e *Elector) setLease(l *Lease) {

@@ -74,8 +74,9 @@ type Event struct {
 
 // LossReason names why a term ended, for logs and metrics: "expired" (no
 // renewal before safeUntil), "lost" (the store said the term is gone),
-// "released", "max-hold" (Config.MaxHold reached), "shutdown" (the caller's
-// context ended), or "error".
+// "released", "handed-over" (ended on a hand-over request, see Handover),
+// "max-hold" (Config.MaxHold reached), "shutdown" (the caller's context
+// ended), or "error".
 func LossReason(err error) string {
 	switch {
 	case errors.Is(err, ErrSafeUntilPassed):
@@ -84,6 +85,8 @@ func LossReason(err error) string {
 		return "lost"
 	case errors.Is(err, ErrReleased):
 		return "released"
+	case errors.Is(err, ErrHandedOver):
+		return "handed-over"
 	case errors.Is(err, ErrMaxHold):
 		return "max-hold"
 	case err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):

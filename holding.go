@@ -93,6 +93,10 @@ func (h *holding) trust() trust {
 	return h.tr
 }
 
+// end cancels the term's context with cause (the holding's loop then ends
+// with that cause), as a hand-over request does.
+func (h *holding) end(cause error) { h.cancel(cause) }
+
 // stop ends the holding (cancelling its context with ErrReleased if it is
 // still live), waits for its goroutine, and returns why it ended.
 func (h *holding) stop() error {

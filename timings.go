@@ -13,30 +13,17 @@ import (
 // the rule that failed.
 var ErrInvalidConfig = errors.New("leasehold: invalid config")
 
-// The default timings: a 15 s lease, renewed every 5 s (a third of the lease),
-// trusted for 10 s after each successful renewal was sent, and retried every
-// 2 s when a renewal fails. They are the arithmetic of the Kubernetes
-// controller manager. With them:
-//
-//   - a holder that stops hearing from the store stops its work at most 10 s
-//     after it sent its last successful renewal, while a rival may take over no
-//     earlier than 15 s after that renewal reached the store: 5 s of margin for
-//     clock-rate drift and for the holder's own reaction;
-//   - a renewal that fails is retried twice (at 2 s intervals) before the
-//     holder gives up, since 5 s separate the scheduled renewal from the 10 s
-//     deadline;
-//   - a crashed holder's lease is taken over once it expires, up to 15 s later
-//     (plus one retry period where the store cannot tell waiters of expiry).
+// The default timings; DefaultTimings is their one exported spelling.
 const (
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRenewInterval = 5 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
-	DefaultJitter        = 0.2
+	defaultLeaseDuration = 15 * time.Second
+	defaultRenewDeadline = 10 * time.Second
+	defaultRenewInterval = 5 * time.Second
+	defaultRetryPeriod   = 2 * time.Second
+	defaultJitter        = 0.2
 )
 
-// NoJitter, as Timings.Jitter, turns jitter off: a zero Jitter means
-// DefaultJitter.
+// NoJitter, as Timings.Jitter, turns jitter off: a zero Jitter means the
+// default, DefaultTimings().Jitter.
 const NoJitter = -1.0
 
 // MaxLeaseDuration is the longest lease accepted. A longer one is almost
@@ -45,7 +32,7 @@ const NoJitter = -1.0
 const MaxLeaseDuration = 24 * time.Hour
 
 // Timings are the durations of a lease and of its renewal. Zero fields take a
-// default: with every field zero, the Default constants; with only
+// default: with every field zero, those of DefaultTimings(); with only
 // LeaseDuration set, the others scale with it in the same proportions
 // (2/3, 1/3, 2/15 of the lease).
 type Timings struct {
@@ -64,7 +51,7 @@ type Timings struct {
 	RetryPeriod time.Duration
 	// Jitter is the largest fraction of RetryPeriod added at random to each
 	// candidate's wait, so that candidates do not retry in lockstep; in [0, 1].
-	// Zero means DefaultJitter; NoJitter turns it off.
+	// Zero means DefaultTimings().Jitter (0.2); NoJitter turns it off.
 	Jitter float64
 	// WindDown is how long before safeUntil the guarded work's context is
 	// cancelled, so that work which stops within WindDown has returned by
@@ -73,21 +60,34 @@ type Timings struct {
 	WindDown time.Duration
 }
 
-// DefaultTimings returns the default timings.
+// DefaultTimings returns the default timings: a 15 s lease, renewed every 5 s
+// (a third of the lease), trusted for 10 s after each successful renewal was
+// sent, and retried every 2 s when a renewal fails, with jitter 0.2. They are
+// the arithmetic of the Kubernetes controller manager. With them:
+//
+//   - a holder that stops hearing from the store stops its work at most 10 s
+//     after it sent its last successful renewal, while a rival may take over no
+//     earlier than 15 s after that renewal reached the store: 5 s of margin for
+//     clock-rate drift and for the holder's own reaction;
+//   - a renewal that fails is retried twice (at 2 s intervals) before the
+//     holder gives up, since 5 s separate the scheduled renewal from the 10 s
+//     deadline;
+//   - a crashed holder's lease is taken over once it expires, up to 15 s later
+//     (plus one retry period where the store cannot tell waiters of expiry).
 func DefaultTimings() Timings {
 	return Timings{
-		LeaseDuration: DefaultLeaseDuration,
-		RenewDeadline: DefaultRenewDeadline,
-		RenewInterval: DefaultRenewInterval,
-		RetryPeriod:   DefaultRetryPeriod,
-		Jitter:        DefaultJitter,
+		LeaseDuration: defaultLeaseDuration,
+		RenewDeadline: defaultRenewDeadline,
+		RenewInterval: defaultRenewInterval,
+		RetryPeriod:   defaultRetryPeriod,
+		Jitter:        defaultJitter,
 	}
 }
 
 // WithDefaults returns t with its zero fields filled in, as described on Timings.
 func (t Timings) WithDefaults() Timings {
 	if t.LeaseDuration == 0 {
-		t.LeaseDuration = DefaultLeaseDuration
+		t.LeaseDuration = defaultLeaseDuration
 	}
 	ld := t.LeaseDuration
 	if t.RenewDeadline == 0 {
@@ -100,7 +100,7 @@ func (t Timings) WithDefaults() Timings {
 		t.RetryPeriod = ld * 2 / 15
 	}
 	if t.Jitter == 0 {
-		t.Jitter = DefaultJitter
+		t.Jitter = defaultJitter
 	}
 	return t
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
@@ -58,7 +59,13 @@ func startKube(ctx context.Context, binDir, runID string) (_ *kubeEnv, err error
 	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create namespace: %w", err)
 	}
-	e.st, err = lhkube.New(lhkube.Config{Client: e.cs.CoordinationV1(), Namespace: e.ns})
+	storeCfg := rest.CopyConfig(cfg)
+	storeCfg.Timeout = 0 // a request timeout would end the store's watches
+	hc, err := rest.HTTPClientFor(storeCfg)
+	if err != nil {
+		return nil, err
+	}
+	e.st, err = lhkube.New(lhkube.Config{Server: cfg.Host, HTTPClient: hc, Namespace: e.ns, QPS: -1})
 	if err != nil {
 		return nil, err
 	}

@@ -335,12 +335,16 @@ func zookeeperURL(t *testing.T) string {
 }
 
 // consecutive reports whether storeURL's store counts its tokens up by one
-// per grant; ZooKeeper's are czxids, which rise by every write.
-func consecutive(storeURL string) bool { return !strings.HasPrefix(storeURL, "zookeeper:") }
+// per grant; ZooKeeper's are czxids and NATS's key revisions, which rise by
+// every write.
+func consecutive(storeURL string) bool {
+	return !strings.HasPrefix(storeURL, "zookeeper:") && !strings.HasPrefix(storeURL, "nats:")
+}
 
 // twoRuns: two `leasehold run` on one lease; kill -9 the leader; the other
-// takes over after the lease, with token + 1, and the killed leader's command
-// is dead before that; then SIGTERM to the new leader's run is forwarded to
+// takes over after the lease, with token + 1 (a higher token where the store
+// does not count by one), and the killed leader's command is dead before
+// that; status shows the lease held; then SIGTERM to the new leader's run is forwarded to
 // its command, whose exit code run returns, after releasing the lease.
 func twoRuns(t *testing.T, storeURL string) {
 	dir := t.TempDir()
@@ -379,6 +383,9 @@ func twoRuns(t *testing.T, storeURL string) {
 
 	// SIGTERM to b's run: forwarded to the command, which exits 5; b releases.
 	waitUntil(t, 5*time.Second, "b's command to tick", func() bool { return len(b.record().ticks) > 0 })
+	if code, out, errOut := leasehold(t, nil, "status", "--store", storeURL, "--json", "e2e"); code != 0 || !strings.Contains(out, `"held"`) {
+		t.Fatalf("status while b holds: exit %d: %s%s", code, out, errOut)
+	}
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -711,7 +718,7 @@ func TestHTTP(t *testing.T) {
 	a := startRun(t, dir, "a", nil, append([]string{"--store", url, "--lease", "web", "--http", "127.0.0.1:0"}, timingArgs...)...)
 	var addr string
 	waitUntil(t, 20*time.Second, "a to lead and serve HTTP", func() bool {
-		m := regexp.MustCompile(`msg="serving /healthz.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.log())
+		m := regexp.MustCompile(`msg="serving the status page, /healthz.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(a.log())
 		if m != nil {
 			addr = m[1]
 		}
@@ -726,6 +733,14 @@ func TestHTTP(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// The status page, the same as `leasehold serve`'s, marks this node.
+	if code, body := get("/"); code != 200 || !strings.Contains(body, `<script src="/static/app.js"`) {
+		t.Errorf("GET / = %d:\n%s", code, body)
+	}
+	waitUntil(t, 10*time.Second, "the page's snapshot to show a leading", func() bool {
+		_, body := get("/api/leases")
+		return strings.Contains(body, `"name":"web","state":"held"`) && strings.Contains(body, `"self":true`)
+	})
 	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "leading with token 1") {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
@@ -747,9 +762,9 @@ func TestHTTP(t *testing.T) {
 	for _, want := range []string{
 		`leasehold_is_leader{lease="web"} 1`,
 		`leasehold_token{lease="web"} 1`,
-		`leasehold_leader_transitions_total{lease="web"} 1`,
+		`leasehold_terms_started_total{lease="web"} 1`,
 		`leasehold_acquire_attempts_total{lease="web",result="granted"} 1`,
-		`leasehold_step_downs_total{lease="web",reason="expired"} 0`,
+		`leasehold_terms_ended_total{lease="web",reason="expired"} 0`,
 		`leasehold_renew_latency_seconds_bucket{lease="web",le="+Inf"}`,
 		`# TYPE leasehold_renew_latency_seconds histogram`,
 		`leasehold_command_starts_total{lease="web"} 1`,

@@ -61,7 +61,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	}
 
 	// run on the good URL, given by $LEASEHOLD_STORE: the log (text and
-	// JSON), /healthz, /leader, /metrics, and the command's environment.
+	// JSON), /healthz, /leader, /metrics, the status page's API, and the command's environment.
 	for _, format := range []string{"text", "json"} {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -73,7 +73,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			"run", "--lease", lease, "--http", addr, "--log-level", "debug", "--log-format", format,
 			"--", "sh", "-c", "env; echo child-up; read x")
 		p.waitExact(t, "child-up", time.Minute)
-		for _, path := range []string{"/healthz", "/leader", "/metrics"} {
+		for _, path := range []string{"/healthz", "/leader", "/metrics", "/api/leases", "/api/history?lease=" + lease} {
 			resp, err := http.Get("http://" + addr + path)
 			if err != nil {
 				t.Fatalf("GET %s: %v", path, err)

@@ -103,11 +103,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // Dialect is the SQL flavour of the database holding the fence table.
@@ -182,18 +182,53 @@ func mustNew(c Config) *Fence {
 	return f
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+// kit builds sqlfence's bad-input errors with the stores' one SQL identifier
+// rule.
+var kit = storekit.Kit{Store: "sqlfence"}
 
 // ValidateTable checks a table name: a plain SQL identifier, optionally
-// schema-qualified. Anything else (quotes, spaces, semicolons) is refused with
-// an error matching fence.ErrInvalid; a table name is never quoted or escaped,
-// only checked.
-func ValidateTable(name string) error {
-	if !identRE.MatchString(name) {
-		return fmt.Errorf("%w: table name %q is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, optionally schema.table, at most 63 bytes each)", fence.ErrInvalid, name)
+// schema-qualified (schema.table), each part by storekit's one rule for SQL
+// identifiers (storekit.Kit.SQLIdentFold: 1 to 63 bytes of ASCII letters,
+// digits and '_', not starting with a digit). Anything else (quotes, spaces,
+// semicolons, a second '.') is refused with an error matching fence.ErrInvalid
+// (and store.ErrInvalid) that names the part; a table name is never quoted or
+// escaped, only checked.
+//
+// Upper-case letters are allowed, as the case-folding form of the rule allows
+// them: sqlfence writes the name unquoted in every statement it sends, so
+// each engine reads it the same way each time (PostgreSQL folds it to lower
+// case, SQLite ignores case, MySQL compares it as its lower_case_table_names
+// says). The strict form (lower case only) is for the stores, whose tables a
+// person's own SQL may name quoted.
+func ValidateTable(name string) error { return validateTable("", name) }
+
+func validateTable(op, name string) error {
+	schema, table, qualified := strings.Cut(name, ".")
+	if !qualified {
+		return tableError(kit.SQLIdentFold(op, "table", name, 0))
 	}
-	return nil
+	if strings.Contains(table, ".") {
+		return tableError(kit.Invalid(op, "table name %q has more than one '.' (schema.table at most)", name))
+	}
+	if err := kit.SQLIdentFold(op, "schema", schema, 0); err != nil {
+		return tableError(err)
+	}
+	return tableError(kit.SQLIdentFold(op, "table", table, 0))
 }
+
+// tableError makes a bad table name match fence.ErrInvalid, the error this
+// package's callers test for, besides the kit's store.ErrInvalid.
+func tableError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &invalidTableError{err}
+}
+
+type invalidTableError struct{ err error }
+
+func (e *invalidTableError) Error() string   { return e.err.Error() }
+func (e *invalidTableError) Unwrap() []error { return []error{fence.ErrInvalid, e.err} }
 
 // New validates c and returns a Fence.
 func New(c Config) (*Fence, error) {
@@ -203,11 +238,11 @@ func New(c Config) (*Fence, error) {
 	if c.LeaseTable == "" {
 		c.LeaseTable = DefaultLeaseTable
 	}
-	if err := ValidateTable(c.Table); err != nil {
-		return nil, fmt.Errorf("leasehold/sqlfence: Config.Table: %w", err)
+	if err := validateTable("Config.Table", c.Table); err != nil {
+		return nil, err
 	}
-	if err := ValidateTable(c.LeaseTable); err != nil {
-		return nil, fmt.Errorf("leasehold/sqlfence: Config.LeaseTable: %w", err)
+	if err := validateTable("Config.LeaseTable", c.LeaseTable); err != nil {
+		return nil, err
 	}
 	f := &Fence{d: c.Dialect, table: c.Table, leaseTable: c.LeaseTable}
 	t := c.Table

@@ -133,7 +133,9 @@ var commands = []commandInfo{
 	{name: "run", summary: "run a command on exactly one node at a time, while this node holds a lease", new: newRunCmd},
 	{name: "status", summary: "show the leases in a store: holder, token, time left", new: newStatusCmd},
 	{name: "history", summary: "show the recent grants and releases of a lease", new: newHistoryCmd},
+	{name: "serve", summary: "serve a live status page of the leases and their terms' timeline (serve --http ADDR)", new: newServeCmd},
 	{name: "release", summary: "end a lease's live term, whoever holds it (release --force NAME)", new: newReleaseCmd},
+	{name: "handover", summary: "ask a lease's holder to step down gracefully, preferring a successor", new: newHandoverCmd},
 	{name: "migrate", summary: "create the lease table of a SQL store", new: newMigrateCmd},
 	{name: "doctor", summary: "check a store and timings: round trip, failover time, safety margin", new: newDoctorCmd},
 	{name: "demo", summary: "see leader election, takeover and fencing on three local processes", new: newDemoCmd},
@@ -141,6 +143,7 @@ var commands = []commandInfo{
 	{name: demoWorkerCommand, hidden: true, new: newDemoWorkerCmd},
 	{name: "verify", summary: "prove on a store that no stale write is accepted: real processes, real faults, a checked history", new: newVerifyCmd},
 	{name: chaosNodeCommand, hidden: true, new: newChaosNodeCmd},
+	{name: "install", summary: "copy this binary into DIR (an init container's command: the image has no cp)", new: newInstallCmd},
 	{name: "version", summary: "print the version and commit of this build (also --version)", new: newVersionCmd},
 }
 

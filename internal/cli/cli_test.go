@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -103,92 +104,104 @@ func TestHealth(t *testing.T) {
 
 var metricLine = regexp.MustCompile(`^([a-z_]+)\{([a-z_]+="(?:[^"\\]|\\.)*"(?:,[a-z_]+="(?:[^"\\]|\\.)*")*)\} (\S+)$`)
 
+// TestMetricsFormat: run's /metrics is promlease's metrics plus the
+// command's starts, in the text format, with the lease label escaped.
 func TestMetricsFormat(t *testing.T) {
-	m := newMetrics(`odd"name`)
+	const name = `odd"name`
+	m := newMetrics(name)
 	held := fmt.Errorf("x: %w", store.ErrHeld)
+	term := store.Term{Name: name, Holder: "h", Token: 9}
 	for _, ev := range []leasehold.Event{
 		{Kind: leasehold.EventAcquireAttempt, Err: held},
 		{Kind: leasehold.EventAcquireAttempt, Err: errors.New("timeout")},
 		{Kind: leasehold.EventAcquireAttempt},
-		{Kind: leasehold.EventAcquired},
-		{Kind: leasehold.EventRenewed, Latency: 3 * time.Millisecond},
-		{Kind: leasehold.EventRenewed, Latency: 30 * time.Second},
-		{Kind: leasehold.EventRenewFailed, Err: errors.New("timeout")},
-		{Kind: leasehold.EventLost, Err: leasehold.ErrSafeUntilPassed},
-		{Kind: leasehold.EventLost, Err: &SignalError{Signal: syscall.SIGTERM}},
+		{Kind: leasehold.EventAcquired, Term: term, SafeUntil: leasehold.SystemClock().Now().Add(time.Hour)},
+		{Kind: leasehold.EventRenewed, Term: term, SafeUntil: leasehold.SystemClock().Now().Add(time.Hour), Latency: 3 * time.Millisecond},
+		{Kind: leasehold.EventRenewed, Term: term, SafeUntil: leasehold.SystemClock().Now().Add(time.Hour), Latency: 30 * time.Second},
+		{Kind: leasehold.EventRenewFailed, Term: term, Err: errors.New("timeout")},
 	} {
+		ev.Name = name
 		m.observe(ev)
 	}
-	var buf bytes.Buffer
-	now := time.Now()
-	m.write(&buf, leasehold.Status{Leading: true, Term: store.Term{Token: 9}, SafeUntil: now.Add(1500 * time.Millisecond)}, now)
-	values := map[string]float64{}
-	var lastBucket float64 = -1
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		if strings.HasPrefix(line, "# HELP ") || strings.HasPrefix(line, "# TYPE ") {
-			continue
-		}
-		mm := metricLine.FindStringSubmatch(line)
-		if mm == nil {
-			t.Fatalf("not a Prometheus text line: %q", line)
-		}
-		v, err := strconv.ParseFloat(mm[3], 64)
-		if err != nil {
-			t.Fatalf("bad value in %q", line)
-		}
-		if !strings.Contains(mm[2], `lease="odd\"name"`) {
-			t.Fatalf("lease label not escaped in %q", line)
-		}
-		values[mm[1]+"{"+strings.TrimPrefix(strings.TrimPrefix(mm[2], `lease="odd\"name"`), ",")+"}"] = v
-		if mm[1] == "leasehold_renew_latency_seconds_bucket" {
-			if v < lastBucket {
-				t.Fatalf("histogram buckets not cumulative at %q", line)
+	m.childStarted()
+	scrape := func() (string, map[string]float64) {
+		rec := httptest.NewRecorder()
+		m.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		values := map[string]float64{}
+		var lastBucket float64 = -1
+		for _, line := range strings.Split(strings.TrimSpace(rec.Body.String()), "\n") {
+			if strings.HasPrefix(line, "# HELP ") || strings.HasPrefix(line, "# TYPE ") {
+				continue
 			}
-			lastBucket = v
+			mm := metricLine.FindStringSubmatch(line)
+			if mm == nil {
+				t.Fatalf("not a Prometheus text line: %q", line)
+			}
+			v, err := strconv.ParseFloat(mm[3], 64)
+			if err != nil {
+				t.Fatalf("bad value in %q", line)
+			}
+			labels := strings.Replace(mm[2], `lease="odd\"name"`, "", 1)
+			if labels == mm[2] {
+				t.Fatalf("lease label not escaped in %q", line)
+			}
+			values[mm[1]+"{"+strings.Trim(labels, ",")+"}"] = v
+			if mm[1] == "leasehold_renew_latency_seconds_bucket" {
+				if v < lastBucket {
+					t.Fatalf("histogram buckets not cumulative at %q", line)
+				}
+				lastBucket = v
+			}
 		}
+		return rec.Body.String(), values
 	}
+	body, values := scrape()
 	want := map[string]float64{
 		"leasehold_is_leader{}":                              1,
 		"leasehold_token{}":                                  9,
-		"leasehold_safe_until_remaining_seconds{}":           1.5,
-		"leasehold_leader_transitions_total{}":               1,
+		"leasehold_terms_started_total{}":                    1,
 		`leasehold_acquire_attempts_total{result="granted"}`: 1,
 		`leasehold_acquire_attempts_total{result="held"}`:    1,
 		`leasehold_acquire_attempts_total{result="error"}`:   1,
-		`leasehold_step_downs_total{reason="expired"}`:       1,
-		`leasehold_step_downs_total{reason="shutdown"}`:      1,
-		`leasehold_step_downs_total{reason="lost"}`:          0,
+		`leasehold_terms_ended_total{reason="lost"}`:         0,
 		"leasehold_renew_failures_total{}":                   1,
 		`leasehold_renew_latency_seconds_bucket{le="0.005"}`: 1,
 		`leasehold_renew_latency_seconds_bucket{le="10"}`:    1,
 		`leasehold_renew_latency_seconds_bucket{le="+Inf"}`:  2,
 		"leasehold_renew_latency_seconds_count{}":            2,
 		"leasehold_renew_latency_seconds_sum{}":              30.003,
-		"leasehold_command_starts_total{}":                   0,
+		"leasehold_command_starts_total{}":                   1,
 	}
 	for k, v := range want {
 		if got, ok := values[k]; !ok || got != v {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
 		}
 	}
-	// safeUntil on the wall clock, to the millisecond.
-	wantAt := float64(now.Add(1500*time.Millisecond).UnixNano()) / 1e9
-	if got := values["leasehold_safe_until_timestamp_seconds{}"]; math.Abs(got-wantAt) > 0.0005 {
-		t.Errorf("leasehold_safe_until_timestamp_seconds = %v, want %v to the millisecond", got, wantAt)
+	if left := values["leasehold_safe_until_remaining_seconds{}"]; left < 3500 || left > 3600 {
+		t.Errorf("leasehold_safe_until_remaining_seconds = %v, want about 3600", left)
 	}
-	if regexp.MustCompile(`_seconds\{[^}]*\} [0-9]+\.[0-9]{4,}`).MatchString(buf.String()) {
+	wantAt := float64(time.Now().Add(time.Hour).UnixNano()) / 1e9
+	if got := values["leasehold_safe_until_timestamp_seconds{}"]; math.Abs(got-wantAt) > 100 {
+		t.Errorf("leasehold_safe_until_timestamp_seconds = %v, want about %v", got, wantAt)
+	}
+	if regexp.MustCompile(`_seconds\{[^}]*\} [0-9]+\.[0-9]{4,}\n`).MatchString(body) {
 		t.Errorf("a gauge in seconds is not rounded to the millisecond")
 	}
-	// A node that does not lead: both zero.
-	buf.Reset()
-	m.write(&buf, leasehold.Status{}, now)
-	for _, z := range []string{"leasehold_safe_until_remaining_seconds{lease=\"odd\\\"name\"} 0\n", "leasehold_safe_until_timestamp_seconds{lease=\"odd\\\"name\"} 0\n"} {
-		if !strings.Contains(buf.String(), z) {
-			t.Errorf("standby: no %q", z)
+	// The term ends: both safe-until gauges are zero.
+	m.observe(leasehold.Event{Kind: leasehold.EventLost, Name: name, Term: term, Err: &SignalError{Signal: syscall.SIGTERM}})
+	body, values = scrape()
+	for k, v := range map[string]float64{
+		"leasehold_is_leader{}":                          0,
+		"leasehold_safe_until_remaining_seconds{}":       0,
+		"leasehold_safe_until_timestamp_seconds{}":       0,
+		`leasehold_terms_ended_total{reason="shutdown"}`: 1,
+	} {
+		if got, ok := values[k]; !ok || got != v {
+			t.Errorf("standby: %s = %v (present %v), want %v", k, got, ok, v)
 		}
 	}
 	if t.Failed() {
-		t.Log(buf.String())
+		t.Log(body)
 	}
 }
 

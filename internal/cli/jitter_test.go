@@ -20,7 +20,7 @@ func TestJitterZeroMeansNone(t *testing.T) {
 		jitter   float64 // Timings.Jitter
 		fraction float64 // what is added at most
 	}{
-		{nil, leasehold.DefaultJitter, leasehold.DefaultJitter},
+		{nil, leasehold.DefaultTimings().Jitter, leasehold.DefaultTimings().Jitter},
 		{[]string{"--jitter", "0"}, leasehold.NoJitter, 0},
 		{[]string{"--jitter", "0.5"}, 0.5, 0.5},
 		{[]string{"--jitter", "1"}, 1, 1},

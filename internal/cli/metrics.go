@@ -5,166 +5,53 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"net/http"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/promlease"
 	"github.com/leasehold/leasehold/store"
 )
 
-// renewBuckets are the upper bounds of the renew latency histogram, in seconds.
-var renewBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
-
-// stepDownReasons are the values of leasehold.LossReason, so that every
-// series exists from the start.
-var stepDownReasons = []string{"expired", "lost", "released", "shutdown", "error"}
-
-// metrics counts what `run`'s elector does, for /metrics. It is written by
-// the elector's OnEvent and read by the HTTP handler.
+// metrics is what `run` serves on /metrics: the lease metrics of package
+// promlease (the same names a service embedding leasehold exports), and the
+// command's own starts, in a registry of its own.
 type metrics struct {
-	lease string
-
-	mu            sync.Mutex
-	transitions   int64
-	stepDowns     map[string]int64
-	attempts      map[string]int64 // granted, held, error
-	renewFailures int64
-	renewCounts   []int64 // per bucket, not cumulative; last is +Inf
-	renewSum      float64
-	renewN        int64
-	childStarts   int64
+	reg         *prometheus.Registry
+	lease       *promlease.Metrics
+	childStarts prometheus.Counter
 }
 
 func newMetrics(lease string) *metrics {
 	m := &metrics{
-		lease:       lease,
-		stepDowns:   map[string]int64{},
-		attempts:    map[string]int64{"granted": 0, "held": 0, "error": 0},
-		renewCounts: make([]int64, len(renewBuckets)+1),
+		reg:   prometheus.NewRegistry(),
+		lease: promlease.New(promlease.Options{}),
+		childStarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasehold_command_starts_total", Help: "Times the supervised command was started.",
+			ConstLabels: prometheus.Labels{"lease": lease},
+		}),
 	}
-	for _, r := range stepDownReasons {
-		m.stepDowns[r] = 0
-	}
+	m.lease.Track(lease)
+	m.reg.MustRegister(m.lease, m.childStarts)
 	return m
 }
 
-func (m *metrics) observe(ev leasehold.Event) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch ev.Kind {
-	case leasehold.EventAcquireAttempt:
-		switch {
-		case ev.Err == nil:
-			m.attempts["granted"]++
-		case errors.Is(ev.Err, store.ErrHeld):
-			m.attempts["held"]++
-		default:
-			m.attempts["error"]++
-		}
-	case leasehold.EventAcquired:
-		m.transitions++
-	case leasehold.EventRenewed:
-		s := ev.Latency.Seconds()
-		i := sort.SearchFloat64s(renewBuckets, s) // first bound >= s
-		m.renewCounts[i]++
-		m.renewSum += s
-		m.renewN++
-	case leasehold.EventRenewFailed:
-		m.renewFailures++
-	case leasehold.EventLost:
-		m.stepDowns[leasehold.LossReason(ev.Err)]++
-	}
-}
+func (m *metrics) observe(ev leasehold.Event) { m.lease.Observe(ev) }
 
-func (m *metrics) childStarted() {
-	m.mu.Lock()
-	m.childStarts++
-	m.mu.Unlock()
-}
+func (m *metrics) childStarted() { m.childStarts.Inc() }
 
-// write writes the Prometheus text exposition format (version 0.0.4).
-func (m *metrics) write(w io.Writer, st leasehold.Status, now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	lease := `lease="` + escapeLabel(m.lease) + `"`
-	family := func(name, typ, help string) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	leader, token, left, at := 0, int64(0), 0.0, 0.0
-	if st.Leading {
-		leader, token = 1, st.Term.Token
-		left = seconds(st.SafeUntil.Sub(now))
-		// The wall-clock time of safeUntil, for dashboards; the deadline
-		// itself is on the monotonic clock (now carries both readings).
-		at = seconds(time.Duration(now.Add(st.SafeUntil.Sub(now)).UnixNano()))
-	}
-	family("leasehold_is_leader", "gauge", "1 while this node holds the lease, else 0.")
-	fmt.Fprintf(w, "leasehold_is_leader{%s} %d\n", lease, leader)
-	family("leasehold_token", "gauge", "Fencing token of the term this node holds (0 when it does not lead).")
-	fmt.Fprintf(w, "leasehold_token{%s} %d\n", lease, token)
-	family("leasehold_safe_until_remaining_seconds", "gauge", "Seconds left until this node stops trusting its term (safeUntil), to the millisecond; 0 when it does not lead.")
-	fmt.Fprintf(w, "leasehold_safe_until_remaining_seconds{%s} %s\n", lease, formatFloat(left))
-	family("leasehold_safe_until_timestamp_seconds", "gauge", "Wall-clock time of safeUntil as Unix seconds, to the millisecond (advisory: the holder keeps the deadline on its monotonic clock); 0 when it does not lead.")
-	fmt.Fprintf(w, "leasehold_safe_until_timestamp_seconds{%s} %s\n", lease, formatFloat(at))
-	family("leasehold_leader_transitions_total", "counter", "Terms this node has won.")
-	fmt.Fprintf(w, "leasehold_leader_transitions_total{%s} %d\n", lease, m.transitions)
-	family("leasehold_step_downs_total", "counter", "Terms this node has ended, by reason (expired: no renewal before safeUntil; lost: the store said so; released; shutdown; error).")
-	for _, r := range sortedKeys(m.stepDowns) {
-		fmt.Fprintf(w, "leasehold_step_downs_total{%s,reason=%q} %d\n", lease, r, m.stepDowns[r])
-	}
-	family("leasehold_acquire_attempts_total", "counter", "Acquire requests, by result (granted, held by another, error with unknown outcome).")
-	for _, r := range sortedKeys(m.attempts) {
-		fmt.Fprintf(w, "leasehold_acquire_attempts_total{%s,result=%q} %d\n", lease, r, m.attempts[r])
-	}
-	family("leasehold_renew_failures_total", "counter", "Renewals that failed (retried until safeUntil).")
-	fmt.Fprintf(w, "leasehold_renew_failures_total{%s} %d\n", lease, m.renewFailures)
-	family("leasehold_renew_latency_seconds", "histogram", "Round trip of successful renewals, from when each was sent.")
-	var cum int64
-	for i, b := range renewBuckets {
-		cum += m.renewCounts[i]
-		fmt.Fprintf(w, "leasehold_renew_latency_seconds_bucket{%s,le=%q} %d\n", lease, formatFloat(b), cum)
-	}
-	cum += m.renewCounts[len(renewBuckets)]
-	fmt.Fprintf(w, "leasehold_renew_latency_seconds_bucket{%s,le=\"+Inf\"} %d\n", lease, cum)
-	fmt.Fprintf(w, "leasehold_renew_latency_seconds_sum{%s} %s\n", lease, formatFloat(m.renewSum))
-	fmt.Fprintf(w, "leasehold_renew_latency_seconds_count{%s} %d\n", lease, m.renewN)
-	family("leasehold_command_starts_total", "counter", "Times the supervised command was started.")
-	fmt.Fprintf(w, "leasehold_command_starts_total{%s} %d\n", lease, m.childStarts)
-}
-
-func sortedKeys(m map[string]int64) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
+// handler serves the Prometheus exposition formats, uncompressed so that
+// the secret scrubber in front of it (scrubHandler) reads the text.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{DisableCompression: true})
 }
 
 // seconds is d in seconds, rounded to the millisecond, so that it prints
-// as 13.321 and not 13.321307000000001: the integer count of milliseconds
-// divided by 1000 is the double nearest that decimal, which Go prints in
-// its shortest form.
-func seconds(d time.Duration) float64 {
-	return float64(d.Round(time.Millisecond)/time.Millisecond) / 1000
-}
-
-func formatFloat(f float64) string {
-	if math.IsInf(f, 1) {
-		return "+Inf"
-	}
-	return strconv.FormatFloat(f, 'f', -1, 64) // never an exponent: 1796234938.123, not 1.796234938123e+09
-}
-
-func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
+// as 13.321 and not 13.321307000000001.
+func seconds(d time.Duration) float64 { return promlease.Seconds(d) }
 
 // healthView is what /healthz judges.
 type healthView struct {
@@ -206,7 +93,7 @@ func health(v healthView) (bool, string) {
 }
 
 // httpHandler serves /healthz, /leader and /metrics for `run`.
-func (r *runCmd) httpHandler() http.Handler {
+func (r *runCmd) httpHandler() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, req *http.Request) {
 		ok, why := health(r.healthView())
@@ -233,10 +120,7 @@ func (r *runCmd) httpHandler() http.Handler {
 		out.Self = rec.Live() && rec.Holder == me
 		json.NewEncoder(w).Encode(out)
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, req *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		r.metrics.write(w, r.elector.Status(), time.Now())
-	})
+	mux.Handle("GET /metrics", r.metrics.handler())
 	return mux
 }
 

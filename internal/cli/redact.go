@@ -109,6 +109,14 @@ type scrubResponse struct {
 	s *secretSet
 }
 
+// Flush sends what was written so far (the status page's event stream
+// needs it).
+func (w *scrubResponse) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
 func (w *scrubResponse) Write(p []byte) (int, error) {
 	if _, err := io.WriteString(w.ResponseWriter, w.s.scrub(string(p))); err != nil {
 		return 0, err

@@ -5,8 +5,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	sqlitedrv "modernc.org/sqlite"
+
+	"github.com/leasehold/leasehold/store/kubernetes"
 )
 
 // writeRefused reports whether err is a store's definite refusal to write:
@@ -30,7 +31,7 @@ func writeRefused(err error) bool {
 		// insufficient_privilege, read_only_sql_transaction
 		return pe.Code == "42501" || pe.Code == "25006"
 	}
-	if apierrors.IsForbidden(err) {
+	if kubernetes.IsForbidden(err) {
 		return true
 	}
 	msg := err.Error()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ type runCmd struct {
 	timings timingFlags
 
 	lease        string
+	slots        int // --slots: a semaphore of this many slots (runslots.go); 0: one lease
 	identity     string
 	metadata     string
 	restart      bool
@@ -40,6 +40,7 @@ type runCmd struct {
 
 	// Set while running.
 	elector  *leasehold.Elector
+	sem      *leasehold.Semaphore // with --slots
 	metrics  *metrics
 	log      *slog.Logger
 	sup      *supervisor
@@ -78,8 +79,13 @@ When the command exits on its own, run releases the lease and exits with the com
 code (128+N if it died of signal N), unless --restart runs it again. After losing the
 lease, run stops the command and contends again, unless --stop-on-loss.
 
+With --slots N, NAME is a semaphore of N slots: up to N nodes run CMD at once, each in a
+slot of its own (the lease NAME.slot-I), with that slot's token; LEASEHOLD_LEASE is the
+slot's lease name, the key a fenced resource keeps its last token under.
+
 Example:
   leasehold run --store postgres://app@db/app --lease nightly-report -- ./report.sh --all
+  leasehold run --store postgres://app@db/app --lease transcode --slots 4 -- ./transcode.sh
 `
 
 func newRunCmd(env *Env) Command {
@@ -93,12 +99,13 @@ func newRunCmd(env *Env) Command {
 		host = "node"
 	}
 	fs.StringVar(&r.lease, "lease", "", "the lease `NAME` the nodes share (required)")
+	fs.IntVar(&r.slots, "slots", 0, slotsUsage)
 	fs.StringVar(&r.identity, "identity", host, "this node's name; a random suffix makes each process's holder identity unique")
 	fs.StringVar(&r.metadata, "metadata", "", "optional data stored with the lease while this node leads (such as its address)")
 	fs.BoolVar(&r.restart, "restart", false, "run the command again when it exits while this node still leads")
 	fs.DurationVar(&r.restartDelay, "restart-delay", time.Second, "wait between a command's exit and its restart (with --restart)")
 	fs.BoolVar(&r.stopOnLoss, "stop-on-loss", false, "exit (code 3) after losing the lease, instead of contending again")
-	fs.StringVar(&r.httpAddr, "http", "", "serve /healthz, /leader and /metrics on `ADDR` (such as 127.0.0.1:9090)")
+	fs.StringVar(&r.httpAddr, "http", "", "serve the status page, /healthz, /leader and /metrics on `ADDR` (such as 127.0.0.1:9090)")
 	fs.StringVar(&r.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&r.maxHold, "max-hold", 0, "stop the command and stop renewing `D` after the term began, so a stuck command cannot keep the lease (0: no cap; with --every, the period)")
@@ -130,6 +137,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		return usagef("--max-hold %v is negative", r.maxHold)
 	}
 	if err := r.sched.check(r); err != nil {
+		return err
+	}
+	if err := r.checkSlots(); err != nil {
 		return err
 	}
 	tm, termGrace, killMargin, err := r.timings.resolve()
@@ -226,11 +236,18 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		return configError(err)
 	}
 	r.elector = e
+	if r.slots > 0 {
+		semCfg := cfg
+		semCfg.KeepAlive = true // renewed while the command runs, as an elector's term
+		if r.sem, err = leasehold.NewSemaphore(st.Store, r.lease, r.slots, semCfg); err != nil {
+			return configError(err)
+		}
+	}
 
 	r.started = time.Now()
 	r.running.Store(true)
 	if r.httpAddr != "" {
-		stopHTTP, err := r.serveHTTP()
+		stopHTTP, err := r.serveHTTP(st.Store)
 		if err != nil {
 			return err
 		}
@@ -241,7 +258,11 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		"renew_interval", tm.RenewInterval.String(), "retry_period", tm.RetryPeriod.String(),
 		"term_grace", termGrace.String(), "kill_margin", killMargin.String(),
 		"command", strings.Join(argv, " "))
-	err = e.Run(ctx, r.work)
+	if r.sem != nil {
+		err = r.runSlots(ctx)
+	} else {
+		err = e.Run(ctx, r.work)
+	}
 	r.running.Store(false)
 
 	var (
@@ -262,6 +283,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 			return &ExitError{Code: r.shutdownCode}
 		}
 		r.log.Info("stopped", "cause", context.Cause(ctx).Error())
+		return nil
+	case r.stopOnLoss && errors.Is(err, leasehold.ErrHandedOver):
+		r.log.Info("handed over on request (--stop-on-loss): exiting")
 		return nil
 	case r.stopOnLoss && (errors.Is(err, leasehold.ErrSafeUntilPassed) || errors.Is(err, leasehold.ErrLeaseLost) || errors.Is(err, leasehold.ErrMaxHold)):
 		return &ExitError{Code: ExitLeaseLost, Msg: "lost the lease (--stop-on-loss): " + err.Error()}
@@ -330,24 +354,28 @@ func (r *runCmd) healthView() healthView {
 	}
 }
 
-func (r *runCmd) serveHTTP() (stop func(), err error) {
+func (r *runCmd) serveHTTP(st store.Store) (stop func(), err error) {
 	ln, err := net.Listen("tcp", r.httpAddr)
 	if err != nil {
 		return nil, usagef("--http %s: %v", r.httpAddr, err)
 	}
-	srv := &http.Server{Handler: scrubHandler(r.env.secrets, r.httpHandler()), ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ln)
-	}()
-	r.log.Info("serving /healthz, /leader and /metrics", "addr", ln.Addr().String())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-done
-	}, nil
+	// The status page shows every lease of the store where it can list
+	// them, else this run's lease.
+	var names []string
+	if _, ok := st.(store.Lister); !ok {
+		names = []string{r.lease}
+	}
+	page, err := newStatusPage(st, r.storeURL, names, time.Second, r.store.timeout, 50)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	page.self = r.elector.Identity
+	mux := r.httpHandler()
+	page.routes(mux)
+	stop = servePage(context.Background(), page, ln, scrubHandler(r.env.secrets, mux))
+	r.log.Info("serving the status page, /healthz, /leader and /metrics", "addr", ln.Addr().String())
+	return stop, nil
 }
 
 func newLogger(env *Env, format, level string) (*slog.Logger, error) {
@@ -390,7 +418,7 @@ func (r *runCmd) logEvent(ev leasehold.Event) {
 	case leasehold.EventLost:
 		reason := leasehold.LossReason(ev.Err)
 		lv := slog.LevelWarn
-		if reason == "released" || reason == "shutdown" {
+		if reason == "released" || reason == "shutdown" || reason == "handed-over" {
 			lv = slog.LevelInfo
 		}
 		log.Log(context.Background(), lv, "term ended", "token", ev.Term.Token, "reason", reason, "cause", errString(ev.Err))

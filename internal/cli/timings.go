@@ -33,11 +33,11 @@ type timingFlags struct {
 
 func (t *timingFlags) register(fs *flag.FlagSet) {
 	t.fs = fs
-	fs.DurationVar(&t.leaseDuration, "lease-duration", leasehold.DefaultLeaseDuration, "the TTL the store grants: a rival may take over this long after the holder's last renewal")
+	fs.DurationVar(&t.leaseDuration, "lease-duration", leasehold.DefaultTimings().LeaseDuration, "the TTL the store grants: a rival may take over this long after the holder's last renewal")
 	fs.DurationVar(&t.renewDeadline, "renew-deadline", 0, "how long after sending its last successful renewal the holder still trusts its term\n(safeUntil); must be below --lease-duration (default 2/3 of --lease-duration)")
 	fs.DurationVar(&t.renewInterval, "renew-interval", 0, "how often the holder renews (default 1/3 of --lease-duration)")
 	fs.DurationVar(&t.retryPeriod, "retry-period", 0, "how often a standby tries to acquire, and a failed renewal is retried\n(default 2/15 of --lease-duration)")
-	fs.Float64Var(&t.jitter, "jitter", leasehold.DefaultJitter, "largest fraction of --retry-period added at random to each wait, in [0, 1];\n0 turns jitter off")
+	fs.Float64Var(&t.jitter, "jitter", leasehold.DefaultTimings().Jitter, "largest fraction of --retry-period added at random to each wait, in [0, 1];\n0 turns jitter off")
 	fs.DurationVar(&t.termGrace, "term-grace", 0, "time the command gets between SIGTERM and SIGKILL when its term ends\n(default a quarter of renew-deadline minus renew-interval)")
 	fs.DurationVar(&t.killMargin, "kill-margin", 0, "SIGKILL lands this long before safeUntil, so the command is dead before it\n(default a twentieth of renew-deadline minus renew-interval)")
 }

@@ -28,7 +28,7 @@ import (
 // A refused attempt puts its lease back in the pool. See "Reusing etcd
 // leases" in the package doc.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {

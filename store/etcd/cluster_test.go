@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storetest"
 )
 
 // The tests in this file run a three-member etcd cluster inside the test
@@ -164,82 +164,11 @@ func (c *cluster) leader(t *testing.T) int {
 	}
 }
 
-// ledger records who leads, in real time, across electors in this process.
-type ledger struct {
-	t      *testing.T
-	mu     sync.Mutex
-	active map[string]int64
-	last   int64
-	starts map[string]int // leads per identity
-	log    []string
-}
-
-func newLedger(t *testing.T) *ledger {
-	return &ledger{t: t, active: map[string]int64{}, starts: map[string]int{}}
-}
-
-func (l *ledger) note(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.log = append(l.log, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
-}
-
-func (l *ledger) dump() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range l.log {
-		l.t.Log(s)
-	}
-}
-
-// work is the elector's guarded work: it enters the ledger, waits for its
-// context, and leaves.
-func (l *ledger) work(ctx context.Context, ld *leasehold.Lease) error {
-	who, token := ld.Term().Holder, ld.Token()
-	l.mu.Lock()
-	for other, tok := range l.active {
-		l.t.Errorf("TWO HOLDERS: %s leads with token %d while %s still leads with token %d", who, token, other, tok)
-	}
-	if token <= l.last {
-		l.t.Errorf("%s leads with token %d, not above the previous %d", who, token, l.last)
-	}
-	l.last = token
-	l.active[who] = token
-	l.starts[who]++
-	l.log = append(l.log, fmt.Sprintf("%s leads: %s", time.Now().Format("15:04:05.000"), ld.Term()))
-	l.mu.Unlock()
-	<-ctx.Done()
-	l.mu.Lock()
-	delete(l.active, who)
-	l.log = append(l.log, fmt.Sprintf("%s steps down: %s (%v)", time.Now().Format("15:04:05.000"), ld.Term(), context.Cause(ctx)))
-	l.mu.Unlock()
-	return nil
-}
-
-// leading returns the identity that leads now ("" if none) and its token.
-func (l *ledger) leading() (string, int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for who, tok := range l.active {
-		return who, tok
-	}
-	return "", 0
-}
-
-// elector is one leasehold elector running in the background.
+// elector is one leasehold elector running in the background, on its own
+// store handle.
 type elector struct {
-	e       *leasehold.Elector
-	st      *Store
-	cancel  context.CancelFunc
-	done    chan error
-	mu      sync.Mutex
-	renewed int // successful renewals
-}
-
-func (el *elector) renewals() int {
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	return el.renewed
+	*storetest.Elector
+	st *Store
 }
 
 func clusterTimings() leasehold.Timings {
@@ -251,53 +180,10 @@ func clusterTimings() leasehold.Timings {
 	}
 }
 
-func startElector(t *testing.T, l *ledger, id, prefix string, endpoints []string) *elector {
+func startElector(t *testing.T, l *storetest.Ledger, id, prefix string, endpoints []string) *elector {
 	t.Helper()
 	st := openStore(t, prefix, endpoints...)
-	el := &elector{st: st, done: make(chan error, 1)}
-	e, err := leasehold.NewElector(st, "leader", leasehold.Config{
-		Identity: id, Timings: clusterTimings(),
-		OnEvent: func(ev leasehold.Event) {
-			switch ev.Kind {
-			case leasehold.EventRenewed:
-				el.mu.Lock()
-				el.renewed++
-				el.mu.Unlock()
-			case leasehold.EventRenewFailed, leasehold.EventLost, leasehold.EventAcquired:
-				l.note("%s %s %s err=%v", id, ev.Kind, ev.Term, ev.Err)
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	el.e = e
-	ctx, cancel := context.WithCancel(context.Background())
-	el.cancel = cancel
-	go func() { el.done <- e.Run(ctx, l.work) }()
-	t.Cleanup(el.stop)
-	return el
-}
-
-func (el *elector) stop() {
-	el.cancel()
-	select {
-	case <-el.done:
-	case <-time.After(20 * time.Second):
-	}
-}
-
-// waitFor polls cond until it holds, or fails the test.
-func waitFor(t *testing.T, l *ledger, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			l.dump()
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond) // polling
-	}
+	return &elector{Elector: l.Start(t, st, id, clusterTimings()), st: st}
 }
 
 // TestClusterClientMemberStops: two electors, each with a client on all three
@@ -309,58 +195,55 @@ func TestClusterClientMemberStops(t *testing.T) {
 		t.Skip("three-member cluster test")
 	}
 	c := startCluster(t, 3, false)
-	l := newLedger(t)
+	l := storetest.NewLedger(t)
 	prefix := uniquePrefix("stop")
 	a := startElector(t, l, "a", prefix, c.endpoints())
-	waitFor(t, l, 20*time.Second, "a leads", func() bool { who, _ := l.leading(); return who != "" })
+	storetest.WaitFor(t, 20*time.Second, "a leads", func() bool { who, _ := l.Leading(); return who != "" })
 	b := startElector(t, l, "b", prefix, c.endpoints())
-	_, tok0 := l.leading()
+	_, tok0 := l.Leading()
 	lead := c.leader(t)
 	victim := (lead + 1) % 3
-	before := a.renewals() + b.renewals()
-	l.note("stopping member %d (a follower); raft leader is member %d", victim, lead)
+	before := a.Renewals() + b.Renewals()
+	l.Note("stopping member %d (a follower); raft leader is member %d", victim, lead)
 	c.crash(victim)
 	// Liveness: the holder renews through the remaining members, or a new
 	// term leads and renews; either way the cluster keeps granting.
-	waitFor(t, l, 20*time.Second, "renewals continue or a new term leads after the member stopped", func() bool {
+	storetest.WaitFor(t, 20*time.Second, "renewals continue or a new term leads after the member stopped", func() bool {
 		return progressed(l, tok0, a, b, before)
 	})
-	who, tok := l.leading()
-	l.note("after the stop: %s leads with token %d; a renewed %d times since", who, tok, a.renewals()-before)
+	who, tok := l.Leading()
+	l.Note("after the stop: %s leads with token %d; a renewed %d times since", who, tok, a.Renewals()-before)
 	checkLive(t, l, c.endpoints(lead, 3-lead-victim), prefix, who, tok)
-	l.dump()
 }
 
 // progressed reports whether, since the electors had made before renewals in
 // all, the term tok0 renewed four more times, or a newer term leads and
 // renewed twice.
-func progressed(l *ledger, tok0 int64, a, b *elector, before int) bool {
-	who, tok := l.leading()
+func progressed(l *storetest.Ledger, tok0 int64, a, b *elector, before int) bool {
+	who, tok := l.Leading()
 	switch {
 	case who == "":
 		return false
 	case tok == tok0:
-		return a.renewals()+b.renewals() >= before+4
+		return a.Renewals()+b.Renewals() >= before+4
 	default:
-		return a.renewals()+b.renewals() >= before+2
+		return a.Renewals()+b.Renewals() >= before+2
 	}
 }
 
 // checkLive reads the lease through the given members and checks that the
 // term the ledger says leads is the live term in etcd.
-func checkLive(t *testing.T, l *ledger, endpoints []string, prefix, who string, tok int64) {
+func checkLive(t *testing.T, l *storetest.Ledger, endpoints []string, prefix, who string, tok int64) {
 	t.Helper()
 	st := openStore(t, prefix, endpoints...)
 	r, err := st.Get(testCtx(t, 10*time.Second), "leader")
 	if err != nil {
-		l.dump()
 		t.Fatalf("Get through the remaining members: %v", err)
 	}
-	if cw, ct := l.leading(); cw != who || ct != tok {
+	if cw, ct := l.Leading(); cw != who || ct != tok {
 		return // the lead moved meanwhile; the ledger checked that move
 	}
 	if !r.Live() || r.Holder != who || r.Token != tok {
-		l.dump()
 		t.Fatalf("etcd says %+v while %s leads with token %d", r, who, tok)
 	}
 }
@@ -374,23 +257,23 @@ func TestClusterLeaderCrashes(t *testing.T) {
 		t.Skip("three-member cluster test")
 	}
 	c := startCluster(t, 3, false)
-	l := newLedger(t)
+	l := storetest.NewLedger(t)
 	prefix := uniquePrefix("lead")
 	a := startElector(t, l, "a", prefix, c.endpoints())
-	waitFor(t, l, 20*time.Second, "a leads", func() bool { who, _ := l.leading(); return who != "" })
+	storetest.WaitFor(t, 20*time.Second, "a leads", func() bool { who, _ := l.Leading(); return who != "" })
 	b := startElector(t, l, "b", prefix, c.endpoints())
-	_, tok0 := l.leading()
+	_, tok0 := l.Leading()
 	lead := c.leader(t)
-	before := a.renewals() + b.renewals()
-	l.note("crashing the raft leader, member %d", lead)
+	before := a.Renewals() + b.Renewals()
+	l.Note("crashing the raft leader, member %d", lead)
 	c.crash(lead)
 	newLead := c.leader(t)
-	l.note("new raft leader: member %d", newLead)
-	waitFor(t, l, 30*time.Second, "a term leads and renews after the leader change", func() bool {
+	l.Note("new raft leader: member %d", newLead)
+	storetest.WaitFor(t, 30*time.Second, "a term leads and renews after the leader change", func() bool {
 		return progressed(l, tok0, a, b, before)
 	})
-	who, tok := l.leading()
-	l.note("after the leader change: %s leads with token %d", who, tok)
+	who, tok := l.Leading()
+	l.Note("after the leader change: %s leads with token %d", who, tok)
 	var rest []int
 	for i := range c.members {
 		if i != lead {
@@ -398,7 +281,6 @@ func TestClusterLeaderCrashes(t *testing.T) {
 		}
 	}
 	checkLive(t, l, c.endpoints(rest...), prefix, who, tok)
-	l.dump()
 }
 
 // TestClusterMinorityCutOff: one member is cut off from the other two by the
@@ -427,20 +309,20 @@ func TestClusterMinorityCutOff(t *testing.T) {
 					rest = append(rest, i)
 				}
 			}
-			l := newLedger(t)
+			l := storetest.NewLedger(t)
 			prefix := uniquePrefix("cut")
 			h := startElector(t, l, "h", prefix, c.endpoints(cut))
-			waitFor(t, l, 20*time.Second, "h leads", func() bool { who, _ := l.leading(); return who != "" })
-			hWho, hTok := l.leading()
-			waitFor(t, l, 10*time.Second, "h renews", func() bool { return h.renewals() >= 2 })
+			storetest.WaitFor(t, 20*time.Second, "h leads", func() bool { who, _ := l.Leading(); return who != "" })
+			hWho, hTok := l.Leading()
+			storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.Renewals() >= 2 })
 			startElector(t, l, "r", prefix, c.endpoints(rest...))
-			l.note("cutting off member %d (%s); the holder's client talks only to it", cut, which)
+			l.Note("cutting off member %d (%s); the holder's client talks only to it", cut, which)
 			c.part.isolate(c.members[cut].id())
-			waitFor(t, l, 30*time.Second, "the rival leads", func() bool {
-				who, _ := l.leading()
+			storetest.WaitFor(t, 30*time.Second, "the rival leads", func() bool {
+				who, _ := l.Leading()
 				return strings.HasPrefix(who, "r-")
 			})
-			rWho, rTok := l.leading()
+			rWho, rTok := l.Leading()
 			if rTok <= hTok {
 				t.Fatalf("rival token %d not above the cut-off holder's %d", rTok, hTok)
 			}
@@ -450,11 +332,10 @@ func TestClusterMinorityCutOff(t *testing.T) {
 			c.part.heal()
 			old := store.Term{Name: "leader", Holder: hWho, Token: hTok}
 			hst := openStore(t, prefix, c.endpoints(cut)...)
-			waitFor(t, l, 30*time.Second, "the old term's renewal is refused after healing", func() bool {
+			storetest.WaitFor(t, 30*time.Second, "the old term's renewal is refused after healing", func() bool {
 				_, err := hst.Renew(testCtx(t, 3*time.Second), old, 3*time.Second)
 				return errors.Is(err, store.ErrNotHeld)
 			})
-			l.dump()
 		})
 	}
 }

@@ -44,10 +44,10 @@ type Store struct {
 	own    bool // Close closes cli
 	prefix string
 
-	mu      sync.Mutex
-	closed  bool
-	closing chan struct{}
-	wg      sync.WaitGroup // watch forwarders and background revocations
+	// life is the closed check, Done (which ends watches and the keep-alive
+	// stream), and the watch forwarders and background revocations that Close
+	// waits for (storekit.Lifecycle.Go).
+	life storekit.Lifecycle
 
 	// terms remembers, for terms this handle acquired or looked up, where
 	// their key and etcd lease are, to spare a read. It is only a hint: every
@@ -63,11 +63,14 @@ type Store struct {
 	lcOnce sync.Once
 	lc     pb.LeaseClient // for keep-alives (see keepAlive)
 	// ka is the open keep-alive stream of the acquire path (see kaConn);
-	// kaOpening is set while a goroutine opens one.
+	// kaOpening is set while a goroutine opens one. kaWG counts that
+	// goroutine (it reads the stream until Done): kaConnection checks the
+	// closed flag and adds to kaWG in one step under kaMu, and Close takes
+	// kaMu once before kaWG.Wait, so no goroutine is added after Close waited.
 	kaMu      sync.Mutex
 	ka        *kaConn
 	kaOpening bool
-	kaWG      sync.WaitGroup // the goroutine that opens and reads ka
+	kaWG      sync.WaitGroup
 }
 
 type termInfo struct {
@@ -94,7 +97,7 @@ func New(cli *clientv3.Client, prefix string) (*Store, error) {
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	return &Store{cli: cli, prefix: prefix, closing: make(chan struct{}), terms: map[store.Term]termInfo{},
+	return &Store{cli: cli, prefix: prefix, terms: map[store.Term]termInfo{},
 		leases: map[clientv3.LeaseID]*ownLease{}, pool: map[int64][]clientv3.LeaseID{}}, nil
 }
 
@@ -144,16 +147,6 @@ type recordValue struct {
 	Lease    int64  `json:"lease"` // the etcd lease it was granted with
 	Metadata string `json:"metadata,omitempty"`
 	TTLms    int64  `json:"ttl_ms"` // the TTL asked for
-}
-
-func (s *Store) check(ctx context.Context) error {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return store.ErrClosed
-	}
-	return ctx.Err()
 }
 
 // rctx adds etcd's require-leader flag to ctx: a member cut off from its leader
@@ -209,18 +202,9 @@ func (s *Store) revokeLater(id clientv3.LeaseID) {
 // runs untracked (a call in flight during Close may still need to give a
 // lease back; it is bounded in time).
 func (s *Store) spawn(f func()) {
-	s.mu.Lock()
-	tracked := !s.closed
-	if tracked {
-		s.wg.Add(1)
+	if !s.life.Go(f) {
+		go f()
 	}
-	s.mu.Unlock()
-	go func() {
-		if tracked {
-			defer s.wg.Done()
-		}
-		f()
-	}()
 }
 
 // Release implements store.Store: it deletes exactly the term's key (in a
@@ -229,7 +213,7 @@ func (s *Store) spawn(f func()) {
 // handle's pool for its next grant if this handle granted it and no
 // keep-alive for it is unanswered; otherwise it is revoked in the background.
 func (s *Store) Release(ctx context.Context, t store.Term) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return err
 	}
 	if err := kit.CheckRelease(t); err != nil {
@@ -271,7 +255,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 // doc). A released or expired name reports an empty Holder and the last token
 // leasehold granted for it.
 func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckName("get", name); err != nil {
@@ -311,7 +295,7 @@ func (s *Store) get(ctx context.Context, name string) (store.Record, error) {
 // granted under the prefix, ordered by name. Names only etcd tools used are
 // not listed.
 func (s *Store) List(ctx context.Context) ([]store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
 	dir := s.prefix + recordDir
@@ -342,7 +326,7 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 // tool's lease (its session) is left alone, only its key is deleted, as
 // `etcdctl del` would.
 func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckName("force release", name); err != nil {
@@ -386,14 +370,12 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 // background revocations (a few seconds at most), and closes the etcd client
 // if the store opened it (Open, OpenURL). It does not release any lease.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.closing)
-	s.mu.Unlock()
+	return s.life.Close(s.release)
+}
+
+// release is Close's work, run once, after the handle is marked closed and
+// Done is closed.
+func (s *Store) release() error {
 	// Revoke the pooled leases (they carry no key) and let background
 	// revocations finish (each is bounded by revokeTimeout) before the client
 	// goes: a revoked lease frees etcd at once, while one left behind lingers
@@ -407,8 +389,13 @@ func (s *Store) Close() error {
 		})
 	}
 	revokes.Wait()
-	s.wg.Wait()
-	s.kaWG.Wait() // its stream ends with s.closing
+	s.life.Wait()
+	// A kaConnection that saw the handle open has added to kaWG under kaMu
+	// before this lock is taken; one that takes kaMu later sees it closed.
+	s.kaMu.Lock()
+	s.kaMu.Unlock() //nolint:staticcheck // a barrier, see above
+	// The keep-alive stream ends with Done.
+	s.kaWG.Wait()
 	var err error
 	if s.own {
 		err = s.cli.Close()

@@ -21,7 +21,7 @@ import (
 // never again afterwards (create revisions are never reused). Fence itself
 // returns an error matching store.ErrNotHeld if t is not the live term now.
 func (s *Store) Fence(ctx context.Context, t store.Term) (clientv3.Cmp, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return clientv3.Cmp{}, err
 	}
 	if err := kit.CheckTerm("fence", t); err != nil {
@@ -50,7 +50,7 @@ func FenceCmp(key string, token int64) clientv3.Cmp {
 // lease with), or an error matching store.ErrNotHeld if t is not the term
 // leasehold last granted for its name.
 func (s *Store) TermKey(ctx context.Context, t store.Term) (string, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return "", err
 	}
 	if err := kit.CheckTerm("term key", t); err != nil {

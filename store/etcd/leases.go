@@ -138,9 +138,7 @@ func (s *Store) pooledCount() int {
 // the caller just learned. The check and the change are one step under
 // termsMu, so no keep-alive or acquire slips in between.
 func (s *Store) putPool(id clientv3.LeaseID, t store.Term, aliveUntil time.Time, tainted bool) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
+	closed := s.life.Closed()
 	s.termsMu.Lock()
 	l := s.leases[id]
 	if l == nil || l.pooled || l.term != t {
@@ -426,17 +424,11 @@ func (s *Store) kaConnection() *kaConn {
 		}
 		s.ka = nil
 	}
-	s.mu.Lock()
-	closed := s.closed
-	if !closed && !s.kaOpening {
+	// Under kaMu: the closed check and kaWG.Add are one step (see kaWG).
+	if !s.kaOpening && !s.life.Closed() {
 		s.kaOpening = true
-		s.kaWG.Add(1)
-		go func() {
-			defer s.kaWG.Done()
-			s.openKeepAliveStream()
-		}()
+		s.kaWG.Go(s.openKeepAliveStream)
 	}
-	s.mu.Unlock()
 	return nil
 }
 
@@ -445,7 +437,7 @@ func (s *Store) openKeepAliveStream() {
 	defer cancel()
 	go func() {
 		select {
-		case <-s.closing:
+		case <-s.life.Done():
 			cancel()
 		case <-ctx.Done():
 		}

@@ -400,7 +400,7 @@ func TestReuseRaces(t *testing.T) {
 		if acqErr != nil {
 			t.Fatalf("round %d: Acquire: %v", i, acqErr)
 		}
-		st.wg.Wait() // background revocations of this round
+		st.life.Wait() // background revocations of this round (no watch is open)
 		l := keyLease(t, st, cur.Term)
 		if ttl := leaseTTL(t, st.Client(), l); ttl <= 0 {
 			t.Fatalf("round %d: the live term %v lost its lease %x (TTL %d)", i, cur.Term, int64(l), ttl)

@@ -23,7 +23,7 @@ import (
 // term; a term whose key is on any other lease is renewed by moving the key
 // to a new lease of this handle (see "Reusing etcd leases" and adopt).
 func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckRenew(t, ttl); err != nil {

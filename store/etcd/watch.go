@@ -23,7 +23,7 @@ import (
 // ends, the store closes, or the watch breaks (for instance when the member
 // loses its raft leader); the caller then polls and may watch again.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
 	if err := kit.CheckName("watch", name); err != nil {
@@ -44,12 +44,12 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	select {
 	case wch = <-created:
 	case <-timer.C:
-	case <-s.closing:
+	case <-s.life.Done():
 	}
 	if wch == nil {
 		cancel()
 		<-created
-		if err := s.check(ctx); err != nil {
+		if err := s.life.Check(ctx); err != nil {
 			return nil, err
 		}
 		return nil, fmt.Errorf("leasehold/etcd: watch %q: not created within %v", name, watchCreateTimeout)
@@ -67,7 +67,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	case <-timer.C:
 		cancel()
 		return nil, fmt.Errorf("leasehold/etcd: watch %q: not created within %v", name, watchCreateTimeout)
-	case <-s.closing:
+	case <-s.life.Done():
 		cancel()
 		return nil, store.ErrClosed
 	}
@@ -77,7 +77,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		defer cancel()
 		for {
 			select {
-			case <-s.closing:
+			case <-s.life.Done():
 				return
 			case wr, ok := <-wch:
 				if !ok || wr.Canceled || wr.Err() != nil {

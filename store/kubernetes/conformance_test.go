@@ -17,7 +17,7 @@ func TestConformance(t *testing.T) {
 		New: func(t *testing.T) func() (store.Store, error) {
 			ns := namespace(t)
 			return func() (store.Store, error) {
-				return k8sstore.New(k8sstore.Config{Client: mustClient(t, srv.AdminConfig()).CoordinationV1(), Namespace: ns})
+				return k8sstore.New(storeConfig(t, srv.AdminConfig(), ns))
 			}
 		},
 		MinTTL: k8sstore.MinTTL,

@@ -4,11 +4,27 @@
 // same namespace and name compete for one Lease correctly: each respects the
 // other's terms, and each takeover, by either, raises the fencing token.
 //
-//	cs, _ := clientset.NewForConfig(restConfig)
-//	st, _ := kubernetes.New(kubernetes.Config{Client: cs.CoordinationV1(), Namespace: "jobs"})
+//	hc, _ := rest.HTTPClientFor(restConfig) // client-go's credentials, if you have a rest.Config
+//	st, _ := kubernetes.New(kubernetes.Config{Server: restConfig.Host, HTTPClient: hc, Namespace: "jobs"})
 //	e, _ := leasehold.NewElector(st, "nightly-report", leasehold.Config{Identity: podName})
 //
 // or, for the CLI, kubernetes://NAMESPACE (see OpenURL).
+//
+// # Client
+//
+// The store does not link client-go: it speaks JSON over HTTP to the one
+// resource it uses, coordination.k8s.io/v1 leases in one namespace (get,
+// create, update, list, and watch as a ?watch=true stream), and limits its
+// own request rate (Config.QPS). Error answers are *APIError; IsForbidden
+// tells an RBAC refusal. OpenURL finds the credentials itself: in a pod, the
+// service account's token (read again every minute and after a 401, so a
+// rotated token is picked up) and CA; else the kubeconfig, merged from
+// $KUBECONFIG's files as kubectl merges them, with tokens, token files,
+// client certificates, user name and password, impersonation (as,
+// as-groups, as-uid, as-user-extra), exec credential plugins
+// (client.authentication.k8s.io v1 and v1beta1, run without a terminal)
+// and proxy-url. The legacy auth-provider entries are refused with an
+// error saying so.
 //
 // # What it writes
 //
@@ -19,6 +35,12 @@
 // duration; Release writes what client-go's ReleaseOnCancel writes: an empty
 // holderIdentity, leaseDurationSeconds 1, new times, and leaseTransitions
 // kept. Holder metadata goes in the annotation leasehold.dev/metadata.
+//
+// Every write starts from the object it read and changes only those five
+// fields and leasehold's own annotations: spec.strategy and
+// spec.preferredHolder, which Kubernetes' coordinated leader election writes
+// and its electors read, and the labels, other annotations and
+// ownerReferences others put on the Lease, are kept.
 //
 // Every update carries the resourceVersion of the object it read, so the API
 // server applies it only if nobody wrote in between (an update without one

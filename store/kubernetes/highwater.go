@@ -9,10 +9,6 @@ import (
 	"math"
 	"strconv"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -55,8 +51,8 @@ func HighWaterName(obj string) string {
 }
 
 // isHighWater reports whether l is a high-water object.
-func isHighWater(l *coordinationv1.Lease) bool {
-	_, ok := l.Annotations[AnnotationHighWaterOf]
+func isHighWater(l *lease) bool {
+	_, ok := l.Metadata.Annotations[AnnotationHighWaterOf]
 	return ok
 }
 
@@ -73,13 +69,12 @@ var errHighWaterRaced = errors.New("lost the race to raise the high-water mark")
 func (s *Store) raiseHighWater(ctx context.Context, o object, want int64) (int64, error) {
 	name := HighWaterName(o.obj)
 	for range maxConflicts {
-		cur, err := s.leases.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
-				Name: name, Namespace: s.ns,
-				Annotations: map[string]string{AnnotationHighWaterOf: o.obj, AnnotationHighWater: strconv.FormatInt(want, 10)},
-			}}
-			if _, err := s.leases.Create(ctx, l, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		cur, err := s.leases.get(ctx, name)
+		if isNotFound(err) {
+			l := new(lease)
+			l.Metadata.Name, l.Metadata.Namespace = name, s.ns
+			l.Metadata.Annotations = map[string]string{AnnotationHighWaterOf: o.obj, AnnotationHighWater: strconv.FormatInt(want, 10)}
+			if _, err := s.leases.create(ctx, l); isAlreadyExists(err) {
 				continue
 			} else if err != nil {
 				return 0, fmt.Errorf("create the high-water mark %s: %w", name, err)
@@ -89,20 +84,20 @@ func (s *Store) raiseHighWater(ctx context.Context, o object, want int64) (int64
 		if err != nil {
 			return 0, fmt.Errorf("read the high-water mark %s: %w", name, err)
 		}
-		if of := cur.Annotations[AnnotationHighWaterOf]; of != o.obj {
+		if of := cur.Metadata.Annotations[AnnotationHighWaterOf]; of != o.obj {
 			return 0, fmt.Errorf("%w: Lease %q, where lease %q keeps its high-water mark, is not leasehold's mark for it (annotation %s is %q)", store.ErrInvalid, name, o.name, AnnotationHighWaterOf, of)
 		}
-		mark, err := strconv.ParseInt(cur.Annotations[AnnotationHighWater], 10, 64)
+		mark, err := strconv.ParseInt(cur.Metadata.Annotations[AnnotationHighWater], 10, 64)
 		if err != nil || mark < 0 {
-			return 0, fmt.Errorf("high-water mark %s holds %q, not a token: repair it by hand (set %s to the highest token the fenced resource has accepted)", name, cur.Annotations[AnnotationHighWater], AnnotationHighWater)
+			return 0, fmt.Errorf("high-water mark %s holds %q, not a token: repair it by hand (set %s to the highest token the fenced resource has accepted)", name, cur.Metadata.Annotations[AnnotationHighWater], AnnotationHighWater)
 		}
 		tok := max(want, mark+1)
 		if tok > math.MaxInt32 {
 			return 0, errors.New("leaseTransitions is at its largest value; no higher token can be granted")
 		}
-		next := cur.DeepCopy()
-		next.Annotations[AnnotationHighWater] = strconv.FormatInt(tok, 10)
-		if _, err := s.update(ctx, next); apierrors.IsConflict(err) {
+		next := cur.clone()
+		next.Metadata.Annotations[AnnotationHighWater] = strconv.FormatInt(tok, 10)
+		if _, err := s.leases.update(ctx, next); isConflict(err) {
 			// Another contender raised it first: it may by now hold the
 			// Lease, so the caller looks at the Lease again before trying
 			// once more (or answers ErrHeld).

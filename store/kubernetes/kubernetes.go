@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/storekit"
@@ -39,11 +35,20 @@ const maxHighWaterRaces = 100
 
 // Config configures a Store.
 type Config struct {
-	// Client reaches Lease objects; clientset.CoordinationV1() will do.
-	// Required.
-	Client coordinationv1client.LeasesGetter
+	// Server is the API server's URL, https://HOST[:PORT][/PATH] (client-go's
+	// rest.Config.Host). Required.
+	Server string
+	// HTTPClient sends the requests, with the credentials and the TLS
+	// settings the server wants; for a client-go rest.Config,
+	// rest.HTTPClientFor(restConfig). nil means http.DefaultClient.
+	HTTPClient *http.Client
 	// Namespace holds the Lease objects. Required.
 	Namespace string
+	// QPS and Burst limit the store's requests on the client side, as
+	// client-go's do: QPS requests a second on average, Burst at once. QPS 0
+	// means 20 a second (Burst 40); below 0, no limit.
+	QPS   float64
+	Burst int
 	// Now is the store's clock, used only to measure how long it has seen a
 	// Lease unchanged. It must carry a monotonic reading, as time.Now does.
 	// nil means time.Now.
@@ -54,23 +59,27 @@ type Config struct {
 // namespace. See the package documentation for how it judges expiry and
 // what its tokens are.
 type Store struct {
-	leases coordinationv1client.LeaseInterface
+	leases *client
 	ns     string
 	now    func() time.Time
 
-	mu     sync.Mutex
-	closed bool
-	seen   map[string]*sighting // by object name
-
-	// done is closed by Close; it ends the watches, and wg waits for them.
-	done chan struct{}
+	// life is open or closed; its Done ends the watches, and wg waits for
+	// them. A watch is added to wg under mu, and Close takes mu before it
+	// waits, so that no watch is added once Close waits.
+	life storekit.Lifecycle
 	wg   sync.WaitGroup
+	// closeIdle closes the idle connections of an HTTP client the store
+	// made itself (OpenURL); nil for one it was given.
+	closeIdle func()
+
+	mu   sync.Mutex
+	seen map[string]*sighting // by object name
 }
 
 // sighting is what this Store has seen of one Lease object.
 type sighting struct {
 	// last is the latest version of the object this store read or wrote.
-	last *coordinationv1.Lease
+	last *lease
 	// since is when this store first saw last's resourceVersion: when the
 	// answer carrying it arrived.
 	since time.Time
@@ -89,36 +98,40 @@ var (
 
 // New returns a Store for cfg. It makes no request.
 func New(cfg Config) (*Store, error) {
-	if cfg.Client == nil {
-		return nil, kit.Invalid("new", "Config.Client is nil")
+	if cfg.Server == "" {
+		return nil, kit.Invalid("new", "Config.Server is empty")
 	}
 	if cfg.Namespace == "" {
 		return nil, kit.Invalid("new", "Config.Namespace is empty")
+	}
+	if !isDNSLabel(cfg.Namespace) {
+		return nil, kit.Invalid("new", "Config.Namespace %q is not a namespace name (a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit)", cfg.Namespace)
+	}
+	qps, burst := cfg.QPS, cfg.Burst
+	if qps == 0 {
+		qps, burst = 20, 40
+	}
+	if burst <= 0 {
+		burst = max(1, int(2*qps))
+	}
+	c, err := newClient(cfg.Server, cfg.HTTPClient, cfg.Namespace, qps, burst)
+	if err != nil {
+		return nil, err
 	}
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
 	return &Store{
-		leases: cfg.Client.Leases(cfg.Namespace),
+		leases: c,
 		ns:     cfg.Namespace,
 		now:    now,
 		seen:   map[string]*sighting{},
-		done:   make(chan struct{}),
 	}, nil
 }
 
 // Namespace is the namespace of the store's Lease objects.
 func (s *Store) Namespace() string { return s.ns }
-
-func (s *Store) check() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return store.ErrClosed
-	}
-	return nil
-}
 
 // object maps name to its object name; see ObjectName.
 type object struct {
@@ -137,11 +150,11 @@ func objectFor(name string) (object, error) {
 
 // claim checks that l belongs to lease o.name and not to another lease
 // whose name maps to the same object.
-func (o object) claim(l *coordinationv1.Lease) error {
-	owner, ok := l.Annotations[AnnotationName]
+func (o object) claim(l *lease) error {
+	owner, ok := l.Metadata.Annotations[AnnotationName]
 	switch {
 	case isHighWater(l):
-		return fmt.Errorf("%w: lease name %q names Lease object %q, which keeps the high-water mark of Lease %q", store.ErrInvalid, o.name, o.obj, l.Annotations[AnnotationHighWaterOf])
+		return fmt.Errorf("%w: lease name %q names Lease object %q, which keeps the high-water mark of Lease %q", store.ErrInvalid, o.name, o.obj, l.Metadata.Annotations[AnnotationHighWaterOf])
 	case ok && owner != o.name:
 		return fmt.Errorf("%w: lease name %q maps to Lease object %q, which belongs to lease %q", store.ErrInvalid, o.name, o.obj, owner)
 	case !ok && !o.verbatim:
@@ -159,47 +172,41 @@ func ttlSeconds(ttl time.Duration) (int32, error) {
 	return int32(secs), nil
 }
 
-// spec is a LeaseSpec written exactly as client-go's LeaseLock writes one:
-// every field set, and nothing else (preferredHolder and strategy dropped).
-func spec(holder string, secs int32, acquired, renewed time.Time, transitions int64) coordinationv1.LeaseSpec {
+// setSpec sets the five fields client-go's LeaseLock writes and leaves every
+// other field of sp as it was: preferredHolder and strategy (Kubernetes'
+// coordinated leader election) and any field added later are not
+// leasehold's to write, and every write starts from the object it read.
+func setSpec(l *lease, holder string, secs int32, acquired, renewed time.Time, transitions int64) {
 	t := int32(transitions)
-	return coordinationv1.LeaseSpec{
-		HolderIdentity:       &holder,
-		LeaseDurationSeconds: &secs,
-		AcquireTime:          &metav1.MicroTime{Time: acquired},
-		RenewTime:            &metav1.MicroTime{Time: renewed},
-		LeaseTransitions:     &t,
-	}
+	sp := &l.Spec
+	sp.HolderIdentity = &holder
+	sp.LeaseDurationSeconds = &secs
+	sp.AcquireTime = &microTime{acquired}
+	sp.RenewTime = &microTime{renewed}
+	sp.LeaseTransitions = &t
 }
 
 // setAnnotations sets leasehold's annotations on l for a term of token with
 // metadata (removing the metadata ones when metadata is empty).
-func (o object) setAnnotations(l *coordinationv1.Lease, token int64, metadata string) {
-	if l.Annotations == nil {
-		l.Annotations = map[string]string{}
+func (o object) setAnnotations(l *lease, token int64, metadata string) {
+	a := l.Metadata.Annotations
+	if a == nil {
+		a = map[string]string{}
 	}
 	if !o.verbatim {
-		l.Annotations[AnnotationName] = o.name
+		a[AnnotationName] = o.name
 	}
 	if metadata == "" {
-		delete(l.Annotations, AnnotationMetadata)
-		delete(l.Annotations, AnnotationMetadataToken)
+		delete(a, AnnotationMetadata)
+		delete(a, AnnotationMetadataToken)
 	} else {
-		l.Annotations[AnnotationMetadata] = metadata
-		l.Annotations[AnnotationMetadataToken] = strconv.FormatInt(token, 10)
+		a[AnnotationMetadata] = metadata
+		a[AnnotationMetadataToken] = strconv.FormatInt(token, 10)
 	}
-	if len(l.Annotations) == 0 {
-		l.Annotations = nil
+	if len(a) == 0 {
+		a = nil
 	}
-}
-
-// update writes l, which must carry the resourceVersion it was read with.
-func (s *Store) update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	if l.ResourceVersion == "" {
-		// An update without a resourceVersion is accepted unconditionally.
-		return nil, errors.New("leasehold/kubernetes: internal error: update without a resourceVersion")
-	}
-	return s.leases.Update(ctx, l, metav1.UpdateOptions{})
+	l.Metadata.Annotations = a
 }
 
 // Acquire implements store.Store. The new term's token is the Lease's
@@ -209,7 +216,7 @@ func (s *Store) update(ctx context.Context, l *coordinationv1.Lease) (*coordinat
 // refuses with store.ErrHeld, until this store has seen the Lease unchanged
 // for its full duration; see the package documentation.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
@@ -231,8 +238,8 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	// most of them then find the Lease held. They get a larger budget.
 	races := 0
 	for attempt := 0; attempt < maxConflicts+races && races < maxHighWaterRaces; attempt++ {
-		cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		cur, err := s.leases.get(ctx, o.obj)
+		if isNotFound(err) {
 			s.forget(o.obj)
 			token, err := s.raiseHighWater(ctx, o, s.maxToken(o.obj)+1)
 			if errors.Is(err, errHighWaterRaced) {
@@ -243,13 +250,12 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 				return fail(err)
 			}
 			now := s.now()
-			l := &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: o.obj, Namespace: s.ns},
-				Spec:       spec(holder, secs, now, now, token),
-			}
+			l := new(lease)
+			l.Metadata.Name, l.Metadata.Namespace = o.obj, s.ns
+			setSpec(l, holder, secs, now, now, token)
 			o.setAnnotations(l, token, metadata)
-			created, err := s.leases.Create(ctx, l, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
+			created, err := s.leases.create(ctx, l)
+			if isAlreadyExists(err) {
 				continue // lost the race to create it: look again
 			}
 			if err != nil {
@@ -276,12 +282,12 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		if err != nil {
 			return fail(err)
 		}
-		next := cur.DeepCopy()
+		next := cur.clone()
 		now := s.now()
-		next.Spec = spec(holder, secs, now, now, token)
+		setSpec(next, holder, secs, now, now, token)
 		o.setAnnotations(next, token, metadata)
-		updated, err := s.update(ctx, next)
-		if apierrors.IsConflict(err) {
+		updated, err := s.leases.update(ctx, next)
+		if isConflict(err) {
 			continue // lost the race: look again
 		}
 		if err != nil {
@@ -306,8 +312,8 @@ func granted(name, holder string, token int64, secs int32, metadata string) stor
 // liveTerm reads the Lease of t and reports whether t is its live term. It
 // tries the version this store last saw first (no request), and reads the
 // object when fresh is set or nothing is cached.
-func (s *Store) liveTerm(ctx context.Context, o object, t store.Term, fresh bool) (*coordinationv1.Lease, view, bool, error) {
-	var cur *coordinationv1.Lease
+func (s *Store) liveTerm(ctx context.Context, o object, t store.Term, fresh bool) (*lease, view, bool, error) {
+	var cur *lease
 	var v view
 	if !fresh {
 		now := s.now()
@@ -317,8 +323,8 @@ func (s *Store) liveTerm(ctx context.Context, o object, t store.Term, fresh bool
 		}
 	}
 	if cur == nil {
-		l, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		l, err := s.leases.get(ctx, o.obj)
+		if isNotFound(err) {
 			s.forget(o.obj)
 			return nil, view{}, false, nil
 		}
@@ -339,7 +345,7 @@ func (s *Store) liveTerm(ctx context.Context, o object, t store.Term, fresh bool
 // read. A term this store has seen unchanged for its full duration is
 // expired and is not renewed.
 func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckRenew(t, ttl); err != nil {
@@ -357,13 +363,13 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 		return store.Record{}, fmt.Errorf("leasehold/kubernetes: renew %s: %w", t, err)
 	}
 	var metadata string
-	err = s.updateLive(ctx, o, t, func(cur *coordinationv1.Lease, v view) *coordinationv1.Lease {
-		next := cur.DeepCopy()
+	err = s.updateLive(ctx, o, t, func(cur *lease, v view) *lease {
+		next := cur.clone()
 		acquired := s.now()
 		if cur.Spec.AcquireTime != nil {
 			acquired = cur.Spec.AcquireTime.Time
 		}
-		next.Spec = spec(t.Holder, secs, acquired, s.now(), t.Token)
+		setSpec(next, t.Holder, secs, acquired, s.now(), t.Token)
 		metadata = v.metadata
 		return next
 	})
@@ -378,7 +384,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 // version this store saw last, as client-go's fast path does; the server's
 // resourceVersion check decides, and a conflict sends the next try to read
 // the object first. It returns store.ErrNotHeld when t is not live.
-func (s *Store) updateLive(ctx context.Context, o object, t store.Term, mutate func(*coordinationv1.Lease, view) *coordinationv1.Lease) error {
+func (s *Store) updateLive(ctx context.Context, o object, t store.Term, mutate func(*lease, view) *lease) error {
 	fresh := false
 	for range maxConflicts {
 		cur, v, live, err := s.liveTerm(ctx, o, t, fresh)
@@ -394,12 +400,12 @@ func (s *Store) updateLive(ctx context.Context, o object, t store.Term, mutate f
 			}
 			return store.ErrNotHeld
 		}
-		updated, err := s.update(ctx, mutate(cur, v))
-		if apierrors.IsConflict(err) {
+		updated, err := s.leases.update(ctx, mutate(cur, v))
+		if isConflict(err) {
 			fresh = true
 			continue
 		}
-		if apierrors.IsNotFound(err) {
+		if isNotFound(err) {
 			s.forget(o.obj)
 			return store.ErrNotHeld
 		}
@@ -417,7 +423,7 @@ func (s *Store) updateLive(ctx context.Context, o object, t store.Term, mutate f
 // acquireTime and renewTime, and the same leaseTransitions, conditional on
 // the resourceVersion it read. Waiters watching the Lease wake at once.
 func (s *Store) Release(ctx context.Context, t store.Term) error {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return err
 	}
 	if err := kit.CheckRelease(t); err != nil {
@@ -427,10 +433,10 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err != nil {
 		return err
 	}
-	err = s.updateLive(ctx, o, t, func(cur *coordinationv1.Lease, _ view) *coordinationv1.Lease {
-		next := cur.DeepCopy()
+	err = s.updateLive(ctx, o, t, func(cur *lease, _ view) *lease {
+		next := cur.clone()
 		now := s.now()
-		next.Spec = spec("", 1, now, now, t.Token)
+		setSpec(next, "", 1, now, now, t.Token)
 		o.setAnnotations(next, t.Token, "")
 		return next
 	})
@@ -445,7 +451,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 // does, and returns the record as it was. A term this store has never seen
 // before counts as live: it cannot know how long the holder has been silent.
 func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	o, err := objectFor(name)
@@ -456,8 +462,8 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 		return store.Record{}, fmt.Errorf("leasehold/kubernetes: force release %q: %w", name, err)
 	}
 	for range maxConflicts {
-		cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		cur, err := s.leases.get(ctx, o.obj)
+		if isNotFound(err) {
 			s.forget(o.obj)
 			return fail(store.ErrNotFound)
 		}
@@ -471,12 +477,12 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 		if v.holder == "" || v.remaining() <= 0 {
 			return fail(store.ErrNotHeld)
 		}
-		next := cur.DeepCopy()
+		next := cur.clone()
 		now := s.now()
-		next.Spec = spec("", 1, now, now, v.token)
+		setSpec(next, "", 1, now, now, v.token)
 		o.setAnnotations(next, v.token, "")
-		updated, err := s.update(ctx, next)
-		if apierrors.IsConflict(err) {
+		updated, err := s.leases.update(ctx, next)
+		if isConflict(err) {
 			continue
 		}
 		if err != nil {
@@ -494,26 +500,25 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 // may be is left out). It needs the "list" verb on leases, which the minimal
 // Role in deploy/kubernetes does not grant.
 func (s *Store) List(ctx context.Context) ([]store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
-	list, err := s.leases.List(ctx, metav1.ListOptions{})
+	list, err := s.leases.list(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/kubernetes: list: %w", err)
 	}
 	now := s.now()
 	var recs []store.Record
-	for i := range list.Items {
-		l := &list.Items[i]
+	for _, l := range list {
 		if isHighWater(l) {
 			continue
 		}
-		name := l.Name
-		if n, ok := l.Annotations[AnnotationName]; ok {
+		name := l.Metadata.Name
+		if n, ok := l.Metadata.Annotations[AnnotationName]; ok {
 			name = n
 		}
 		o, err := objectFor(name)
-		if err != nil || o.obj != l.Name {
+		if err != nil || o.obj != l.Metadata.Name {
 			continue
 		}
 		recs = append(recs, s.observe(l, now).record(name))
@@ -526,15 +531,15 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 // this store has seen the Lease unchanged: a Lease it reads for the first
 // time has its full duration left, whatever its renewTime says.
 func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
-	if err := s.check(); err != nil {
+	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	o, err := objectFor(name)
 	if err != nil {
 		return store.Record{}, err
 	}
-	cur, err := s.leases.Get(ctx, o.obj, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	cur, err := s.leases.get(ctx, o.obj)
+	if isNotFound(err) {
 		s.forget(o.obj)
 		return store.Record{}, fmt.Errorf("leasehold/kubernetes: get %q: %w", name, store.ErrNotFound)
 	}
@@ -547,16 +552,17 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	return s.observe(cur, s.now()).record(name), nil
 }
 
-// them. It releases no lease.
+// Close implements store.Store: it ends the store's watches and waits for
+// them. It releases no lease. Later calls do nothing and return nil; every
+// other method returns store.ErrClosed after it.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
+	return s.life.Close(func() error {
+		s.mu.Lock() // a Watch past its closed check has added itself to wg
 		s.mu.Unlock()
+		s.wg.Wait()
+		if s.closeIdle != nil {
+			s.closeIdle()
+		}
 		return nil
-	}
-	s.closed = true
-	close(s.done)
-	s.mu.Unlock()
-	s.wg.Wait()
-	return nil
+	})
 }

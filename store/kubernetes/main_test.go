@@ -73,6 +73,21 @@ func mustClient(t testing.TB, cfg *rest.Config) *clientset.Clientset {
 	return c
 }
 
+// storeConfig is the store's Config for a client-go rest.Config, as a
+// library user who has one writes it: the server, and the HTTP client
+// rest.HTTPClientFor makes (without the request timeout, which would end
+// every watch). No client-side rate limit: the tests make many quick calls.
+func storeConfig(t testing.TB, cfg *rest.Config, ns string) k8sstore.Config {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	c.Timeout = 0
+	hc, err := rest.HTTPClientFor(c)
+	if err != nil {
+		t.Fatalf("HTTPClientFor: %v", err)
+	}
+	return k8sstore.Config{Server: c.Host, HTTPClient: hc, Namespace: ns, QPS: -1}
+}
+
 var nsSeq atomic.Int64
 
 // namespace creates a namespace only this test uses, deleted when it ends.
@@ -103,7 +118,7 @@ func namespace(t testing.TB) string {
 // openStore opens a store on ns with cfg's credentials.
 func openStore(t testing.TB, cfg *rest.Config, ns string) *k8sstore.Store {
 	t.Helper()
-	st, err := k8sstore.New(k8sstore.Config{Client: mustClient(t, cfg).CoordinationV1(), Namespace: ns})
+	st, err := k8sstore.New(storeConfig(t, cfg, ns))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/util/validation"
-
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -47,7 +45,7 @@ func ObjectName(name string) (obj string, verbatim bool, err error) {
 	if err := store.ValidateName(name); err != nil {
 		return "", false, err
 	}
-	if len(validation.IsDNS1123Subdomain(name)) == 0 {
+	if isDNSSubdomain(name) {
 		return name, true, nil
 	}
 	b := []byte(strings.ToLower(name))
@@ -68,9 +66,42 @@ func ObjectName(name string) (obj string, verbatim bool, err error) {
 	}
 	sum := sha256.Sum256([]byte(name))
 	obj = base + "-" + hex.EncodeToString(sum[:])[:hashLen]
-	if errs := validation.IsDNS1123Subdomain(obj); len(errs) > 0 {
+	if !isDNSSubdomain(obj) {
 		// Unreachable for names that pass store.ValidateName.
-		return "", false, kit.Invalid("", "lease name %q maps to %q, not a valid object name: %s", name, obj, strings.Join(errs, "; "))
+		return "", false, kit.Invalid("", "lease name %q maps to %q, not a valid object name", name, obj)
 	}
 	return obj, false, nil
+}
+
+// isDNSLabel reports whether s is an RFC 1123 label as Kubernetes names
+// namespaces: 1 to 63 lower-case letters, digits and '-', starting and
+// ending with a letter or digit.
+func isDNSLabel(s string) bool { return isLabel(s, 63) }
+
+// isDNSSubdomain reports whether s is an RFC 1123 subdomain as Kubernetes
+// names most objects: at most 253 characters, labels of lower-case letters,
+// digits and '-', each starting and ending with a letter or digit, joined
+// by '.'.
+func isDNSSubdomain(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if !isLabel(l, 253) {
+			return false
+		}
+	}
+	return true
+}
+
+func isLabel(s string, maxLen int) bool {
+	if len(s) == 0 || len(s) > maxLen || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -1,8 +1,12 @@
 package kubernetes_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -11,7 +15,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
@@ -19,30 +22,38 @@ import (
 	"github.com/leasehold/leasehold/store/storetest"
 )
 
-// checkedLeases wraps a Lease client and fails the test on any update
-// without a resourceVersion: the server accepts such an update whatever the
-// object's version, so it would overwrite a rival's write.
-type checkedLeases struct {
-	coordinationv1client.LeasesGetter
+// checkedTransport passes the store's requests on, and fails the test on
+// any update (PUT) without a resourceVersion: the server accepts such an
+// update whatever the object's version, so it would overwrite a rival's
+// write.
+type checkedTransport struct {
+	next    http.RoundTripper
 	t       testing.TB
 	updates *atomic.Int64
 }
 
-func (c checkedLeases) Leases(ns string) coordinationv1client.LeaseInterface {
-	return checkedLease{LeaseInterface: c.LeasesGetter.Leases(ns), c: c}
-}
-
-type checkedLease struct {
-	coordinationv1client.LeaseInterface
-	c checkedLeases
-}
-
-func (l checkedLease) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	if lease.ResourceVersion == "" {
-		l.c.t.Errorf("update of Lease %s without a resourceVersion", lease.Name)
+func (c checkedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodPut {
+		return c.next.RoundTrip(r)
 	}
-	l.c.updates.Add(1)
-	return l.LeaseInterface.Update(ctx, lease, opts)
+	b, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var l struct {
+		Metadata struct{ Name, ResourceVersion string }
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		c.t.Errorf("update with a body that is not an object: %v", err)
+	}
+	if l.Metadata.ResourceVersion == "" {
+		c.t.Errorf("update of Lease %s without a resourceVersion", l.Metadata.Name)
+	}
+	c.updates.Add(1)
+	r2 := r.Clone(r.Context())
+	r2.Body = io.NopCloser(bytes.NewReader(b))
+	return c.next.RoundTrip(r2)
 }
 
 // TestConformanceCheckedUpdates runs the suite again with every update
@@ -54,8 +65,9 @@ func TestConformanceCheckedUpdates(t *testing.T) {
 		New: func(t *testing.T) func() (store.Store, error) {
 			ns := namespace(t)
 			return func() (store.Store, error) {
-				client := checkedLeases{LeasesGetter: mustClient(t, srv.AdminConfig()).CoordinationV1(), t: t, updates: &updates}
-				return k8sstore.New(k8sstore.Config{Client: client, Namespace: ns})
+				cfg := storeConfig(t, srv.AdminConfig(), ns)
+				cfg.HTTPClient = &http.Client{Transport: checkedTransport{next: cfg.HTTPClient.Transport, t: t, updates: &updates}}
+				return k8sstore.New(cfg)
 			}
 		},
 		MinTTL: k8sstore.MinTTL,
@@ -571,5 +583,57 @@ func TestWatchEvents(t *testing.T) {
 		if !closedWithin(c, 10*time.Second) {
 			t.Fatal("watch channel still open 10 s after Close")
 		}
+	}
+}
+
+// TestWatchSightingStartsTheClock: a version the store's watch delivers
+// counts as seen from then, so a contender waiting with a watch judges a
+// holder's expiry from when the holder's write reached it, not from its next
+// read (before, a waiting leasehold node started its clock at its next poll
+// and lost expiry races to client-go contenders; see interop/README.md). It
+// stays safe: the event follows the write. A store without the watch, asked
+// at the same moment, is the control: it has just seen the version.
+func TestWatchSightingStartsTheClock(t *testing.T) {
+	ns := namespace(t)
+	cfg := apiserver(t).AdminConfig()
+	var now atomic.Int64 // nanoseconds added to base: the stores' own clock
+	base := time.Now()
+	clock := func() time.Time { return base.Add(time.Duration(now.Load())) }
+	open := func() *k8sstore.Store {
+		sc := storeConfig(t, cfg, ns)
+		sc.Now = clock
+		st, err := k8sstore.New(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	watcher, control := open(), open()
+	ctx := ctxT(t)
+	ch, err := watcher.Watch(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openStore(t, cfg, ns).Acquire(ctx, "job", "node-a", 5*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := within(ch, 30*time.Second); !ok {
+		t.Fatal("the watch did not report the grant")
+	}
+	now.Add(int64(3 * time.Second))
+	seen, err := watcher.Get(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := control.Get(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen.Remaining != 2*time.Second {
+		t.Errorf("watching store, 3 s after its watch delivered the grant: %v left, want 2s (the 5 s lease less 3 s)", seen.Remaining)
+	}
+	if fresh.Remaining != 5*time.Second {
+		t.Errorf("control store, first sight now: %v left, want the full 5s", fresh.Remaining)
 	}
 }

@@ -5,22 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"strings"
-
-	"k8s.io/apimachinery/pkg/util/validation"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leasehold/leasehold/store"
 )
 
 // Scheme is the URL scheme of this store.
 const Scheme = "kubernetes"
-
-// inClusterNamespaceFile is where a pod's service account namespace is mounted.
-const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // OpenURL opens a store named by a URL of the form
 //
@@ -53,10 +43,8 @@ func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 		return nil, kit.Invalid("", "the URL's host is the namespace, not a server address; the server comes from the kubeconfig or the pod")
 	}
 	ns := u.Host
-	if ns != "" {
-		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return nil, kit.Invalid("", "namespace %q: %s", ns, strings.Join(errs, "; "))
-		}
+	if ns != "" && !isDNSLabel(ns) {
+		return nil, kit.Invalid("", "namespace %q is not a namespace name (a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit)", ns)
 	}
 	q := u.Query()
 	for k := range q {
@@ -64,59 +52,39 @@ func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 			return nil, kit.Invalid("", "unknown URL parameter %q; known: kubeconfig, context", k)
 		}
 	}
-	cfg, defNS, err := restConfig(q.Get("kubeconfig"), q.Get("context"))
+	conn, err := connect(q.Get("kubeconfig"), q.Get("context"))
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/kubernetes: %w", err)
 	}
 	if ns == "" {
-		ns = defNS
+		ns = conn.namespace
 	}
 	if ns == "" {
 		ns = "default"
 	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = "leasehold"
-	if cfg.QPS == 0 {
-		// client-go's default (5 per second) is tight for a process that
-		// holds many leases; stay modest all the same.
-		cfg.QPS, cfg.Burst = 20, 40
-	}
-	client, err := coordinationv1client.NewForConfig(cfg)
+	st, err := New(Config{Server: conn.server, HTTPClient: conn.client, Namespace: ns})
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/kubernetes: client: %w", err)
+		return nil, err
 	}
-	return New(Config{Client: client, Namespace: ns})
+	st.closeIdle = conn.client.CloseIdleConnections
+	return st, nil
 }
 
-// restConfig finds the client config and the default namespace.
-func restConfig(kubeconfig, contextName string) (*rest.Config, string, error) {
+// connect finds the server and the credentials: in a pod with neither
+// parameter, the pod's service account; else the kubeconfig.
+func connect(kubeconfig, contextName string) (connection, error) {
 	if kubeconfig == "" && contextName == "" {
-		cfg, err := rest.InClusterConfig()
+		conn, err := inCluster()
 		switch {
 		case err == nil:
-			ns := os.Getenv("POD_NAMESPACE")
-			if ns == "" {
-				if b, err := os.ReadFile(inClusterNamespaceFile); err == nil {
-					ns = strings.TrimSpace(string(b))
-				}
-			}
-			return cfg, ns, nil
-		case !errors.Is(err, rest.ErrNotInCluster):
-			return nil, "", fmt.Errorf("in-cluster config: %w", err)
+			return conn, nil
+		case !errors.Is(err, errNotInCluster):
+			return connection{}, fmt.Errorf("in-cluster config: %w", err)
 		}
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: contextName})
-	cfg, err := cc.ClientConfig()
+	conn, err := fromKubeconfig(kubeconfig, contextName)
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return connection{}, fmt.Errorf("kubeconfig: %w", err)
 	}
-	ns, _, err := cc.Namespace()
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
-	}
-	return cfg, ns, nil
+	return conn, nil
 }

@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -39,16 +37,16 @@ func (v view) record(name string) store.Record {
 // observe notes that this store has read l (answer arrived at now) and
 // returns its view of it. A resourceVersion seen before keeps the time it was
 // first seen; a new one starts the clock again.
-func (s *Store) observe(l *coordinationv1.Lease, now time.Time) view {
+func (s *Store) observe(l *lease, now time.Time) view {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sg := s.seen[l.Name]
+	sg := s.seen[l.Metadata.Name]
 	if sg == nil {
 		sg = &sighting{}
-		s.seen[l.Name] = sg
+		s.seen[l.Metadata.Name] = sg
 	}
 	v := specView(l)
-	if sg.last == nil || sg.last.ResourceVersion != l.ResourceVersion {
+	if sg.last == nil || sg.last.Metadata.ResourceVersion != l.Metadata.ResourceVersion {
 		sg.last, sg.since = l, now
 	}
 	v.elapsed = now.Sub(sg.since)
@@ -57,13 +55,13 @@ func (s *Store) observe(l *coordinationv1.Lease, now time.Time) view {
 }
 
 // wrote notes l, the answer to this store's own write, which arrived at now.
-func (s *Store) wrote(l *coordinationv1.Lease, now time.Time) {
+func (s *Store) wrote(l *lease, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sg := s.seen[l.Name]
+	sg := s.seen[l.Metadata.Name]
 	if sg == nil {
 		sg = &sighting{}
-		s.seen[l.Name] = sg
+		s.seen[l.Metadata.Name] = sg
 	}
 	sg.last, sg.since = l, now
 	if l.Spec.LeaseTransitions != nil {
@@ -92,7 +90,7 @@ func (s *Store) maxToken(obj string) int64 {
 
 // cached returns the last version of obj this store saw, and how long ago it
 // first saw it.
-func (s *Store) cached(obj string, now time.Time) (*coordinationv1.Lease, time.Duration) {
+func (s *Store) cached(obj string, now time.Time) (*lease, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sg := s.seen[obj]; sg != nil && sg.last != nil {
@@ -101,7 +99,7 @@ func (s *Store) cached(obj string, now time.Time) (*coordinationv1.Lease, time.D
 	return nil, 0
 }
 
-func specView(l *coordinationv1.Lease) view {
+func specView(l *lease) view {
 	var v view
 	sp := l.Spec
 	if sp.HolderIdentity != nil {
@@ -113,8 +111,8 @@ func specView(l *coordinationv1.Lease) view {
 	if sp.LeaseDurationSeconds != nil {
 		v.dur = time.Duration(*sp.LeaseDurationSeconds) * time.Second
 	}
-	if v.holder != "" && l.Annotations[AnnotationMetadataToken] == strconv.FormatInt(v.token, 10) {
-		v.metadata = l.Annotations[AnnotationMetadata]
+	if v.holder != "" && l.Metadata.Annotations[AnnotationMetadataToken] == strconv.FormatInt(v.token, 10) {
+		v.metadata = l.Metadata.Annotations[AnnotationMetadata]
 	}
 	return v
 }

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // ErrLockLost is the cause of a GET_LOCK lock's context when its connection
@@ -54,15 +54,7 @@ type NamedLock struct {
 	conn   *sql.Conn
 	connID int64
 	key    string
-	term   store.Term
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stopc  chan struct{}
-	done   chan struct{}
-
-	once sync.Once
-	err  error
+	cl     *storekit.ConnLock // the term, the context, the checks, Release once
 }
 
 // LockName is the GET_LOCK name of lease name on table in database db:
@@ -93,20 +85,9 @@ func (s *Store) getLock(ctx context.Context, name, holder string, opts LockOptio
 		return nil, err
 	}
 	op := "lock " + strconv.Quote(name)
-	if err := kit.CheckName(op, name); err != nil {
+	every, err := kit.CheckLock(op, name, holder, opts.Metadata, opts.CheckInterval)
+	if err != nil {
 		return nil, err
-	}
-	if err := kit.CheckTerm(op, store.Term{Name: name, Holder: holder, Token: 1}); err != nil {
-		return nil, err
-	}
-	if err := store.ValidateMetadata(opts.Metadata); err != nil {
-		return nil, kit.Invalid(op, "%v", err)
-	}
-	if opts.CheckInterval < 0 {
-		return nil, kit.Invalid(op, "check interval %v is negative", opts.CheckInterval)
-	}
-	if opts.CheckInterval == 0 {
-		opts.CheckInterval = time.Second
 	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -157,69 +138,48 @@ func (s *Store) getLock(ctx context.Context, name, holder string, opts LockOptio
 		}
 		return fail(err)
 	}
-	lctx, cancel := context.WithCancelCause(context.Background())
-	l := &NamedLock{s: s, conn: conn, connID: connID, key: key, term: rec.Term, ctx: lctx, cancel: cancel,
-		stopc: make(chan struct{}), done: make(chan struct{})}
-	go l.watch(opts.CheckInterval)
+	l := &NamedLock{s: s, conn: conn, connID: connID, key: key}
+	l.cl = storekit.StartConnLock(rec.Term, every, l.check, ErrLockLost, errLockReleased)
 	return l, nil
 }
 
-// watch pings the lock's connection until it fails or the lock is released.
-func (l *NamedLock) watch(every time.Duration) {
-	defer close(l.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stopc:
-			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(context.Background(), every)
-			// IS_USED_LOCK, not a bare ping: the lock must still be this
-			// session's (a reconnect by the driver would be a new session).
-			var owner sql.NullInt64
-			err := l.conn.QueryRowContext(pctx, `SELECT IS_USED_LOCK(?)`, l.key).Scan(&owner)
-			cancel()
-			if err == nil && (!owner.Valid || owner.Int64 != l.connID) {
-				err = fmt.Errorf("the lock is held by session %v, not %d", owner.Int64, l.connID)
-			}
-			if err != nil {
-				l.cancel(fmt.Errorf("%w: %v", ErrLockLost, err))
-				return
-			}
-		}
+// check is the lock's periodic check: IS_USED_LOCK, not a bare ping, since
+// the lock must still be this session's (a reconnect by the driver would be
+// a new session).
+func (l *NamedLock) check(ctx context.Context) error {
+	var owner sql.NullInt64
+	err := l.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, l.key).Scan(&owner)
+	if err == nil && (!owner.Valid || owner.Int64 != l.connID) {
+		err = fmt.Errorf("the lock is held by session %v, not %d", owner.Int64, l.connID)
 	}
+	return err
 }
 
 // Term is the lock's term: its name, holder and fencing token.
-func (l *NamedLock) Term() store.Term { return l.term }
+func (l *NamedLock) Term() store.Term { return l.cl.Term() }
 
 // Token is the fencing token: the lease row's epoch, bumped when the lock
 // was taken. Send it with every write.
-func (l *NamedLock) Token() int64 { return l.term.Token }
+func (l *NamedLock) Token() int64 { return l.cl.Term().Token }
 
 // Context is cancelled when the lock's connection is found dead (cause
 // ErrLockLost) or on Release. No expiry cancels it: a named lock has none.
-func (l *NamedLock) Context() context.Context { return l.ctx }
+func (l *NamedLock) Context() context.Context { return l.cl.Context() }
 
 // Release clears the holder from the lease row (the epoch stays), releases
 // the named lock and ends the lock's connection. It is idempotent. If the
 // connection had already failed it returns an error matching
 // store.ErrNotHeld: the server dropped the lock with the session.
 func (l *NamedLock) Release(ctx context.Context) error {
-	l.once.Do(func() {
-		close(l.stopc)
-		<-l.done
-		lost := l.ctx.Err() != nil
-		l.cancel(errLockReleased)
-		op := "release lock " + l.term.String()
+	return l.cl.Release(func(lost bool) error {
+		t := l.cl.Term()
+		op := "release lock " + t.String()
 		if lost {
 			l.s.endSession(ctx, l.conn, l.connID)
-			l.err = kit.Errorf(op, "connection failed: %w", store.ErrNotHeld)
-			return
+			return kit.Errorf(op, "connection failed: %w", store.ErrNotHeld)
 		}
 		_, err := l.conn.ExecContext(ctx, `UPDATE `+l.s.n.table+` SET holder = NULL, metadata = NULL WHERE name = ? AND holder = ? AND epoch = ?`,
-			l.term.Name, l.term.Holder, l.term.Token)
+			t.Name, t.Holder, t.Token)
 		if err == nil {
 			var r sql.NullInt64
 			if err = l.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, l.key).Scan(&r); err == nil && (!r.Valid || r.Int64 != 1) {
@@ -227,14 +187,13 @@ func (l *NamedLock) Release(ctx context.Context) error {
 			}
 		}
 		if err != nil {
-			l.err = kit.Wrap(op, err)
 			l.s.endSession(ctx, l.conn, l.connID)
-			return
+			return kit.Wrap(op, err)
 		}
-		l.s.hub.Notify(l.term.Name)
+		l.s.hub.Notify(t.Name)
 		l.conn.Close() // back to the pool: it holds nothing now
+		return nil
 	})
-	return l.err
 }
 
 // endSession ends a lock session that may hold the lock: the connection is

@@ -5,10 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -30,9 +28,9 @@ func (s *Store) opErr(op string, err error) error {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case errNoTable:
-			return kit.Errorf(op, "%s (table %s): %w; create it with `leasehold migrate`, (*mysql.Store).Migrate, or Options.CreateIfMissing", me.Message, s.n.table, ErrNotMigrated)
+			return kit.NoTable(op, me.Message, s.n.table, ErrNotMigrated)
 		case errBadField:
-			return kit.Errorf(op, "%s: table %s is not a migrated lease table: %w; `leasehold migrate` or (*mysql.Store).Migrate adds what is missing", me.Message, s.n.table, ErrNotMigrated)
+			return kit.OldTable(op, me.Message, s.n.table, ErrNotMigrated)
 		case errOutOfRange:
 			if strings.HasPrefix(op, "acquire") || strings.HasPrefix(op, "lock") {
 				return kit.Errorf(op, "the epoch is at the BIGINT limit: %w", ErrBadRow)
@@ -65,31 +63,13 @@ func isDupKey(err error) bool {
 	return errors.As(err, &me) && me.Number == errDupKey
 }
 
-const maxRetries = 10
-
-// retries counts statements sent again, for tests.
-var retries atomic.Int64
+// retrier sends a statement again after a deadlock or lock wait timeout
+// (the server rolled it back), at most ten times.
+var retrier = &storekit.Retrier{Retryable: retryable, Max: 10}
 
 // retry runs fn again after a deadlock or lock wait timeout, with a short
 // jittered backoff, until it gives another answer or ctx ends.
-func retry(ctx context.Context, fn func() error) error {
-	for attempt := 0; ; attempt++ {
-		err := fn()
-		if err == nil || attempt == maxRetries || !retryable(err) {
-			return err
-		}
-		retries.Add(1)
-		d := time.Duration(1<<min(attempt, 6)) * time.Millisecond
-		d += time.Duration(rand.Int64N(int64(d)))
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
-}
+func retry(ctx context.Context, fn func() error) error { return retrier.Do(ctx, fn) }
 
 // execer is what *sql.DB, *sql.Conn and *sql.Tx have in common.
 type execer interface {

@@ -1,7 +1,6 @@
 package nats
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/storetest"
 )
 
 // The test in this file runs a three-server JetStream cluster inside the
@@ -99,135 +99,62 @@ func (c *natsCluster) streamLeader(stream string) int {
 	})
 }
 
-// ledger records who leads, in real time, across the electors of this process.
-type ledger struct {
-	t      *testing.T
-	mu     sync.Mutex
-	active map[string]int64
-	last   int64
-	terms  int
-	log    []string
+// state is who leads now, with its token, and how many terms have led.
+func state(l *storetest.Ledger) (leader string, token int64, terms int) {
+	leader, token = l.Leading()
+	return leader, token, l.Terms()
 }
 
-func (l *ledger) note(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.log = append(l.log, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
-}
-
-func (l *ledger) dump() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range l.log {
-		l.t.Log(s)
-	}
-}
-
-func (l *ledger) work(ctx context.Context, ld *leasehold.Lease) error {
-	who, token := ld.Term().Holder, ld.Token()
-	l.mu.Lock()
-	for other, tok := range l.active {
-		l.t.Errorf("TWO HOLDERS: %s leads with token %d while %s still leads with token %d", who, token, other, tok)
-	}
-	if token <= l.last {
-		l.t.Errorf("%s leads with token %d, not above the previous %d", who, token, l.last)
-	}
-	l.last = token
-	l.terms++
-	l.active[who] = token
-	l.log = append(l.log, time.Now().Format("15:04:05.000")+" leads: "+ld.Term().String())
-	l.mu.Unlock()
-	<-ctx.Done()
-	l.mu.Lock()
-	delete(l.active, who)
-	l.log = append(l.log, fmt.Sprintf("%s steps down: %s (%v)", time.Now().Format("15:04:05.000"), ld.Term(), context.Cause(ctx)))
-	l.mu.Unlock()
-	return nil
-}
-
-func (l *ledger) state() (leader string, token int64, terms int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for who, tok := range l.active {
-		leader, token = who, tok
-	}
-	return leader, token, l.terms
-}
-
-// renewals counts successful renewals across the electors.
-type renewals struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (r *renewals) get() int { r.mu.Lock(); defer r.mu.Unlock(); return r.n }
-
-// elector is one leasehold elector running in the background.
+// elector is one leasehold elector running in the background, on its own
+// store handle.
 type elector struct {
-	st     *Store
-	cancel context.CancelFunc
+	*storetest.Elector
+	st *Store
 }
 
 // crash closes the elector's store under it, then stops it: its renewals
 // and its release fail, so its term ends only when the server expires it.
 func (e *elector) crash() {
 	e.st.Close()
-	e.cancel()
+	e.Stop()
 }
 
-func startElector(t *testing.T, l *ledger, r *renewals, id string, urls []string, bucket string) *elector {
+func startElector(t *testing.T, l *storetest.Ledger, id string, urls []string, bucket string) *elector {
 	t.Helper()
 	st, err := Open(testCtx(t, 30*time.Second), Config{Servers: urls, Options: Options{Bucket: bucket, Replicas: 3}})
 	if err != nil {
 		t.Fatalf("open store for %s: %v", id, err)
 	}
-	e, err := leasehold.NewElector(st, "leader", leasehold.Config{
-		Identity: id,
-		Timings:  leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond},
-		OnEvent: func(ev leasehold.Event) {
-			switch ev.Kind {
-			case leasehold.EventRenewed:
-				r.mu.Lock()
-				r.n++
-				r.mu.Unlock()
-			case leasehold.EventRenewFailed, leasehold.EventLost, leasehold.EventAcquired:
-				l.note("%s %s %s err=%v", id, ev.Kind, ev.Term, ev.Err)
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx, l.work) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Errorf("elector %s did not stop within 20s", id)
+	t.Cleanup(func() { st.Close() }) // after the elector has stopped
+	timings := leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
+	return &elector{Elector: l.Start(t, st, id, timings), st: st}
+}
+
+// renewals counts successful renewals across the electors.
+func renewals(electors map[string]*elector) func() int {
+	return func() int {
+		n := 0
+		for _, e := range electors {
+			n += e.Renewals()
 		}
-		st.Close()
-	})
-	return &elector{st: st, cancel: cancel}
+		return n
+	}
 }
 
 // progress waits until, after a fault, the electors renew again or a new
 // term leads: the cluster keeps granting.
-func progress(t *testing.T, l *ledger, r *renewals, what string) {
+func progress(t *testing.T, l *storetest.Ledger, r func() int, what string) {
 	t.Helper()
-	_, _, terms0 := l.state()
-	r0 := r.get()
+	_, _, terms0 := state(l)
+	r0 := r()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		who, tok, terms := l.state()
-		if who != "" && (terms > terms0 || r.get() >= r0+3) {
-			l.note("after %s: %s leads with token %d (%d new terms, %d renewals)", what, who, tok, terms-terms0, r.get()-r0)
+		who, tok, terms := state(l)
+		if who != "" && (terms > terms0 || r() >= r0+3) {
+			l.Note("after %s: %s leads with token %d (%d new terms, %d renewals)", what, who, tok, terms-terms0, r()-r0)
 			return
 		}
 		if time.Now().After(deadline) {
-			l.dump()
 			t.Fatalf("after %s: no leader renewing within 60s", what)
 		}
 		time.Sleep(50 * time.Millisecond) // polling the ledger
@@ -240,20 +167,20 @@ func TestClusterR3KillMembers(t *testing.T) {
 	}
 	c := startCluster(t, 3)
 	bucket := uniqueBucket("r3")
-	l := &ledger{t: t, active: map[string]int64{}}
-	r := &renewals{}
+	l := storetest.NewLedger(t)
 	electors := map[string]*elector{}
 	for _, id := range []string{"a", "b", "c"} {
-		electors[id] = startElector(t, l, r, id, c.urls(), bucket)
+		electors[id] = startElector(t, l, id, c.urls(), bucket)
 	}
+	r := renewals(electors)
 	progress(t, l, r, "start")
 
 	// 1. Kill the server that leads the bucket's stream.
 	victim := c.streamLeader("KV_" + bucket)
-	l.note("killing m%d, the leader of KV_%s", victim, bucket)
+	l.Note("killing m%d, the leader of KV_%s", victim, bucket)
 	c.servers[victim].stop()
 	progress(t, l, r, fmt.Sprintf("killing the stream leader m%d", victim))
-	l.note("restarting m%d", victim)
+	l.Note("restarting m%d", victim)
 	if err := c.servers[victim].start(); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +188,7 @@ func TestClusterR3KillMembers(t *testing.T) {
 
 	// 2. Kill the JetStream meta-leader.
 	meta := c.metaLeader()
-	l.note("killing m%d, the JetStream meta-leader", meta)
+	l.Note("killing m%d, the JetStream meta-leader", meta)
 	c.servers[meta].stop()
 	progress(t, l, r, fmt.Sprintf("killing the meta-leader m%d", meta))
 	newMeta := c.metaLeader()
@@ -271,24 +198,22 @@ func TestClusterR3KillMembers(t *testing.T) {
 
 	// 3. The leader crashes (no release): the server of the surviving
 	// two expires its key, and another elector takes over, on a higher token.
-	who, tok0, terms0 := l.state()
-	l.note("crashing the leading elector %s (token %d)", who, tok0)
+	who, tok0, terms0 := state(l)
+	l.Note("crashing the leading elector %s (token %d)", who, tok0)
 	electors[strings.SplitN(who, "-", 2)[0]].crash()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		w, tok, terms := l.state()
+		w, tok, terms := state(l)
 		if terms > terms0 && w != "" && w != who {
-			l.note("after the crash: %s leads with token %d", w, tok)
+			l.Note("after the crash: %s leads with token %d", w, tok)
 			break
 		}
 		if time.Now().After(deadline) {
-			l.dump()
 			t.Fatal("no takeover within 60s of the leader's crash")
 		}
 		time.Sleep(50 * time.Millisecond) // polling the ledger
 	}
 
-	_, tok, terms := l.state()
-	l.dump()
+	_, tok, terms := state(l)
 	t.Logf("%d terms, last token %d; no two holders, tokens rising", terms, tok)
 }

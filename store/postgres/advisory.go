@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storekit"
 )
 
 // ErrAdvisoryLost is the cause of an advisory lock's context when its
@@ -59,16 +59,8 @@ type AdvisoryLock struct {
 	pid   int64 // the session's server pid
 	conn  *pgx.Conn
 	key   int64
-	term  store.Term
 	table string
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stopc  chan struct{}
-	done   chan struct{}
-
-	once sync.Once
-	err  error
+	cl    *storekit.ConnLock // the term, the context, the pings, Release once
 }
 
 // AdvisoryKey is the bigint key of name's advisory lock on the lease table
@@ -104,20 +96,9 @@ func (s *Store) advisoryLock(ctx context.Context, name, holder string, opts Advi
 	if err := s.life.Check(ctx); err != nil {
 		return nil, err
 	}
-	if err := kit.CheckName("advisory lock", name); err != nil {
+	every, err := kit.CheckLock("advisory lock", name, holder, opts.Metadata, opts.CheckInterval)
+	if err != nil {
 		return nil, err
-	}
-	if err := kit.CheckHolder("advisory lock", holder); err != nil {
-		return nil, err
-	}
-	if err := kit.CheckMetadata("advisory lock", opts.Metadata); err != nil {
-		return nil, err
-	}
-	if opts.CheckInterval < 0 {
-		return nil, kit.Invalid("advisory lock", "check interval %v is negative", opts.CheckInterval)
-	}
-	if opts.CheckInterval == 0 {
-		opts.CheckInterval = time.Second
 	}
 	cfg, err := s.sessionConfig(ctx)
 	if err != nil {
@@ -142,7 +123,7 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 	if err != nil {
 		s.closeSession(conn)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, kit.Errorf(fmt.Sprintf("advisory lock %q", name), "table %s does not exist: %w; create it with `leasehold migrate` or (*postgres.Store).Migrate", s.qtable, ErrNotMigrated)
+			return nil, kit.NoTable(fmt.Sprintf("advisory lock %q", name), "", s.qtable, ErrNotMigrated)
 		}
 		return nil, s.opErr("advisory lock", fmt.Sprintf("%q", name), err)
 	}
@@ -187,97 +168,63 @@ RETURNING l.epoch`), pgx.QueryExecModeExec, name, holder, opts.Metadata).Scan(&e
 	case err != nil:
 		return fail(s.opErr("advisory lock", fmt.Sprintf("%q", name), err))
 	}
-	lctx, cancel := context.WithCancelCause(context.Background())
-	a := &AdvisoryLock{
-		s:      s,
-		pid:    pid,
-		conn:   conn,
-		key:    key,
-		term:   store.Term{Name: name, Holder: holder, Token: epoch},
-		table:  s.qtable,
-		ctx:    lctx,
-		cancel: cancel,
-		stopc:  make(chan struct{}),
-		done:   make(chan struct{}),
-	}
-	go a.watch(opts.CheckInterval)
+	a := &AdvisoryLock{s: s, pid: pid, conn: conn, key: key, table: s.qtable}
+	// The check is a ping of the lock's connection.
+	a.cl = storekit.StartConnLock(store.Term{Name: name, Holder: holder, Token: epoch}, every, conn.Ping,
+		ErrAdvisoryLost, errAdvisoryReleased)
 	return a, nil
 }
 
-// watch pings the lock's connection until it fails or the lock is released.
-func (a *AdvisoryLock) watch(every time.Duration) {
-	defer close(a.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stopc:
-			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(context.Background(), every)
-			err := a.conn.Ping(pctx)
-			cancel()
-			if err != nil {
-				a.cancel(fmt.Errorf("%w: %v", ErrAdvisoryLost, err))
-				return
-			}
-		}
-	}
-}
-
 // Term is the lock's term: its name, holder and fencing token.
-func (a *AdvisoryLock) Term() store.Term { return a.term }
+func (a *AdvisoryLock) Term() store.Term { return a.cl.Term() }
 
 // Token is the fencing token: the lease row's epoch, bumped when the lock was
 // taken. Send it with every write.
-func (a *AdvisoryLock) Token() int64 { return a.term.Token }
+func (a *AdvisoryLock) Token() int64 { return a.cl.Term().Token }
 
 // Context is cancelled when the lock's connection is found dead (cause
 // ErrAdvisoryLost) or on Release. It is not cancelled by any expiry: an
 // advisory lock has none.
-func (a *AdvisoryLock) Context() context.Context { return a.ctx }
+func (a *AdvisoryLock) Context() context.Context { return a.cl.Context() }
 
 // Release unlocks, clears the holder from the lease row (the epoch stays),
 // and closes the lock's connection. It is idempotent. If the connection had
 // already failed it returns an error matching store.ErrNotHeld: the server
 // dropped the lock with the session.
 func (a *AdvisoryLock) Release(ctx context.Context) error {
-	a.once.Do(func() {
-		close(a.stopc)
-		<-a.done
-		lost := a.ctx.Err() != nil
-		a.cancel(errAdvisoryReleased)
+	return a.cl.Release(func(lost bool) error {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			a.conn.Close(cctx)
 			cancel()
 		}()
+		t := a.cl.Term()
+		op := "release advisory lock " + t.String()
 		if lost {
-			a.err = kit.Errorf("release advisory lock "+a.term.String(), "connection failed: %w", store.ErrNotHeld)
-			return
+			return kit.Errorf(op, "connection failed: %w", store.ErrNotHeld)
+		}
+		// fail ends the session, which may still hold the lock.
+		fail := func(err error) error {
+			err = kit.Wrap(op, err)
+			if eerr := a.s.endSession(ctx, a.conn, a.pid); eerr != nil {
+				err = fmt.Errorf("%w (and %w)", err, eerr)
+			}
+			return err
 		}
 		if _, err := a.conn.Exec(ctx, strings.NewReplacer("{{t}}", a.table).Replace(
 			`UPDATE {{t}} SET holder = NULL, metadata = NULL WHERE name = $1 AND holder = $2 AND epoch = $3`),
-			pgx.QueryExecModeExec, a.term.Name, a.term.Holder, a.term.Token); err != nil {
-			a.err = kit.Wrap("release advisory lock "+a.term.String(), err)
-			if eerr := a.s.endSession(ctx, a.conn, a.pid); eerr != nil {
-				a.err = fmt.Errorf("%w (and %w)", a.err, eerr)
-			}
-			return
+			pgx.QueryExecModeExec, t.Name, t.Holder, t.Token); err != nil {
+			return fail(err)
 		}
 		var ok bool
 		if err := a.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, pgx.QueryExecModeExec, a.key).Scan(&ok); err != nil {
-			a.err = kit.Wrap("release advisory lock "+a.term.String(), err)
-			if eerr := a.s.endSession(ctx, a.conn, a.pid); eerr != nil {
-				a.err = fmt.Errorf("%w (and %w)", a.err, eerr)
-			}
-			return
+			return fail(err)
 		}
 		if !ok {
-			a.err = kit.Errorf("release advisory lock "+a.term.String(), "the session did not hold it: %w", store.ErrNotHeld)
+			return kit.Errorf(op, "the session did not hold it: %w", store.ErrNotHeld)
 		}
+		return nil
 	})
-	return a.err
 }
 
 // ErrAdvisorySessionUnconfirmed: a failed or cancelled advisory lock call

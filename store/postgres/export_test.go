@@ -19,7 +19,7 @@ func (s *Store) Watchers(name string) int { return s.hub.Count(name) }
 
 // Retries is how many statements were sent again after a serialization
 // failure or deadlock, by every store in this process.
-func Retries() int64 { return retries.Load() }
+func Retries() int64 { return retrier.Retried() }
 
 // Channel is the NOTIFY channel of schema.table.
 var Channel = channelFor

@@ -22,8 +22,10 @@ func TestKeeperOnPostgres(t *testing.T) {
 	counted := faultstore.New(st)
 	raw := rawClient(t, schema)
 	ctx := ctxFor(t)
+	// A long lease: under load the 999 releases after Close can take seconds,
+	// and a term that expired meanwhile is not released (its row stays named).
 	k, err := leasehold.NewKeeper(counted, leasehold.Config{Identity: "node-a",
-		Timings: leasehold.Timings{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 400 * time.Millisecond}})
+		Timings: leasehold.Timings{LeaseDuration: 30 * time.Second, RenewDeadline: 20 * time.Second, RenewInterval: 500 * time.Millisecond, RetryPeriod: 400 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,7 +177,7 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 		pgx.QueryExecModeExec, l.s.qtable, triggerInsert, triggerUpdate).Scan(&nsp, &rel, &triggers)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return kit.Errorf("listen", "table %s does not exist: %w; create it with `leasehold migrate` or (*postgres.Store).Migrate", l.s.qtable, ErrNotMigrated)
+		return kit.NoTable("listen", "", l.s.qtable, ErrNotMigrated)
 	case err != nil:
 		return kit.Wrap("listen", err)
 	case triggers != 2:

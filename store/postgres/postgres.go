@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -74,11 +72,9 @@ func (s *Store) opErr(op, what string, err error) error {
 	if errors.As(err, &pe) {
 		switch pe.Code {
 		case "42P01": // undefined_table
-			return kit.Errorf(op+" "+what, "%s (table %s): %w; create it with `leasehold migrate`, (*postgres.Store).Migrate, or Options.CreateIfMissing",
-				pe.Message, s.qtable, ErrNotMigrated)
+			return kit.NoTable(op+" "+what, pe.Message, s.qtable, ErrNotMigrated)
 		case "42703", "42P10": // undefined_column, no unique constraint for ON CONFLICT
-			return kit.Errorf(op+" "+what, "%s: table %s is not a migrated lease table: %w; `leasehold migrate` or (*postgres.Store).Migrate adds what is missing",
-				pe.Message, s.qtable, ErrNotMigrated)
+			return kit.OldTable(op+" "+what, pe.Message, s.qtable, ErrNotMigrated)
 		case "22003": // numeric_value_out_of_range: epoch + 1 overflowed
 			if op == "acquire" {
 				return kit.Errorf(op+" "+what, "the epoch is at the bigint limit: %w", ErrBadRow)
@@ -97,31 +93,13 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-const maxRetries = 10
-
-// retries counts statements sent again, for tests.
-var retries atomic.Int64
+// retrier sends a statement again after a serialization failure or deadlock
+// (the server rolled it back), at most ten times.
+var retrier = &storekit.Retrier{Retryable: retryable, Max: 10}
 
 // retry runs fn again after a serialization failure or deadlock, with a
 // short jittered backoff, until it gives another answer or ctx ends.
-func (s *Store) retry(ctx context.Context, fn func() error) error {
-	for attempt := 0; ; attempt++ {
-		err := fn()
-		if err == nil || attempt == maxRetries || !retryable(err) {
-			return err
-		}
-		retries.Add(1)
-		d := time.Duration(1<<min(attempt, 6)) * time.Millisecond
-		d += time.Duration(rand.Int64N(int64(d)))
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
-}
+func (s *Store) retry(ctx context.Context, fn func() error) error { return retrier.Do(ctx, fn) }
 
 // recScan receives the columns of recordCols.
 type recScan struct {

@@ -57,15 +57,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		return store.Record{}, s.fail("acquire "+name, err)
 	}
 	defer tx.Rollback()
-	t := quote(s.table)
-	ms := storekit.CeilMillis(ttl)
-	rec, err := scanRecord(tx.QueryRowContext(ctx, `INSERT INTO `+t+` AS l (name, holder, epoch, expires_at, ttl_ms, metadata)
-		VALUES (?1, ?2, (SELECT COALESCE(MAX(epoch), 0) + 1 FROM `+quote(s.high)+` WHERE name = ?1), `+nowMS+` + ?3, ?3, ?4)
-		ON CONFLICT (name) DO UPDATE SET
-			holder = excluded.holder, epoch = MAX(l.epoch + 1, excluded.epoch), expires_at = excluded.expires_at,
-			ttl_ms = excluded.ttl_ms, metadata = excluded.metadata
-		WHERE l.holder IS NULL OR l.holder = '' OR l.holder = excluded.holder OR l.expires_at <= `+nowMS+`
-		RETURNING `+rowCols, name, holder, ms, metadata), name)
+	rec, err := s.acquireIn(ctx, tx, name, holder, ttl, metadata)
 	switch {
 	case err == nil:
 		if err := tx.Commit(); err != nil {
@@ -76,12 +68,26 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		return store.Record{}, s.fail("acquire "+name, err)
 	}
 	// Another holder's term is live: read it under the same write lock.
-	rec, err = scanRecord(tx.QueryRowContext(ctx, `SELECT `+rowCols+` FROM `+t+` WHERE name = ?1`, name), name)
+	rec, err = scanRecord(tx.QueryRowContext(ctx, `SELECT `+rowCols+` FROM `+quote(s.table)+` WHERE name = ?1`, name), name)
 	if err != nil {
 		return store.Record{}, s.fail("acquire "+name, err)
 	}
 	tx.Rollback()
 	return rec, kit.Wrap(fmt.Sprintf("acquire %q", name), store.ErrHeld)
+}
+
+// acquireIn is Acquire's upsert, inside tx: sql.ErrNoRows when another
+// holder's term is live.
+func (s *Store) acquireIn(ctx context.Context, tx *sql.Tx, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	t := quote(s.table)
+	ms := storekit.CeilMillis(ttl)
+	return scanRecord(tx.QueryRowContext(ctx, `INSERT INTO `+t+` AS l (name, holder, epoch, expires_at, ttl_ms, metadata)
+		VALUES (?1, ?2, (SELECT COALESCE(MAX(epoch), 0) + 1 FROM `+quote(s.high)+` WHERE name = ?1), `+nowMS+` + ?3, ?3, ?4)
+		ON CONFLICT (name) DO UPDATE SET
+			holder = excluded.holder, epoch = MAX(l.epoch + 1, excluded.epoch), expires_at = excluded.expires_at,
+			ttl_ms = excluded.ttl_ms, metadata = excluded.metadata
+		WHERE l.holder IS NULL OR l.holder = '' OR l.holder = excluded.holder OR l.expires_at <= `+nowMS+`
+		RETURNING `+rowCols, name, holder, ms, metadata), name)
 }
 
 // Renew implements store.Store: one UPDATE that names the exact term and

@@ -48,7 +48,11 @@
 //
 // Close is idempotent (later calls return nil) and closes life.Done(), on
 // which watches and background goroutines end. life.ClosedOr(err) turns a
-// driver's error after Close into store.ErrClosed.
+// driver's error after Close into store.ErrClosed. life.Go(f) starts a
+// background goroutine (a watch forwarder, a revocation) that Close waits
+// for: it checks the closed flag and counts the goroutine in one step, and
+// after Close has begun starts nothing; the store's Close release calls
+// life.Wait(), as etcd's does.
 //
 // # Watches: Hub
 //
@@ -101,5 +105,20 @@
 // suffixes such as "_history"). Such a name needs no quoting and means the
 // same to PostgreSQL, MySQL and SQLite. kit.SQLIdentFold is the same rule
 // for an engine that ignores the case of identifiers (SQLite), where
-// upper-case letters are allowed too.
+// upper-case letters are allowed too. fence/sqlfence checks each part of a
+// schema.table fence table name with SQLIdentFold: it writes the name
+// unquoted in every statement, so each engine reads it the same way each
+// time.
+//
+// # SQL retries and session locks
+//
+// A Retrier (retrier.Do(ctx, fn)) sends a statement again after a conflict
+// the server rolled back (serialization failure, deadlock, lock wait
+// timeout), with a short jittered backoff; the store's Retryable says which
+// errors those are, and must name no error after which the write may have
+// happened. ConnLock is the dialect-free half of a lock held by one database
+// session and lost with its connection (PostgreSQL's advisory lock, MySQL's
+// GET_LOCK): kit.CheckLock checks its arguments, StartConnLock pings the
+// session with the store's check and cancels the lock's context when it
+// fails, and Release runs the store's release once.
 package storekit

@@ -150,3 +150,23 @@ func TestCeilMillis(t *testing.T) {
 		}
 	}
 }
+
+func TestTableErrors(t *testing.T) {
+	kit := storekit.Kit{Store: "mysql"}
+	errNotMigrated := errors.New("not migrated")
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{kit.NoTable("acquire", "Table 'x.leases' doesn't exist", "leases", errNotMigrated),
+			"leasehold/mysql: acquire: Table 'x.leases' doesn't exist (table leases): not migrated; create it with `leasehold migrate`, (*mysql.Store).Migrate, or Options.CreateIfMissing"},
+		{kit.NoTable("listen", "", "leases", errNotMigrated),
+			"leasehold/mysql: listen: table leases does not exist: not migrated; create it with `leasehold migrate`, (*mysql.Store).Migrate, or Options.CreateIfMissing"},
+		{kit.OldTable("renew", "Unknown column 'epoch'", "leases", errNotMigrated),
+			"leasehold/mysql: renew: Unknown column 'epoch': table leases is not a migrated lease table: not migrated; `leasehold migrate` or (*mysql.Store).Migrate adds what is missing"},
+	} {
+		if !errors.Is(c.err, errNotMigrated) || c.err.Error() != c.want {
+			t.Errorf("got %q (matching ErrNotMigrated: %v), want %q", c.err, errors.Is(c.err, errNotMigrated), c.want)
+		}
+	}
+}

@@ -19,6 +19,7 @@ type Lifecycle struct {
 	mu     sync.Mutex
 	closed bool
 	done   chan struct{}
+	wg     sync.WaitGroup // the goroutines started by Go
 }
 
 // Check is the first line of every store method: store.ErrClosed if the
@@ -79,3 +80,25 @@ func (l *Lifecycle) Close(release func() error) error {
 	}
 	return release()
 }
+
+// Go starts f in a goroutine that Wait waits for, if the handle is open, and
+// reports whether it did. Once Close has begun it starts nothing and returns
+// false: the check and the count are one step under the lifecycle's lock, so
+// no goroutine is counted after Close marked the handle closed, and Wait,
+// called after that, sees every goroutine Go started. f must end once Done is
+// closed (or within a bound of its own).
+func (l *Lifecycle) Go(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Go(f)
+	return true
+}
+
+// Wait waits for the goroutines started by Go. Close's release calls it, once
+// the handle is marked closed and Go starts nothing more. Called on an open
+// handle (a test waiting for a store's background work), it waits only for
+// the goroutines Go started before it, and must not race with a Go.
+func (l *Lifecycle) Wait() { l.wg.Wait() }

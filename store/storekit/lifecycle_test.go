@@ -3,6 +3,7 @@ package storekit_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/leasehold/leasehold/store"
@@ -59,5 +60,40 @@ func TestLifecycle(t *testing.T) {
 	var nilRelease storekit.Lifecycle
 	if err := nilRelease.Close(nil); err != nil {
 		t.Errorf("Close(nil) = %v", err)
+	}
+}
+
+// TestLifecycleGo: a goroutine started by Go is waited for by Wait in Close's
+// release; after Close, Go starts nothing.
+func TestLifecycleGo(t *testing.T) {
+	var life storekit.Lifecycle
+	var finished atomic.Bool
+	started := make(chan struct{})
+	if !life.Go(func() {
+		close(started)
+		<-life.Done()
+		finished.Store(true)
+	}) {
+		t.Fatal("Go on an open handle started nothing")
+	}
+	<-started
+	if finished.Load() {
+		t.Fatal("the goroutine finished before Close")
+	}
+	if err := life.Close(func() error { life.Wait(); return nil }); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if !finished.Load() {
+		t.Error("Close's release returned from Wait before the goroutine Go started had finished")
+	}
+	ran := make(chan struct{}, 1)
+	if life.Go(func() { ran <- struct{}{} }) {
+		t.Error("Go after Close reported that it started f")
+	}
+	life.Wait()
+	select {
+	case <-ran:
+		t.Error("Go after Close ran f")
+	default:
 	}
 }

@@ -87,6 +87,11 @@ func Run(t *testing.T, h Harness) {
 		{"List", testList},
 		{"ForceRelease", testForceRelease},
 		{"TokensSurviveLoss", testTokensSurviveLoss},
+		{"Transfer", testTransfer},
+		{"Handover", testHandover},
+		{"SemaphoreFillAndRefill", testSemaphoreFillAndRefill},
+		{"SemaphoreRace", testSemaphoreRace},
+		{"SemaphoreRaceControl", testSemaphoreRaceControl},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

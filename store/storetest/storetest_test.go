@@ -51,6 +51,22 @@ func (b broken) Release(ctx context.Context, t store.Term) error {
 	return b.Store.Release(ctx, t)
 }
 
+func (b broken) Transfer(ctx context.Context, t store.Term, to string, ttl time.Duration, md string) (store.Record, error) {
+	switch b.bug {
+	case "transfer-ignores-term":
+		if live, err := b.Store.Get(ctx, t.Name); err == nil && live.Holder != "" && live.Holder != to {
+			t = live.Term
+		}
+	case "transfer-reserves-nothing":
+		// Ends the term and reports a reservation it never wrote.
+		if err := b.Store.Release(ctx, t); err != nil {
+			return store.Record{}, err
+		}
+		return store.Record{Term: store.Term{Name: t.Name, Holder: to, Token: t.Token + 1}, Remaining: ttl, TTL: ttl, Metadata: md}, nil
+	}
+	return b.Store.Transfer(ctx, t, to, ttl, md)
+}
+
 func (b broken) Get(ctx context.Context, name string) (store.Record, error) {
 	rec, err := b.Store.Get(ctx, name)
 	if b.bug == "forgets-ended-names" && err == nil && !rec.Live() {
@@ -82,6 +98,9 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		"renew-ignores-term":   "StaleRenewNotHeld",
 		"release-ignores-term": "StaleReleaseKeepsNewerTerm",
 		"forgets-ended-names":  "GetFoundAfterGrant",
+		// Negative controls of the hand-over cases.
+		"transfer-ignores-term":     "Transfer",
+		"transfer-reserves-nothing": "Transfer",
 	}
 	for bug, wantFailing := range cases {
 		t.Run(bug, func(t *testing.T) {

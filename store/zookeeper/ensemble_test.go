@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storetest"
 	"github.com/leasehold/leasehold/store/zookeeper/zktest"
 )
 
@@ -45,11 +46,11 @@ func memberOf(e *zktest.Ensemble, addr string) int {
 // progressed reports whether, since the electors had made before renewals,
 // the term tok0 renewed four more times, or a newer term leads and renewed
 // twice.
-func progressed(l *ledger, tok0 int64, els []*elector, before int) bool {
-	who, tok := l.leading()
+func progressed(l *storetest.Ledger, tok0 int64, els []*elector, before int) bool {
+	who, tok := l.Leading()
 	n := 0
 	for _, el := range els {
-		n += el.renewals()
+		n += el.Renewals()
 	}
 	switch {
 	case who == "":
@@ -64,21 +65,21 @@ func progressed(l *ledger, tok0 int64, els []*elector, before int) bool {
 func renewalsOf(els []*elector) int {
 	n := 0
 	for _, el := range els {
-		n += el.renewals()
+		n += el.Renewals()
 	}
 	return n
 }
 
 // checkLive reads the lease through the given members and checks that the
 // term the ledger says leads is the live term in ZooKeeper.
-func checkLive(t *testing.T, l *ledger, root string, addrs []string, who string, tok int64) {
+func checkLive(t *testing.T, l *storetest.Ledger, root string, addrs []string, who string, tok int64) {
 	t.Helper()
 	st := openStore(t, root, addrs...)
 	r, err := st.Get(testCtx(t, 10*time.Second), "leader")
 	if err != nil {
 		t.Fatalf("Get through %v: %v", addrs, err)
 	}
-	if cw, ct := l.leading(); cw != who || ct != tok {
+	if cw, ct := l.Leading(); cw != who || ct != tok {
 		return // the lead moved meanwhile; the ledger checked that move
 	}
 	if !r.Live() || r.Holder != who || r.Token != tok {
@@ -93,13 +94,13 @@ func checkLive(t *testing.T, l *ledger, root string, addrs []string, who string,
 // holder steps down before a rival leads.
 func TestEnsembleClientMemberKilled(t *testing.T) {
 	e := ensemble(t)
-	l := newLedger(t)
+	l := storetest.NewLedger(t)
 	root := uniqueRoot("kill-client")
 	a := startElector(t, l, "a", openStore(t, root, e.Addrs()...))
-	waitLedger(t, l, 20*time.Second, "a leads", func() bool { who, _ := l.leading(); return who != "" })
+	storetest.WaitFor(t, 20*time.Second, "a leads", func() bool { who, _ := l.Leading(); return who != "" })
 	b := startElector(t, l, "b", openStore(t, root, e.Addrs()...))
 	els := []*elector{a, b}
-	who, tok0 := l.leading()
+	who, tok0 := l.Leading()
 	holder := a
 	if strings.HasPrefix(who, "b-") {
 		holder = b
@@ -109,13 +110,13 @@ func TestEnsembleClientMemberKilled(t *testing.T) {
 		t.Fatalf("the holder's term session talks to %q, not a member", termServer(holder.st))
 	}
 	before := renewalsOf(els)
-	l.note("killing member %d, which the holder's term session talks to (the ensemble leader is member %d)", victim, leaderOf(t, e, nil))
+	l.Note("killing member %d, which the holder's term session talks to (the ensemble leader is member %d)", victim, leaderOf(t, e, nil))
 	e.Servers[victim].Kill()
-	waitLedger(t, l, 20*time.Second, "renewals continue or a new term leads after the member died", func() bool {
+	storetest.WaitFor(t, 20*time.Second, "renewals continue or a new term leads after the member died", func() bool {
 		return progressed(l, tok0, els, before)
 	})
-	who, tok := l.leading()
-	l.note("after the kill: %s leads with token %d (before: %d); the holder's session now talks to %s", who, tok, tok0, termServer(holder.st))
+	who, tok := l.Leading()
+	l.Note("after the kill: %s leads with token %d (before: %d); the holder's session now talks to %s", who, tok, tok0, termServer(holder.st))
 	if tok == tok0 {
 		t.Logf("the term %d survived the death of the member its session talked to", tok0)
 	}
@@ -143,25 +144,25 @@ func leaderOf(t *testing.T, e *zktest.Ensemble, skip map[int]bool) int {
 // rival leads; the ensemble keeps granting, with higher tokens.
 func TestEnsembleLeaderKilled(t *testing.T) {
 	e := ensemble(t)
-	l := newLedger(t)
+	l := storetest.NewLedger(t)
 	root := uniqueRoot("kill-leader")
 	a := startElector(t, l, "a", openStore(t, root, e.Addrs()...))
-	waitLedger(t, l, 20*time.Second, "a leads", func() bool { who, _ := l.leading(); return who != "" })
+	storetest.WaitFor(t, 20*time.Second, "a leads", func() bool { who, _ := l.Leading(); return who != "" })
 	b := startElector(t, l, "b", openStore(t, root, e.Addrs()...))
 	els := []*elector{a, b}
-	_, tok0 := l.leading()
-	waitLedger(t, l, 10*time.Second, "renewals", func() bool { return renewalsOf(els) >= 2 })
+	_, tok0 := l.Leading()
+	storetest.WaitFor(t, 10*time.Second, "renewals", func() bool { return renewalsOf(els) >= 2 })
 	lead := leaderOf(t, e, nil)
 	before := renewalsOf(els)
-	l.note("killing the ensemble leader, member %d", lead)
+	l.Note("killing the ensemble leader, member %d", lead)
 	e.Servers[lead].Kill()
 	newLead := leaderOf(t, e, map[int]bool{lead: true})
-	l.note("new ensemble leader: member %d", newLead)
-	waitLedger(t, l, 30*time.Second, "a term leads and renews after the leader change", func() bool {
+	l.Note("new ensemble leader: member %d", newLead)
+	storetest.WaitFor(t, 30*time.Second, "a term leads and renews after the leader change", func() bool {
 		return progressed(l, tok0, els, before)
 	})
-	who, tok := l.leading()
-	l.note("after the leader change: %s leads with token %d (before: %d)", who, tok, tok0)
+	who, tok := l.Leading()
+	l.Note("after the leader change: %s leads with token %d (before: %d)", who, tok, tok0)
 	var rest []int
 	for i := range e.Servers {
 		if i != lead {
@@ -183,7 +184,7 @@ func TestEnsembleLeaderKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, last := l.leading(); r.Token <= last {
+	if _, last := l.Leading(); r.Token <= last {
 		t.Fatalf("a term through the restarted member got token %d, not above %d", r.Token, last)
 	}
 }
@@ -210,22 +211,22 @@ func TestEnsembleMinorityCutOff(t *testing.T) {
 					rest = append(rest, i)
 				}
 			}
-			l := newLedger(t)
+			l := storetest.NewLedger(t)
 			root := uniqueRoot("cut-" + which)
 			h := startElector(t, l, "h", openStore(t, root, e.Servers[cut].Addr()))
-			waitLedger(t, l, 20*time.Second, "h leads", func() bool { who, _ := l.leading(); return who != "" })
-			hWho, hTok := l.leading()
-			waitLedger(t, l, 10*time.Second, "h renews", func() bool { return h.renewals() >= 2 })
+			storetest.WaitFor(t, 20*time.Second, "h leads", func() bool { who, _ := l.Leading(); return who != "" })
+			hWho, hTok := l.Leading()
+			storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.Renewals() >= 2 })
 			startElector(t, l, "r", openStore(t, root, e.Addrs(rest...)...))
-			l.note("cutting off member %d (the %s); the holder's client talks only to it", cut, which)
+			l.Note("cutting off member %d (the %s); the holder's client talks only to it", cut, which)
 			cutAt := time.Now()
 			e.Isolate(cut)
-			waitLedger(t, l, 30*time.Second, "the rival leads", func() bool {
-				who, _ := l.leading()
+			storetest.WaitFor(t, 30*time.Second, "the rival leads", func() bool {
+				who, _ := l.Leading()
 				return strings.HasPrefix(who, "r-")
 			})
-			rWho, rTok := l.leading()
-			l.note("%s leads with token %d, %v after the cut", rWho, rTok, time.Since(cutAt))
+			rWho, rTok := l.Leading()
+			l.Note("%s leads with token %d, %v after the cut", rWho, rTok, time.Since(cutAt))
 			if rTok <= hTok {
 				t.Fatalf("rival token %d not above the cut-off holder's %d", rTok, hTok)
 			}
@@ -238,7 +239,7 @@ func TestEnsembleMinorityCutOff(t *testing.T) {
 			}
 			old := store.Term{Name: "leader", Holder: hWho, Token: hTok}
 			hst := openStore(t, root, e.Servers[cut].Addr())
-			waitLedger(t, l, 30*time.Second, "the old term's renewal is refused after healing", func() bool {
+			storetest.WaitFor(t, 30*time.Second, "the old term's renewal is refused after healing", func() bool {
 				_, err := hst.Renew(testCtx(t, 3*time.Second), old, 3*time.Second)
 				return errors.Is(err, store.ErrNotHeld)
 			})

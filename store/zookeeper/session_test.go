@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storetest"
 )
 
 // proxied starts a fault proxy in front of the shared server, closed when t
@@ -90,22 +91,22 @@ func TestSessionExpiresWhileHolding(t *testing.T) {
 	px := proxied(t)
 	hst := openStore(t, root, px.Addr())
 	rst := openStore(t, root)
-	l := newLedger(t)
+	l := storetest.NewLedger(t)
 	h := startElector(t, l, "h", hst)
-	waitLedger(t, l, 20*time.Second, "h leads", func() bool { who, _ := l.leading(); return who != "" })
-	hWho, hTok := l.leading()
-	waitLedger(t, l, 10*time.Second, "h renews", func() bool { return h.renewals() >= 2 })
+	storetest.WaitFor(t, 20*time.Second, "h leads", func() bool { who, _ := l.Leading(); return who != "" })
+	hWho, hTok := l.Leading()
+	storetest.WaitFor(t, 10*time.Second, "h renews", func() bool { return h.Renewals() >= 2 })
 	startElector(t, l, "r", rst)
-	l.note("cutting the holder off from the server")
+	l.Note("cutting the holder off from the server")
 	cut := time.Now()
 	px.Blackhole()
-	waitLedger(t, l, 30*time.Second, "the rival leads", func() bool {
-		who, _ := l.leading()
+	storetest.WaitFor(t, 30*time.Second, "the rival leads", func() bool {
+		who, _ := l.Leading()
 		return strings.HasPrefix(who, "r-")
 	})
 	took := time.Since(cut)
-	rWho, rTok := l.leading()
-	l.note("%s leads with token %d, %v after the cut", rWho, rTok, took)
+	rWho, rTok := l.Leading()
+	l.Note("%s leads with token %d, %v after the cut", rWho, rTok, took)
 	if rTok <= hTok {
 		t.Fatalf("rival token %d not above the cut-off holder's %d", rTok, hTok)
 	}
@@ -116,7 +117,7 @@ func TestSessionExpiresWhileHolding(t *testing.T) {
 	}
 	px.Heal()
 	old := store.Term{Name: "leader", Holder: hWho, Token: hTok}
-	waitLedger(t, l, 30*time.Second, "the old term's renewal is refused after healing", func() bool {
+	storetest.WaitFor(t, 30*time.Second, "the old term's renewal is refused after healing", func() bool {
 		_, err := hst.Renew(testCtx(t, 3*time.Second), old, 3*time.Second)
 		return errors.Is(err, store.ErrNotHeld)
 	})

@@ -1,0 +1,69 @@
+package fleet
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// at is a moment s seconds after a fixed origin.
+var origin = time.Now()
+
+func at(s float64) time.Time { return origin.Add(time.Duration(s * float64(time.Second))) }
+
+func TestExclusion(t *testing.T) {
+	lh := func(who string, start, end float64) Term {
+		return Term{Who: who, Kind: "leasehold", Role: Leasehold, Start: at(start), Lost: at(end)}
+	}
+	peer := func(who string, start, lost, deadline float64) Term {
+		return Term{Who: who, Kind: "peer", Role: Peer, Start: at(start), Lost: at(lost), Deadline: at(deadline)}
+	}
+	for _, c := range []struct {
+		name            string
+		terms           []Term
+		overlaps, acted int
+	}{
+		{"back to back", []Term{lh("a", 0, 1), peer("p", 1, 2, 3), lh("b", 2, 3)}, 0, 0},
+		{"peer until its own deadline", []Term{peer("p", 0, 5, 2), lh("a", 2.5, 3)}, 0, 1},
+		{"peer past its own deadline's end", []Term{peer("p", 0, 5, 3), lh("a", 2.5, 4)}, 1, 1},
+		{"two leasehold terms", []Term{lh("a", 0, 2), lh("b", 1, 3)}, 1, 1},
+		{"one node twice", []Term{lh("a", 0, 2), lh("a", 1, 3)}, 1, 1},
+		{"begun past its own deadline", []Term{lh("a", 0, 2), peer("p", 1, 3, 0.5)}, 0, 1},
+		{"nested", []Term{lh("a", 0, 10), peer("p", 2, 3, 4), lh("b", 5, 6)}, 2, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Exclusion(c.terms); len(got) != c.overlaps {
+				t.Errorf("Exclusion = %v, want %d overlaps", got, c.overlaps)
+			}
+			if got := AsActed(c.terms); len(got) != c.acted {
+				t.Errorf("AsActed = %v, want %d overlaps", got, c.acted)
+			}
+		})
+	}
+}
+
+func TestFairnessAndLateLoss(t *testing.T) {
+	peer := func(start float64) Term { return Term{Who: "p", Role: Peer, Start: at(start), Lost: at(start + 0.5)} }
+	lh := Term{Who: "a", Role: Leasehold, Start: at(4), Lost: at(5)}
+	terms := []Term{peer(0), peer(1), peer(2), lh, peer(6)}
+	waits := []Wait{
+		{Who: "a", Role: Leasehold, Start: at(0.5), End: at(4)}, // peers at 1 and 2
+		{Who: "a", Role: Leasehold, Start: at(5), End: at(7)},   // the peer at 6, and never got in
+		{Who: "p", Role: Peer, Start: at(0), End: at(9)},        // a peer's wait does not count
+	}
+	if got := Fairness(terms, waits); !slices.Equal(got, []int{2, 1}) {
+		t.Errorf("Fairness = %v, want [2 1]", got)
+	}
+	if h := Histogram([]int{2, 1, 2, 0}); !slices.Equal(h, []int{1, 1, 2}) {
+		t.Errorf("Histogram = %v", h)
+	}
+	late := []Term{
+		{Role: Peer, Lost: at(3), Deadline: at(2), How: "lost"},
+		{Role: Peer, Lost: at(1), Deadline: at(2), How: "lost"},
+		{Role: Peer, Lost: at(9), Deadline: at(2), How: "stopped"},
+		{Role: Leasehold, Lost: at(9), How: "lost"},
+	}
+	if got := LateLoss(late); !slices.Equal(got, []time.Duration{time.Second}) {
+		t.Errorf("LateLoss = %v, want [1s]", got)
+	}
+}

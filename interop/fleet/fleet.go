@@ -1,0 +1,244 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+)
+
+// Member is one participant's loop: it contends, leads, steps down and
+// contends again, recording into rec, until ctx ends. It returns promptly
+// after ctx ends; a non-nil error fails the run.
+type Member func(ctx context.Context, rec *Recorder) error
+
+// Options shape a fleet run.
+type Options struct {
+	// Duration is how long the run lasts (at most, with Until).
+	Duration time.Duration
+	// Faults, if not nil, are injected while the run lasts.
+	Faults *Faults
+	// Until, if not nil, is asked every 100 ms about the terms and waits so
+	// far (see Recorder.Snapshot); the run ends early once it says true.
+	Until func([]Term, []Wait) bool
+}
+
+// Run runs members side by side as o says, and returns what happened.
+func Run(ctx context.Context, o Options, members ...Member) Result {
+	rec := NewRecorder()
+	ctx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	faults := o.Faults
+	var wg sync.WaitGroup
+	if o.Until != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				if o.Until(rec.Snapshot()) {
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	errs := make([]error, len(members))
+	for i, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m(ctx, rec)
+		}()
+	}
+	if faults != nil {
+		if faults.Leader == nil {
+			faults.Leader = rec.Leader
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			faults.Run(ctx)
+		}()
+	}
+	wg.Wait()
+	terms, waits := rec.Stop()
+	res := Result{Rec: rec, Terms: terms, Waits: waits, Err: errors.Join(errs...)}
+	if faults != nil {
+		res.Faults, res.FaultCount = faults.String(), faults.Total()
+	}
+	res.Overlaps = Exclusion(terms)
+	res.AsActed = AsActed(terms)
+	res.Fairness = Fairness(terms, waits)
+	res.LateLoss = LateLoss(terms)
+	return res
+}
+
+// Involving returns an Until that ends the run once an overlap involves a
+// participant whose name begins with who.
+func Involving(who string) func([]Term, []Wait) bool {
+	return func(terms []Term, _ []Wait) bool {
+		for _, o := range Exclusion(terms) {
+			if strings.HasPrefix(o.A.Who, who) || strings.HasPrefix(o.B.Who, who) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// WaitedOver returns an Until that ends the run once a leasehold node has
+// waited through more than n peer terms.
+func WaitedOver(n int) func([]Term, []Wait) bool {
+	return func(terms []Term, waits []Wait) bool {
+		f := Fairness(terms, waits)
+		return len(f) > 0 && slices.Max(f) > n
+	}
+}
+
+// Result is what a fleet run did, and what the checks found.
+type Result struct {
+	Rec        *Recorder
+	Terms      []Term
+	Waits      []Wait
+	Err        error // members' errors
+	Faults     string
+	FaultCount int
+	// Overlaps are the exclusion check's violations (must be none).
+	Overlaps []Overlap
+	// AsActed are the overlaps with peers trusted until their own loss signal.
+	AsActed []Overlap
+	// Fairness is, per leasehold wait, the peer terms begun during it.
+	Fairness []int
+	// LateLoss is how late each peer's loss signal came after its deadline.
+	LateLoss []time.Duration
+}
+
+// MaxWait is the largest number of peer terms a leasehold node waited
+// through.
+func (r Result) MaxWait() int {
+	if len(r.Fairness) == 0 {
+		return 0
+	}
+	return slices.Max(r.Fairness)
+}
+
+// Count returns the number of terms by kind, and how they ended.
+func (r Result) Count() string {
+	kinds := map[string]int{}
+	hows := map[string]int{}
+	for _, t := range r.Terms {
+		kinds[t.Kind]++
+		hows[t.How]++
+	}
+	var ks, hs []string
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		ks = append(ks, fmt.Sprintf("%s %d", k, kinds[k]))
+	}
+	for _, h := range slices.Sorted(maps.Keys(hows)) {
+		hs = append(hs, fmt.Sprintf("%s %d", h, hows[h]))
+	}
+	return fmt.Sprintf("%d terms (%s; ended: %s)", len(r.Terms), strings.Join(ks, ", "), strings.Join(hs, ", "))
+}
+
+// Summary is the run's figures in a few lines.
+func (r Result) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", r.Count())
+	if r.Faults != "" {
+		fmt.Fprintf(&b, "%s\n", r.Faults)
+	}
+	fmt.Fprintf(&b, "exclusion: %d overlaps; trusting peers until their own loss signal: %d overlaps\n", len(r.Overlaps), len(r.AsActed))
+	if n := len(r.LateLoss); n > 0 {
+		fmt.Fprintf(&b, "peer loss signals after the peer's own deadline: %d, median %v, max %v\n", n,
+			r.LateLoss[n/2].Round(time.Millisecond), r.LateLoss[n-1].Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(&b, "peer loss signals after the peer's own deadline: 0\n")
+	}
+	fmt.Fprintf(&b, "fairness: %d leasehold waits, peer terms waited through: max %d, histogram %v", len(r.Fairness), r.MaxWait(), Histogram(r.Fairness))
+	return b.String()
+}
+
+// Node is a leasehold Elector as a fleet member.
+type Node struct {
+	// Name is the node's identity (a random suffix is added by leasehold).
+	Name string
+	// Store is the node's own store handle, through its own proxy.
+	Store store.Store
+	// Lease is the lease name.
+	Lease string
+	// Timings are the elector's timings.
+	Timings leasehold.Timings
+	// Hold returns how long to lead before stepping down.
+	Hold func() time.Duration
+	// Cool is the pause after a term before contending again.
+	Cool time.Duration
+	// Overtrust, for the negative control: the node goes on leading this
+	// long after a term it did not end itself ended (safeUntil passed, or
+	// the store said it was lost), as a node that trusts past safeUntil
+	// would.
+	Overtrust time.Duration
+}
+
+// Member returns the node's loop. StopOnLoss is set, so that each wait after
+// a loss is recorded.
+func (n *Node) Member() Member {
+	return func(ctx context.Context, rec *Recorder) error {
+		el, err := leasehold.NewElector(n.Store, n.Lease, leasehold.Config{Identity: n.Name, Timings: n.Timings, StopOnLoss: true})
+		if err != nil {
+			return err
+		}
+		for ctx.Err() == nil {
+			waited := rec.Waiting(n.Name, Leasehold)
+			err := el.Run(ctx, func(wctx context.Context, l *leasehold.Lease) error {
+				waited(true)
+				t := rec.Begin(n.Name, "leasehold", Leasehold, l.Token())
+				hold := time.NewTimer(n.Hold())
+				defer hold.Stop()
+				select {
+				case <-wctx.Done():
+					lost, how := time.Now(), "lost"
+					if ctx.Err() != nil {
+						how = "stopped"
+					} else {
+						lost = lost.Add(n.Overtrust)
+					}
+					rec.End(t, lost, how)
+				case <-hold.C:
+					rec.End(t, time.Now(), "released")
+				}
+				return nil
+			})
+			waited(false)
+			if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) || errors.Is(err, leasehold.ErrInvalidConfig) {
+				return fmt.Errorf("leasehold/interop/fleet: node %s: %w", n.Name, err)
+			}
+			Pause(ctx, n.Cool)
+		}
+		return nil
+	}
+}
+
+// Pause waits d or until ctx ends: a member's own pacing, not a
+// synchronisation.
+func Pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
