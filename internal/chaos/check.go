@@ -263,7 +263,9 @@ func (c *checker) stats() {
 	s := &c.res.Stats
 	s.FaultsByKind = map[string]int{}
 	for _, f := range c.h.Faults {
-		s.FaultsByKind[f.Kind]++
+		if !f.Echo {
+			s.FaultsByKind[f.Kind]++
+		}
 	}
 	for _, w := range c.writes {
 		switch w.result {
@@ -301,12 +303,17 @@ func (c *checker) failovers() []time.Duration {
 	sortEvents(acquired)
 	var out []time.Duration
 	for i, f := range faults {
-		if !f.Leader {
+		if !f.Leader || f.Echo {
 			continue
 		}
+		// Until the next fault that hits a leader (faults of one burst
+		// overlap: one on a standby does not end the measurement).
 		limit := c.h.End
-		if i+1 < len(faults) {
-			limit = faults[i+1].Start
+		for _, g := range faults[i+1:] {
+			if g.Leader || g.Kind == faultStoreRestart {
+				limit = g.Start
+				break
+			}
 		}
 		for _, a := range acquired {
 			if a.Wall > f.Start && a.Wall <= limit && a.Token > f.Token {

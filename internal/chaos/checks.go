@@ -406,21 +406,55 @@ func (c *checker) checkFailover() string {
 	bound := int64(failoverBound(c.h.Timings, c.h.Slack))
 	lead := leaderTimes(c.h)
 	n := 0
-	for _, f := range c.h.Faults {
-		if f.Err != "" {
-			continue // not injected
-		}
-		heal := f.End
+	for _, ep := range faultEpisodes(c.h.Faults, bound) {
+		heal := ep.end
 		if heal+bound > c.h.End {
 			continue // the run ended first; the harness leaves a quiet period to avoid this
 		}
-		n++
+		n += ep.n
 		i := sort.Search(len(lead), func(i int) bool { return lead[i] >= heal })
 		if i < len(lead) && lead[i] <= heal+bound {
 			continue
 		}
+		f := ep.last
+		what := fmt.Sprintf("the %s fault on %s healed", f.Kind, f.Target)
+		if ep.n > 1 {
+			what = fmt.Sprintf("the last of %d overlapping faults (%s on %s) healed", ep.n, f.Kind, f.Target)
+		}
 		c.violate(Violation{Wall: heal, Proc: f.Target,
-			Msg: fmt.Sprintf("no leader within %v after the %s fault on %s healed", time.Duration(bound), f.Kind, f.Target)})
+			Msg: fmt.Sprintf("no leader within %v after %s", time.Duration(bound), what)})
 	}
 	return fmt.Sprintf("%d healed faults, bound %v", n, time.Duration(bound))
+}
+
+// episode is a run of faults that overlap, or follow one another within the
+// failover bound: the failover check judges the heal of its last fault
+// (while one fault of it is active, or a new one begins before the cluster
+// had the bound to recover, nobody owes a leader).
+type episode struct {
+	end  int64 // the last heal
+	n    int   // faults in it
+	last fault // the fault that healed last
+}
+
+func faultEpisodes(faults []fault, bound int64) []episode {
+	var fs []fault
+	for _, f := range faults {
+		if f.Err == "" { // a fault that failed was not injected
+			fs = append(fs, f)
+		}
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].Start < fs[j].Start })
+	var out []episode
+	for _, f := range fs {
+		if k := len(out) - 1; k >= 0 && f.Start < out[k].end+bound {
+			out[k].n++
+			if f.End >= out[k].end {
+				out[k].end, out[k].last = f.End, f
+			}
+			continue
+		}
+		out = append(out, episode{end: f.End, n: 1, last: f})
+	}
+	return out
 }

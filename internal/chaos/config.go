@@ -27,7 +27,8 @@ type Config struct {
 	// StoreURL names the store (any scheme of store/registry). Required. Network
 	// stores must be on a loopback address unless AllowRemote is set; a
 	// Kubernetes store (whose server the kubeconfig names, not the URL)
-	// needs AllowRemote always, and is not proxied: no network faults.
+	// needs AllowRemote always, and is proxied (network faults) only when
+	// its kubeconfig names a server on a loopback address.
 	StoreURL    string
 	AllowRemote bool
 	// Open opens a store by URL, in the harness and (the same registry) in
@@ -54,6 +55,21 @@ type Config struct {
 	// LeaderBias is the share of node faults aimed at whichever node leads
 	// (default 0.7; 1 aims every one at the leader).
 	LeaderBias float64
+	// Groups is the number of independent lease groups run at once on the
+	// store (default 1), each with its own nodes, lease, register, fault
+	// schedule (from its own seed) and check; the outcome adds them up. A
+	// real store restart (StoreControl) hits every group: only the first
+	// group's schedule draws them, and every group's history records them.
+	Groups int
+	// Overlap is the most faults injected together in one burst (default 1:
+	// one fault at a time). The faults of a burst overlap, on different
+	// nodes; each burst is followed by a quiet period (the failover bound)
+	// after its last fault heals.
+	Overlap int
+	// UntilFaults, if positive, ends the run once the groups together have
+	// injected this many faults (each group finishes its current burst and
+	// quiet period), or when Duration runs out, whichever is first.
+	UntilFaults int
 
 	// Timings of the lease (default: a 2 s lease, 1.4 s renew deadline,
 	// 400 ms renew interval, 300 ms retry period, 0.2 jitter, 400 ms wind-down).
@@ -151,6 +167,21 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 	if c.Duration == 0 {
 		c.Duration = 30 * time.Second
 	}
+	if c.Groups == 0 {
+		c.Groups = 1
+	}
+	if c.Groups < 1 || c.Groups > 64 {
+		return bad("--groups %d: need 1 to 64 lease groups", c.Groups)
+	}
+	if c.Overlap == 0 {
+		c.Overlap = 1
+	}
+	if c.Overlap < 1 || c.Overlap > c.Nodes {
+		return bad("--overlap %d: need 1 to --nodes (%d): a burst has at most one fault per node", c.Overlap, c.Nodes)
+	}
+	if c.UntilFaults < 0 {
+		return bad("--until-faults %d is negative", c.UntilFaults)
+	}
 	if c.Duration < 0 {
 		return bad("--duration %v is negative", c.Duration)
 	}
@@ -216,7 +247,7 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 	}
 	if len(c.Faults) == 0 {
 		for _, f := range AllFaults {
-			if !proxied(desc.Reach) && isNetworkFault(f) {
+			if !proxied(desc.Reach, eps) && isNetworkFault(f) {
 				continue
 			}
 			c.Faults = append(c.Faults, f)
@@ -230,8 +261,8 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 			return bad("fault %q needs a store reached over the network; %s:// is a local file with no connection to cut (use %s, %s, %s, %s)",
 				f, u.Scheme, faultPause, faultKill, faultClock, faultTwin)
 		}
-		if desc.Reach == store.ReachAPI && isNetworkFault(f) {
-			return bad("fault %q needs a store reached over the network through the harness's proxy; the harness does not proxy %s:// stores (their server's address is in the kubeconfig, not the URL) (use %s, %s, %s, %s)",
+		if desc.Reach == store.ReachAPI && !proxied(desc.Reach, eps) && isNetworkFault(f) {
+			return bad("fault %q needs a store reached over the network through the harness's proxy; the harness proxies a %s:// store only when its kubeconfig names a server on this host (https://127.0.0.1 or ::1 or localhost), and this one does not (use %s, %s, %s, %s)",
 				f, u.Scheme, faultPause, faultKill, faultClock, faultTwin)
 		}
 	}
@@ -270,5 +301,5 @@ func Validate(c Config) ([]Planned, error) {
 }
 
 func (c *Config) planConfig() scheduleConfig {
-	return scheduleConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack, MaxDrift: c.MaxDrift, LeaderBias: c.LeaderBias}
+	return scheduleConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack, MaxDrift: c.MaxDrift, LeaderBias: c.LeaderBias, Overlap: c.Overlap}
 }

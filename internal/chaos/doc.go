@@ -7,9 +7,12 @@
 // A run ([Run]) starts node processes ([NodeMain]) that contend for one lease
 // with leasehold.NewElector; the leader writes to a fenced register with its
 // term (token, and its process as the holder). Between each node and the
-// store sits a TCP fault proxy (except on SQLite, a file, and Kubernetes,
-// whose server the kubeconfig names: there only pauses, kills, clocks and
-// twins are injected); each node's elector runs on a drift clock. The harness
+// store sits a TCP fault proxy (except on SQLite, a file, where only pauses,
+// kills, clocks and twins are injected; a Kubernetes store is proxied through
+// a kubeconfig per node when its server is on this host); each node's
+// elector runs on a drift clock. Config.Groups runs many such lease groups
+// at once on one store, each its own nodes, lease, register and schedule,
+// and Config.Overlap injects faults in overlapping bursts. The harness
 // pauses (SIGSTOP), kills and restarts nodes, cuts, resets and slows their
 // connections, restarts the store (for real through a [StoreControl], or
 // emulated at the proxies), skews and drifts their clocks, and starts twins

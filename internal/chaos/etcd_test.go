@@ -86,15 +86,3 @@ func (m *etcdMember) Stop(context.Context) error {
 	}
 	return nil
 }
-
-func TestChaosEtcd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	m := startEtcd(t)
-	c := baseConfig(t, m.URL(), 24*time.Second)
-	c.StoreControl = m // store-restart faults restart the member for real
-	c.Faults = []string{faultStoreRestart, faultKill, faultLatency}
-	out := runClean(t, c)
-	requireKinds(t, out, c.Faults...)
-}

@@ -4,33 +4,73 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 )
 
-// execute injects the planned faults, each no earlier than its planned time
-// and no earlier than a quiet period after the previous one healed.
+// execute injects the planned faults burst by burst: each fault no earlier
+// than its planned time, the faults of a burst together (each on its own
+// node), and each burst no earlier than a quiet period after every fault of
+// the previous one healed. It stops early once the fleet has injected
+// UntilFaults faults.
 func (h *harness) execute(ctx context.Context, plan []Planned) error {
 	phase := time.Now()
 	quiet := quietPeriod(h.cfg.timingsJSON(), h.cfg.Slack)
-	var healed time.Time
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		healed   time.Time // the last heal of the bursts so far
+		firstErr error
+	)
+	burst, shift := -1, time.Duration(0)
 	for _, p := range plan {
-		at := phase.Add(p.At)
-		if !healed.IsZero() && healed.Add(quiet).After(at) {
-			at = healed.Add(quiet)
+		if p.Burst != burst {
+			wg.Wait()
+			if firstErr != nil {
+				return firstErr
+			}
+			if h.fleet.enough() {
+				break
+			}
+			burst, shift = p.Burst, 0
+			// The whole burst moves by as much as its first fault must
+			// wait for the previous burst's quiet period.
+			if at := phase.Add(p.At); !healed.IsZero() && healed.Add(quiet).After(at) {
+				shift = healed.Add(quiet).Sub(at)
+			}
 		}
-		if err := sleepCtx(ctx, time.Until(at)); err != nil {
-			return nil // interrupted: check what was recorded
+		if err := sleepCtx(ctx, time.Until(phase.Add(p.At+shift))); err != nil {
+			break // interrupted: check what was recorded
 		}
-		f, err := h.inject(ctx, p)
-		h.mu.Lock()
-		h.faults = append(h.faults, f)
-		h.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		healed = time.Unix(0, f.End)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, ok, err := h.inject(ctx, p)
+			if !ok {
+				return
+			}
+			h.fleet.injected.Add(1)
+			h.mu.Lock()
+			h.faults = append(h.faults, f)
+			h.mu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			if end := time.Unix(0, f.End); end.After(healed) {
+				healed = end
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
 	}
 	end := phase.Add(h.cfg.Duration)
+	if h.fleet.enough() {
+		end = time.Now()
+	}
 	if !healed.IsZero() && healed.Add(quiet).After(end) {
 		end = healed.Add(quiet)
 	}
@@ -38,16 +78,54 @@ func (h *harness) execute(ctx context.Context, plan []Planned) error {
 	return nil
 }
 
-// inject carries out one planned fault and returns its record.
-func (h *harness) inject(ctx context.Context, p Planned) (fault, error) {
+// target picks the process a node fault hits and marks its slot busy until
+// release is called: the leader if p aims at it and it is not already under
+// a fault of the same burst, else node p.Node, else the first free node. ok
+// is false when every node is busy.
+func (h *harness) target(leader *proc, p Planned) (target *proc, release func(), ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	free := func(q *proc) bool { return q != nil && !h.busy[q.slot] && h.procs[q.slot] == q }
+	switch {
+	case p.Leader && free(leader):
+		target = leader
+	case free(h.procs[fmt.Sprintf("n%d", p.Node+1)]):
+		target = h.procs[fmt.Sprintf("n%d", p.Node+1)]
+	default:
+		for i := 0; i < h.cfg.Nodes && target == nil; i++ {
+			if q := h.procs[fmt.Sprintf("n%d", i+1)]; free(q) {
+				target = q
+			}
+		}
+	}
+	if target == nil {
+		return nil, nil, false
+	}
+	slot := target.slot
+	h.busy[slot] = true
+	return target, func() {
+		h.mu.Lock()
+		delete(h.busy, slot)
+		h.mu.Unlock()
+	}, true
+}
+
+// inject carries out one planned fault and returns its record; ok is false
+// when it was not injected because every node was already under a fault.
+func (h *harness) inject(ctx context.Context, p Planned) (f fault, ok bool, err error) {
 	rec, leader := h.leader(ctx)
 	target := leader
-	if !p.Leader || target == nil {
-		h.mu.Lock()
-		target = h.procs[fmt.Sprintf("n%d", p.Node+1)]
-		h.mu.Unlock()
+	if p.Kind != faultStoreRestart {
+		var release func()
+		if target, release, ok = h.target(leader, p); !ok {
+			return fault{}, false, nil
+		}
+		defer release()
 	}
-	f := fault{Kind: p.Kind, Target: target.name, Leader: leader != nil && target == leader}
+	f = fault{Kind: p.Kind, Leader: leader != nil && target == leader}
+	if target != nil {
+		f.Target = target.name
+	}
 	if rec.Live() {
 		f.Token = rec.Token
 	}
@@ -56,7 +134,6 @@ func (h *harness) inject(ctx context.Context, p Planned) (fault, error) {
 		role = fmt.Sprintf("leader, token %d", rec.Token)
 	}
 	f.Start = time.Now().UnixNano()
-	var err error
 	switch p.Kind {
 	case faultPause:
 		h.progress("chaos: %s pause %s (%s) for %v", h.elapsed(), target.name, role, p.Duration.Round(time.Millisecond))
@@ -84,7 +161,7 @@ func (h *harness) inject(ctx context.Context, p Planned) (fault, error) {
 		}
 		sleepCtx(ctx, p.Duration)
 		for _, px := range target.proxies {
-			px.Heal()
+			px.EndBlackhole() // a store restart overlapping it keeps refusing
 		}
 	case faultReset:
 		n := 0
@@ -104,17 +181,22 @@ func (h *harness) inject(ctx context.Context, p Planned) (fault, error) {
 		}
 		sleepCtx(ctx, p.Duration)
 		for _, px := range target.proxies {
-			px.Heal()
+			px.SetLatency(0)
 		}
 	case faultStoreRestart:
 		f.Target, f.Leader = "store", false
 		if h.cfg.StoreControl != nil {
+			// One store, one restart at a time, felt by every group.
+			h.fleet.restartMu.Lock()
+			defer h.fleet.restartMu.Unlock()
+			f.Start = time.Now().UnixNano()
 			h.progress("chaos: %s restart the store (down %v)", h.elapsed(), p.Duration.Round(time.Millisecond))
 			f.Detail = fmt.Sprintf("real restart, down %v", p.Duration.Round(time.Millisecond))
+			defer func() { h.fleet.echo(h, f) }()
 			// A store that dies resets its connections; the proxies do it at
 			// once, so that a store that stops gracefully does not wait for
 			// the nodes' open streams.
-			all := h.allProxies()
+			all := h.fleet.allProxies()
 			for _, px := range all {
 				px.Refuse(true)
 				px.Reset()
@@ -167,9 +249,9 @@ func (h *harness) inject(ctx context.Context, p Planned) (fault, error) {
 	if err != nil {
 		f.Err = err.Error()
 		if ctx.Err() != nil {
-			return f, nil
+			return f, true, nil
 		}
-		return f, fmt.Errorf("leasehold/chaos: inject %s on %s: %w", p.Kind, f.Target, err)
+		return f, true, fmt.Errorf("leasehold/chaos: inject %s on %s: %w", p.Kind, f.Target, err)
 	}
-	return f, nil
+	return f, true, nil
 }

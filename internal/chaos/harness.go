@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -35,6 +36,11 @@ type Outcome struct {
 	// failure, or did not stop when asked: each is worth reading (its
 	// stderr log is in Dir).
 	UnexpectedExits []string
+	// Groups are the outcomes of the lease groups of a run with
+	// Config.Groups > 1, each in its own subdirectory of Dir; the fields
+	// above then add them up (History holds the faults of every group, not
+	// their events).
+	Groups []*Outcome
 }
 
 type harness struct {
@@ -47,7 +53,7 @@ type harness struct {
 	st      store.Store // the harness's own handle, straight to the store
 	reg     register
 	start   time.Time
-	nodeURL func(proxies []*proxy) string
+	nodeURL func(proxies []*proxy) (string, error)
 
 	mu      sync.Mutex
 	procs   map[string]*proc // live process per slot
@@ -55,6 +61,10 @@ type harness struct {
 	proxies map[string][]*proxy // per slot
 	faults  []fault
 	reads   []readOp
+	busy    map[string]bool // slots under a fault now
+
+	fleet *fleet // the groups of the run (one, unless Config.Groups > 1)
+	group string
 }
 
 // Run runs the chaos test c describes and checks its history. It returns an
@@ -68,6 +78,17 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
+	if _, _, _, err := c.normalize(); err != nil {
+		return nil, err
+	}
+	if c.Groups > 1 {
+		return runFleet(ctx, c)
+	}
+	return runGroup(ctx, c, newFleet(c.UntilFaults), "")
+}
+
+// runGroup runs one lease group: c is normalized, with Groups 1.
+func runGroup(ctx context.Context, c Config, fl *fleet, group string) (*Outcome, error) {
 	u, desc, eps, err := c.normalize()
 	if err != nil {
 		return nil, err
@@ -94,7 +115,9 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	crand.Read(idb[:])
 	runID := hex.EncodeToString(idb[:])
 	h := &harness{cfg: c, u: u, desc: desc, eps: eps, dir: dir, lease: "chaos-" + runID,
-		procs: map[string]*proc{}, proxies: map[string][]*proxy{}}
+		procs: map[string]*proc{}, proxies: map[string][]*proxy{}, busy: map[string]bool{}, fleet: fl, group: group}
+	fl.add(h)
+	defer fl.remove(h)
 	defer h.closeProxies()
 
 	// The harness's own store handle: for who leads, and (PostgreSQL) to
@@ -103,12 +126,19 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: store %s: %w", ErrInvalid, redact(u), err)
 	}
-	h.nodeURL = func(proxies []*proxy) string {
-		if !proxied(desc.Reach) {
-			return storeURL.String()
+	h.nodeURL = func(proxies []*proxy) (string, error) {
+		switch {
+		case !proxied(desc.Reach, eps):
+			return storeURL.String(), nil
+		case desc.Reach == store.ReachAPI:
+			// A kubeconfig of the node's own, pointing at its proxy.
+			_, port, _ := net.SplitHostPort(proxies[0].Addr())
+			return kubeNodeURL(storeURL, proxies[0].Addr(), filepath.Join(dir, "kubeconfig", port+".yaml"))
 		}
-		return proxiedURL(storeURL, proxies)
+		return proxiedURL(storeURL, proxies), nil
 	}
+	// The node kubeconfigs hold the original's credentials: not left behind.
+	defer os.RemoveAll(filepath.Join(dir, "kubeconfig"))
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	h.st, err = c.Open(octx, storeURL)
 	cancel()
@@ -199,6 +229,9 @@ func Run(ctx context.Context, c Config) (*Outcome, error) {
 func (h *harness) progress(format string, args ...any) {
 	if h.cfg.Progress == nil {
 		return
+	}
+	if h.group != "" {
+		format = strings.Replace(format, "chaos: ", "chaos: "+h.group+" ", 1)
 	}
 	fmt.Fprintf(h.cfg.Progress, format+"\n", args...)
 }
@@ -342,16 +375,7 @@ func (h *harness) writeOutputs(out *Outcome) error {
 	if err := write("history.json", func(w io.Writer) error { return writeHistory(w, out.History) }); err != nil {
 		return err
 	}
-	if err := write("result.json", func(w io.Writer) error {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", " ")
-		return enc.Encode(struct {
-			Seed    uint64    `json:"seed"`
-			Summary string    `json:"summary"`
-			Plan    []Planned `json:"plan"`
-			*Result
-		}{out.Seed, out.Summary, out.Plan, out.Result})
-	}); err != nil {
+	if err := write("result.json", func(w io.Writer) error { return writeResultJSON(w, out) }); err != nil {
 		return err
 	}
 	out.Report = filepath.Join(h.dir, "report.html")
@@ -360,3 +384,14 @@ func (h *harness) writeOutputs(out *Outcome) error {
 
 // errNotSupported is returned on platforms without SIGSTOP.
 var errNotSupported = errors.New("leasehold/chaos: the chaos harness needs a Unix system (SIGSTOP, SIGCONT, SIGKILL)")
+
+func writeResultJSON(w io.Writer, out *Outcome) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(struct {
+		Seed    uint64    `json:"seed"`
+		Summary string    `json:"summary"`
+		Plan    []Planned `json:"plan"`
+		*Result
+	}{out.Seed, out.Summary, out.Plan, out.Result})
+}

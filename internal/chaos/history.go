@@ -121,6 +121,10 @@ type fault struct {
 	End    int64  `json:"end"`
 	Detail string `json:"detail,omitempty"`
 	Err    string `json:"err,omitempty"`
+	// Echo marks a fault another lease group of the run injected that hit
+	// this group too (a real store restart): the checks take it into
+	// account, the fault counts do not count it again.
+	Echo bool `json:"echo,omitempty"`
 }
 
 // history is everything a run recorded: the input of the checker.
@@ -144,6 +148,9 @@ type history struct {
 	Faults              []fault  `json:"faults"`
 	// Resources are the register's resources.
 	Resources []string `json:"resources"`
+	// Groups is the number of lease groups a fleet's merged history adds up
+	// (0 or 1: one group, whose events these are).
+	Groups int `json:"groups,omitempty"`
 }
 
 // timingsRecord is leasehold.Timings as recorded in a history.

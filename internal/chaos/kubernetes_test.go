@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
@@ -55,25 +53,6 @@ func startKube(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return (&url.URL{Scheme: k8sstore.Scheme, Host: ns, RawQuery: url.Values{"kubeconfig": {kc}}.Encode()}).String()
-}
-
-// The harness does not proxy a Kubernetes store (the API server's address is
-// in the kubeconfig, not the URL), so the run uses the faults that need no
-// proxy, as on SQLite.
-func TestChaosKubernetes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	storeURL := startKube(t)
-	c := baseConfig(t, storeURL, 30*time.Second)
-	c.AllowRemote = true // the kubeconfig points at this test's own server on 127.0.0.1
-	c.Faults = []string{faultPause, faultKill, faultClock, faultTwin}
-	// The store refuses a margin (lease - renew deadline) of a second or
-	// less: client-go, which may share a Lease, tells renewals apart only at
-	// whole seconds.
-	c.Timings = leasehold.Timings{LeaseDuration: 3 * time.Second, RenewDeadline: 1800 * time.Millisecond, RenewInterval: 600 * time.Millisecond, RetryPeriod: 400 * time.Millisecond, Jitter: 0.2, WindDown: 400 * time.Millisecond}
-	out := runClean(t, c)
-	requireKinds(t, out, c.Faults...)
 }
 
 // Without AllowRemote, a Kubernetes store is refused: the harness cannot see

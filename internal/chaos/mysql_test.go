@@ -36,16 +36,3 @@ func mysqlURL(t *testing.T) string {
 	})
 	return "mysql://root@127.0.0.1:3306/" + name
 }
-
-// TestChaosMySQL runs the harness on the machine's MariaDB: the shared server
-// is not restarted, so the restart is emulated at the proxies, as on
-// PostgreSQL.
-func TestChaosMySQL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	c := baseConfig(t, mysqlURL(t), 24*time.Second)
-	c.Faults = []string{faultBlackhole, faultStoreRestart, faultPause, faultReset}
-	out := runClean(t, c)
-	requireKinds(t, out, c.Faults...)
-}

@@ -59,18 +59,3 @@ func (m *natsMember) Stop(context.Context) error {
 	}
 	return nil
 }
-
-// TestChaosNATS: the NATS JetStream KV store under server restarts (real:
-// the embedded server shut down and started again on its files), node
-// kills and latency, with a fenced register: no stale write accepted.
-func TestChaosNATS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	m := startNATS(t)
-	c := baseConfig(t, m.URL(), 24*time.Second)
-	c.StoreControl = m
-	c.Faults = []string{faultStoreRestart, faultKill, faultLatency}
-	out := runClean(t, c)
-	requireKinds(t, out, c.Faults...)
-}

@@ -228,6 +228,24 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	var op int64
 	work := func(ctx context.Context, l *leasehold.Lease) error {
 		tok := l.Token()
+		if c.broken == brokenForgeToken {
+			tok++ // negative control: a token this term does not own
+		}
+		if c.broken == brokenOverrun {
+			// Negative control: work that does not stop when told, and
+			// writes on past its safeUntil.
+			stop := ctx
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(context.WithoutCancel(stop))
+			defer cancel()
+			go func() {
+				<-stop.Done()
+				t := time.NewTimer(c.timings.WindDown + 300*time.Millisecond)
+				defer t.Stop()
+				<-t.C
+				cancel()
+			}()
+		}
 		hw.emit(event{Kind: evWorkStart, Token: tok, SafeUntil: rel(l.SafeUntil())})
 		defer func() { hw.emit(event{Kind: evWorkStop, Token: tok, SafeUntil: rel(l.SafeUntil())}) }()
 		pace := time.NewTimer(0)

@@ -87,6 +87,10 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 	h.mu.Unlock()
 	p := &proc{slot: slot, identity: identity, inc: inc, name: procName(slot, inc), proxies: proxies, offset: offset,
 		history: filepath.Join(h.dir, fmt.Sprintf("history-%s.jsonl", procName(slot, inc))), exited: make(chan struct{})}
+	nodeURL, err := h.nodeURL(proxies)
+	if err != nil {
+		return nil, err
+	}
 	c := h.cfg
 	t := c.Timings
 	spec := h.reg.spec()
@@ -97,7 +101,7 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 	args := append([]string(nil), c.NodeCommand[1:]...)
 	args = append(args,
 		"--node", slot, "--identity", identity, "--inc", strconv.Itoa(inc),
-		"--store", h.nodeURL(proxies), "--lease", h.lease, "--history", p.history,
+		"--store", nodeURL, "--lease", h.lease, "--history", p.history,
 		"--register-kind", spec.Kind, "--register", spec.URL, "--register-table", spec.Table,
 		"--resources", strings.Join(res, ","),
 		"--lease-duration", t.LeaseDuration.String(), "--renew-deadline", t.RenewDeadline.String(),

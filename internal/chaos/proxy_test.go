@@ -134,3 +134,33 @@ func TestProxyRejectsBadTarget(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// Overlapping faults heal one at a time: ending a blackhole leaves a
+// store restart's refusal in place, and Heal (the control) lifts both.
+func TestProxyEndBlackholeKeepsARefusal(t *testing.T) {
+	p, err := newProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Refuse(true)
+	p.Blackhole()
+	p.EndBlackhole()
+	c, err := net.Dial("tcp", p.Addr())
+	if err == nil {
+		_, err = roundTrip(t, c, bufio.NewReader(c), "a", 10*time.Second)
+		c.Close()
+	}
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after the blackhole ended, the refusing proxy answered (%v)", err)
+	}
+	p.Heal()
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if line, err := roundTrip(t, c2, bufio.NewReader(c2), "b", 10*time.Second); err != nil || line != "b\n" {
+		t.Fatalf("after Heal: %q, %v", line, err)
+	}
+}

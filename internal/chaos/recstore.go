@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,10 @@ type recStore struct {
 	seq    atomic.Int64
 	broken string              // "" or a Broken* mode
 	fr     store.ForceReleaser // brokenEarlyGrant's way to end a live term
+	// real maps a token brokenTokenRepeat reported to the store's token,
+	// for this process's renewals and releases.
+	realMu sync.Mutex
+	real   map[int64]int64
 }
 
 // newRecStore records the calls to st, broken as mode says ("" for none).
@@ -44,7 +49,9 @@ func newRecStore(st store.Store, hw *historyWriter, mode string) (*recStore, err
 			return nil, fmt.Errorf("%w: broken store %s needs a store with ForceRelease", ErrInvalid, mode)
 		}
 		s.fr = fr
-	case brokenTokenDown:
+	case brokenTokenDown, brokenNoFailover, brokenForgeToken, brokenOverrun:
+	case brokenTokenRepeat:
+		s.real = map[int64]int64{}
 	default:
 		return nil, validBroken(mode)
 	}
@@ -63,20 +70,43 @@ func (s *recStore) answer(n int64, op string, token int64, err error) {
 
 // in and out map a term's token between the elector and the store.
 func (s *recStore) in(t store.Term) store.Term {
-	if s.broken == brokenTokenDown {
+	switch s.broken {
+	case brokenTokenDown:
 		t.Token = swapTok(t.Token)
+	case brokenTokenRepeat:
+		s.realMu.Lock()
+		if r, ok := s.real[t.Token]; ok {
+			t.Token = r
+		}
+		s.realMu.Unlock()
 	}
 	return t
 }
 
 func (s *recStore) out(rec store.Record) store.Record {
-	if s.broken == brokenTokenDown {
+	switch s.broken {
+	case brokenTokenDown:
 		rec.Token = swapTok(rec.Token)
+	case brokenTokenRepeat:
+		if rec.Token > 0 {
+			half := (rec.Token + 1) / 2
+			s.realMu.Lock()
+			s.real[half] = rec.Token
+			s.realMu.Unlock()
+			rec.Token = half
+		}
 	}
 	return rec
 }
 
 func (s *recStore) acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	if s.broken == brokenNoFailover {
+		// Once the lease has been granted, never grant it again: the
+		// first leader's successor never comes.
+		if cur, err := s.inner.Get(ctx, name); err == nil && cur.Token > 0 && cur.Holder != holder {
+			return store.Record{}, store.ErrHeld
+		}
+	}
 	rec, err := s.inner.Acquire(ctx, name, holder, ttl, metadata)
 	if s.broken == brokenEarlyGrant && errors.Is(err, store.ErrHeld) {
 		// Ignore the live holder: end its term, and grant.
@@ -164,10 +194,28 @@ const (
 	// has a lower token, and no token twice. The token-order check must
 	// catch it.
 	brokenTokenDown = "token-down"
+	// brokenTokenRepeat hands each token out twice: 1, 1, 2, 2, … (each
+	// token of the real store halved, rounded up): a store that lost its
+	// counter, as one that loses writes on a restart would. The
+	// token-unique check must catch it.
+	brokenTokenRepeat = "token-repeat"
+	// brokenNoFailover grants the lease once and never again (every later
+	// acquire by another holder is told the lease is held): a store that
+	// stops granting. The failover check must catch it.
+	brokenNoFailover = "no-failover"
+	// brokenForgeToken breaks the node, not the store: its writes carry
+	// the token after the one it was granted, a token it does not own.
+	// The write-owner check must catch it.
+	brokenForgeToken = "forge-token"
+	// brokenOverrun breaks the node: its guarded work ignores being told
+	// to stop and writes on for the wind-down and 300 ms more, past its
+	// safeUntil while it is not frozen. The safe-until check must catch it.
+	brokenOverrun = "overrun"
 )
 
-// BrokenStores lists the broken-store modes.
-var BrokenStores = []string{brokenEarlyGrant, brokenTokenDown}
+// BrokenStores lists the broken modes (of the store, or for forge-token
+// and overrun of the node's use of the library).
+var BrokenStores = []string{brokenEarlyGrant, brokenTokenDown, brokenTokenRepeat, brokenNoFailover, brokenForgeToken, brokenOverrun}
 
 func validBroken(mode string) error {
 	for _, m := range BrokenStores {

@@ -328,6 +328,7 @@ func (r *httpRegister) Close(ctx context.Context) error {
 
 // pgRegister is the register in PostgreSQL: tables <table> and <table>_log.
 type pgRegister struct {
+	mu     sync.Mutex
 	conn   *pgx.Conn
 	url    string
 	table  string
@@ -363,39 +364,78 @@ func (r *pgRegister) spec() registerSpec {
 	return registerSpec{Kind: registerPostgres, URL: r.url, Table: r.table, Fenced: r.fenced}
 }
 
+// with runs f on the register's connection, opening a new one first if
+// the server closed it (a store restart of a server of the test's own kills
+// every connection, the register's too), and once more on a new connection
+// if f failed because the connection closed under it.
+func (r *pgRegister) with(ctx context.Context, f func(*pgx.Conn) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var err error
+	for try := 0; try < 2; try++ {
+		// A server down for a restart (another group's fault) is waited
+		// for, until ctx ends.
+		for r.conn.IsClosed() {
+			nc, cerr := pgx.ConnectConfig(ctx, r.conn.Config())
+			if cerr == nil {
+				r.conn = nc
+				break
+			}
+			if sleepCtx(ctx, 100*time.Millisecond) != nil {
+				return fmt.Errorf("leasehold/chaos: reconnect to the register: %w", cerr)
+			}
+		}
+		if err = f(r.conn); err == nil || !r.conn.IsClosed() || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
 func (r *pgRegister) Read(ctx context.Context, resource string) (string, int64, error) {
 	var v string
 	var t int64
-	err := r.conn.QueryRow(ctx, fmt.Sprintf(`SELECT value, last_token FROM %s WHERE resource = $1`, r.table), resource).Scan(&v, &t)
+	err := r.with(ctx, func(c *pgx.Conn) error {
+		return c.QueryRow(ctx, fmt.Sprintf(`SELECT value, last_token FROM %s WHERE resource = $1`, r.table), resource).Scan(&v, &t)
+	})
 	return v, t, err
 }
 
 func (r *pgRegister) Log(ctx context.Context) ([]registerEntry, error) {
-	rows, err := r.conn.Query(ctx, fmt.Sprintf(`SELECT seq, (extract(epoch FROM at) * 1e9)::bigint, resource, token, value, writer FROM %s_log ORDER BY seq`, r.table))
+	var out []registerEntry
+	err := r.with(ctx, func(c *pgx.Conn) error {
+		out = nil
+		rows, err := c.Query(ctx, fmt.Sprintf(`SELECT seq, (extract(epoch FROM at) * 1e9)::bigint, resource, token, value, writer FROM %s_log ORDER BY seq`, r.table))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e := registerEntry{Result: writeAccepted}
+			if err := rows.Scan(&e.Seq, &e.Wall, &e.Resource, &e.Token, &e.Value, &e.Writer); err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/chaos: read the register log: %w", err)
 	}
-	defer rows.Close()
-	var out []registerEntry
-	for rows.Next() {
-		e := registerEntry{Result: writeAccepted}
-		if err := rows.Scan(&e.Seq, &e.Wall, &e.Resource, &e.Token, &e.Value, &e.Writer); err != nil {
-			return nil, fmt.Errorf("leasehold/chaos: read the register log: %w", err)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (r *pgRegister) LogsRefused() bool { return false }
 
 func (r *pgRegister) Close(ctx context.Context) error {
-	defer r.conn.Close(ctx)
+	defer func() { r.mu.Lock(); r.conn.Close(ctx); r.mu.Unlock() }()
 	if r.keep {
 		return nil
 	}
-	_, err := r.conn.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %[1]s; DROP TABLE IF EXISTS %[1]s_log`, r.table))
-	return err
+	return r.with(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %[1]s; DROP TABLE IF EXISTS %[1]s_log`, r.table))
+		return err
+	})
 }
 
 // sqliteRegister is the register in its own SQLite file.

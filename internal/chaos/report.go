@@ -88,8 +88,12 @@ func summaryLine(h *history, r *Result) string {
 	if h.BrokenStore != "" {
 		fenced += " BROKEN-STORE " + h.BrokenStore
 	}
-	return fmt.Sprintf("leasehold verify: %s | %s%s seed %d | %d processes, %s | faults %s | writes %d accepted, %d refused, %d unknown | violations %s | failover %s | linearizable %s",
-		verdict, h.Store, fenced, h.Seed, s.Processes, round(time.Duration(h.End-h.Start)),
+	groups := ""
+	if h.Groups > 1 {
+		groups = fmt.Sprintf("%d groups, ", h.Groups)
+	}
+	return fmt.Sprintf("leasehold verify: %s | %s%s seed %d | %s%d processes, %s | faults %s | writes %d accepted, %d refused, %d unknown | violations %s | failover %s | linearizable %s",
+		verdict, h.Store, fenced, h.Seed, groups, s.Processes, round(time.Duration(h.End-h.Start)),
 		faultCounts(s.FaultsByKind), s.WritesAccepted, s.WritesRefused, s.WritesUnknown,
 		violationCounts(r), fo, s.Linearizable)
 }
@@ -227,26 +231,7 @@ func writeReport(w io.Writer, h *history, r *Result) error {
 		verdict, vclass = "FAIL", "fail"
 	}
 	dur := time.Duration(h.End - h.Start)
-	b.WriteString(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>leasehold chaos report</title>
-<style>
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px 32px;color:#1d2329;background:#fff}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e3e6ea;padding-bottom:4px}
-.badge{display:inline-block;padding:2px 12px;border-radius:12px;font-weight:700;color:#fff;margin-right:8px;vertical-align:2px}
-.pass{background:#1e9e5a}.fail{background:#c8322b}
-.summary{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px;background:#f5f7f9;border:1px solid #e3e6ea;border-radius:6px;padding:8px 10px;white-space:pre-wrap;word-break:break-word}
-.facts{color:#55606b;margin:6px 0 0}
-table{border-collapse:collapse;margin:4px 0}td,th{padding:4px 10px;border-bottom:1px solid #eceff2;text-align:left;vertical-align:top}
-th{font-weight:600;color:#55606b;font-size:12.5px}
-td.ok{color:#1e9e5a;font-weight:600}td.bad{color:#c8322b;font-weight:700}td.inc{color:#b07b00;font-weight:600}
-.num{text-align:right;font-variant-numeric:tabular-nums}
-.viol{color:#c8322b}
-svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif}
-.legend span{display:inline-block;margin-right:16px;font-size:12.5px;color:#3b444d}
-.legend i{display:inline-block;width:14px;height:10px;margin-right:5px;vertical-align:0;border-radius:2px}
-.note{color:#55606b;font-size:12.5px;max-width:1100px}
-</style></head><body>
-`)
+	writeHead(&b)
 	fmt.Fprintf(&b, "<h1><span class=\"badge %s\">%s</span>leasehold chaos report</h1>\n", vclass, verdict)
 	fenced := "fenced register"
 	if !h.Fenced {
@@ -259,6 +244,8 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 	fmt.Fprintf(&b, "<p class=\"facts\">store <code>%s</code> · seed <code>%d</code> · %s · %s run · lease %v, renew deadline %v, renew interval %v, retry period %v, wind-down %v · failover bound %v</p>\n",
 		esc(h.Store), h.Seed, fenced, round(dur), t.LeaseDuration, t.RenewDeadline, t.RenewInterval, t.RetryPeriod, t.WindDown, r.Stats.FailoverBound)
 	fmt.Fprintf(&b, "<div class=\"summary\">%s</div>\n", esc(summaryLine(h, r)))
+
+	writeVolume(&b, h, r)
 
 	b.WriteString("<h2>Timeline</h2>\n")
 	writeTimeline(&b, h, r)
@@ -519,4 +506,28 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// writeHead writes the report's HTML head and the opening of its body.
+func writeHead(b *strings.Builder) {
+	b.WriteString(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>leasehold chaos report</title>
+<style>
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px 32px;color:#1d2329;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e3e6ea;padding-bottom:4px}
+.badge{display:inline-block;padding:2px 12px;border-radius:12px;font-weight:700;color:#fff;margin-right:8px;vertical-align:2px}
+.pass{background:#1e9e5a}.fail{background:#c8322b}
+.summary{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px;background:#f5f7f9;border:1px solid #e3e6ea;border-radius:6px;padding:8px 10px;white-space:pre-wrap;word-break:break-word}
+.facts{color:#55606b;margin:6px 0 0}
+table{border-collapse:collapse;margin:4px 0}td,th{padding:4px 10px;border-bottom:1px solid #eceff2;text-align:left;vertical-align:top}
+th{font-weight:600;color:#55606b;font-size:12.5px}
+td.ok{color:#1e9e5a;font-weight:600}td.bad{color:#c8322b;font-weight:700}td.inc{color:#b07b00;font-weight:600}
+.num{text-align:right;font-variant-numeric:tabular-nums}
+.viol{color:#c8322b}
+svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif}
+.legend span{display:inline-block;margin-right:16px;font-size:12.5px;color:#3b444d}
+.legend i{display:inline-block;width:14px;height:10px;margin-right:5px;vertical-align:0;border-radius:2px}
+.note{color:#55606b;font-size:12.5px;max-width:1100px}
+</style></head><body>
+`)
 }

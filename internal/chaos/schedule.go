@@ -105,6 +105,10 @@ type Planned struct {
 	// Rate and Step are the clock's new rate and forward step (clock faults).
 	Rate float64       `json:"rate,omitempty"`
 	Step time.Duration `json:"step,omitempty"`
+	// Burst numbers the faults injected together: the faults of one burst
+	// overlap, and the next burst waits until every fault of this one has
+	// healed and a quiet period has passed.
+	Burst int `json:"burst"`
 }
 
 func (p Planned) String() string {
@@ -141,6 +145,10 @@ type scheduleConfig struct {
 	MaxDrift float64
 	// LeaderBias is the share of node faults aimed at the leader (default 0.7).
 	LeaderBias float64
+	// Overlap is the most faults of one burst (default 1: one fault at a
+	// time). A burst of k faults starts them within three quarters of a
+	// lease of each other, on different nodes, so that they overlap.
+	Overlap int
 }
 
 // faultLength is the longest a fault of kind k can last under t.
@@ -221,6 +229,14 @@ func planFaults(pc scheduleConfig) ([]Planned, error) {
 		bag = bag[1:]
 		return k
 	}
+	draw := func(at time.Duration, k string) Planned {
+		p := Planned{At: at, Kind: k, Leader: rng.Float64() < bias, Node: rng.IntN(pc.Nodes)}
+		drawFault(&p, rng, frac, t, pc.MaxDrift)
+		return p
+	}
+	if pc.Overlap > 1 {
+		return planBursts(pc, rng, next, draw, frac, quiet), nil
+	}
 	var out []Planned
 	at := frac(0, 0.5)
 	for {
@@ -249,9 +265,74 @@ func planFaults(pc scheduleConfig) ([]Planned, error) {
 		if end > pc.Span {
 			break
 		}
+		p.Burst = len(out)
 		out = append(out, p)
 		at = end + frac(0, 0.5)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
 	return out, nil
+}
+
+// drawFault draws the kind-specific figures of p (its duration, latency,
+// clock rate and step) as the one-at-a-time planner does.
+func drawFault(p *Planned, rng *rand.Rand, frac func(lo, hi float64) time.Duration, t timingsRecord, maxDrift float64) {
+	switch p.Kind {
+	case faultPause, faultBlackhole:
+		p.Duration = frac(1.25, 2)
+	case faultKill:
+		p.Duration = frac(0.25, 1)
+	case faultReset:
+	case faultLatency:
+		p.Duration = frac(1, 2)
+		p.Latency = time.Duration((0.1 + 0.5*rng.Float64()) * float64(t.RenewDeadline))
+	case faultStoreRestart:
+		p.Leader = false
+		p.Duration = frac(0.5, 1.5)
+	case faultClock:
+		p.Duration = frac(1, 2)
+		p.Rate = 1 + maxDrift*(2*rng.Float64()-1)
+		p.Step = time.Duration(rng.Float64() * float64(t.LeaseDuration-t.RenewDeadline) / 2)
+	case faultTwin:
+		p.Duration = frac(1.5, 2.5)
+	}
+}
+
+// planBursts draws overlapping faults: bursts of 1 to Overlap faults (at
+// most one per node, and at most one store restart), started within three
+// quarters of a lease of each other, each burst followed by a quiet period
+// of at least the failover bound after its last fault heals.
+func planBursts(pc scheduleConfig, rng *rand.Rand, next func() string, draw func(time.Duration, string) Planned,
+	frac func(lo, hi float64) time.Duration, quiet time.Duration) []Planned {
+	var out []Planned
+	at := frac(0, 0.5)
+	for burst := 0; ; burst++ {
+		k := 1 + rng.IntN(min(pc.Overlap, pc.Nodes))
+		nodes := rng.Perm(pc.Nodes)
+		var ps []Planned
+		end := at
+		restart := false
+		for j := 0; j < k; j++ {
+			kind := next()
+			if kind == faultStoreRestart && restart {
+				continue
+			}
+			restart = restart || kind == faultStoreRestart
+			start := at
+			if j > 0 {
+				start += frac(0, 0.75)
+			}
+			p := draw(start, kind)
+			p.Node = nodes[j]
+			p.Burst = burst
+			end = max(end, start+p.Duration)
+			ps = append(ps, p)
+		}
+		if end+quiet > pc.Span {
+			break
+		}
+		out = append(out, ps...)
+		at = end + quiet + frac(0, 0.5)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
 }

@@ -5,76 +5,42 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"path/filepath"
-
-	"github.com/leasehold/leasehold/store/zookeeper/zktest"
 )
 
-// TestChaosSoak is the long run, off by default. Run it with
+// TestChaosSoak is the long run, off by default: each store's CI
+// configuration (storeRuns), run until it has injected
+// LEASEHOLD_CHAOS_SOAK_FAULTS faults, or for LEASEHOLD_CHAOS_SOAK, whichever
+// ends first:
 //
-//	LEASEHOLD_CHAOS_SOAK=10m go test ./internal/chaos -run TestChaosSoak -v -timeout 3h
+//	LEASEHOLD_CHAOS_SOAK_FAULTS=10000 LEASEHOLD_CHAOS_SOAK_STORES=redis \
+//	  go test ./internal/chaos -run TestChaosSoak -v -timeout 6h
 //
-// for every fault kind on each store (10 minutes of faults per store), or
-// choose stores with LEASEHOLD_CHAOS_SOAK_STORES=sqlite,postgres,redis,etcd,kubernetes,
-// and keep the reports with LEASEHOLD_CHAOS_OUT=DIR. A given
+// LEASEHOLD_CHAOS_SOAK_STORES chooses stores (default: all of them, one
+// after another), LEASEHOLD_CHAOS_OUT=DIR keeps the reports, and
 // LEASEHOLD_CHAOS_SEED repeats a schedule.
 func TestChaosSoak(t *testing.T) {
-	v := os.Getenv("LEASEHOLD_CHAOS_SOAK")
-	if v == "" {
-		t.Skip("the soak runs only with LEASEHOLD_CHAOS_SOAK=DURATION (e.g. 10m)")
+	n, d := soakFaults(), os.Getenv("LEASEHOLD_CHAOS_SOAK")
+	if n == 0 && d == "" {
+		t.Skip("the soak runs only with LEASEHOLD_CHAOS_SOAK_FAULTS=N (e.g. 10000) or LEASEHOLD_CHAOS_SOAK=DURATION")
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		t.Fatalf("LEASEHOLD_CHAOS_SOAK=%q is not a positive duration", v)
+	span := 24 * time.Hour
+	if d != "" {
+		v, err := time.ParseDuration(d)
+		if err != nil || v <= 0 {
+			t.Fatalf("LEASEHOLD_CHAOS_SOAK=%q is not a positive duration", d)
+		}
+		span = v
 	}
-	stores := map[string]bool{"sqlite": true, "postgres": true, "redis": true, "etcd": true, "zookeeper": true, "kubernetes": true}
+	want := map[string]bool{}
 	if s := os.Getenv("LEASEHOLD_CHAOS_SOAK_STORES"); s != "" {
-		stores = map[string]bool{}
 		for _, name := range strings.Split(s, ",") {
-			stores[strings.TrimSpace(name)] = true
+			want[strings.TrimSpace(name)] = true
 		}
 	}
-	if stores["sqlite"] {
-		t.Run("sqlite", func(t *testing.T) {
-			c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), d)
-			runClean(t, c)
-		})
-	}
-	if stores["postgres"] {
-		t.Run("postgres", func(t *testing.T) {
-			runClean(t, baseConfig(t, pgURL(t), d))
-		})
-	}
-	if stores["redis"] {
-		t.Run("redis", func(t *testing.T) {
-			r := startRedis(t)
-			c := baseConfig(t, r.URL(), d)
-			c.StoreControl = r
-			runClean(t, c)
-		})
-	}
-	if stores["etcd"] {
-		t.Run("etcd", func(t *testing.T) {
-			m := startEtcd(t)
-			c := baseConfig(t, m.URL(), d)
-			c.StoreControl = m
-			runClean(t, c)
-		})
-	}
-	if stores["zookeeper"] {
-		t.Run("zookeeper", func(t *testing.T) {
-			srv := zktest.Standalone(t, zktest.Options{})
-			c := baseConfig(t, "zookeeper://"+srv.Addr()+"/chaos", d)
-			c.StoreControl = zkServer{srv}
-			runClean(t, c)
-		})
-	}
-	if stores["kubernetes"] {
-		t.Run("kubernetes", func(t *testing.T) {
-			c := baseConfig(t, startKube(t), d)
-			c.AllowRemote = true // the test's own kube-apiserver, on 127.0.0.1
-			runClean(t, c)       // the faults that need no proxy
-		})
+	for _, r := range storeRuns {
+		if len(want) > 0 && !want[r.name] {
+			continue
+		}
+		t.Run(r.name, func(t *testing.T) { runStore(t, r.name, span) })
 	}
 }

@@ -21,8 +21,12 @@ import (
 func supportedSchemes() []string { return registry.Schemes() }
 
 // proxied reports whether the harness puts fault proxies in front of a
-// store reached this way (and so can inject network faults).
-func proxied(r store.Reach) bool { return r == store.ReachNetwork }
+// store reached this way at these endpoints (and so can inject network
+// faults): a network store always, an API store (Kubernetes) when its
+// kubeconfig names a server on this host.
+func proxied(r store.Reach, eps []string) bool {
+	return r == store.ReachNetwork || (r == store.ReachAPI && len(eps) > 0)
+}
 
 // redact hides a URL's secrets, as every output of the command does.
 func redact(u *url.URL) string { return store.RedactURL(u) }
@@ -51,6 +55,11 @@ func parseStoreURL(raw string, allowRemote bool) (*url.URL, *store.Descriptor, [
 		// the URL: the harness cannot see that it is on this host.
 		if !allowRemote {
 			return nil, nil, nil, fmt.Errorf("%w: the chaos harness cannot run against %s:// stores without --allow-remote: the API server's address comes from the kubeconfig, not the URL, so the harness cannot check that it is on this host; it writes test data (a Lease) there, so point the kubeconfig at a test cluster only", ErrInvalid, u.Scheme)
+		}
+		// A server on this host is proxied through a kubeconfig of the
+		// node's own (kubeproxy.go).
+		if ep := kubeEndpoint(u); ep != "" {
+			return u, d, []string{ep}, nil
 		}
 		return u, d, nil, nil
 	}

@@ -126,27 +126,3 @@ func (r *redisServer) Stop(context.Context) error {
 	<-r.exited
 	return nil
 }
-
-func TestChaosPostgres(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	c := baseConfig(t, pgURL(t), 30*time.Second)
-	// The machine's shared PostgreSQL is not restarted: the harness emulates
-	// the restart at the proxies (every connection reset, new ones refused).
-	c.Faults = []string{faultBlackhole, faultLatency, faultStoreRestart, faultReset}
-	out := runClean(t, c)
-	requireKinds(t, out, c.Faults...)
-}
-
-func TestChaosRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	r := startRedis(t)
-	c := baseConfig(t, r.URL(), 24*time.Second)
-	c.StoreControl = r // store-restart faults restart this redis-server for real
-	c.Faults = []string{faultStoreRestart, faultPause, faultBlackhole}
-	out := runClean(t, c)
-	requireKinds(t, out, c.Faults...)
-}

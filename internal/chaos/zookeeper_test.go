@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/store/zookeeper/zktest"
@@ -25,20 +24,4 @@ func (z zkServer) Start(context.Context) error {
 		return err
 	}
 	return z.s.WaitServing(30 * time.Second)
-}
-
-func TestChaosZooKeeper(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	srv := zktest.Standalone(t, zktest.Options{})
-	c := baseConfig(t, "zookeeper://"+srv.Addr()+"/chaos", 28*time.Second)
-	c.StoreControl = zkServer{srv}
-	// The faults that end a leader's session one way or another, aimed at
-	// whichever node leads: its process paused (its session expires while
-	// it sleeps), killed, cut off from the server, and the server restarted.
-	c.Faults = []string{faultPause, faultKill, faultBlackhole, faultStoreRestart}
-	c.LeaderBias = 1
-	out := runClean(t, c)
-	requireKinds(t, out, c.Faults...)
 }

@@ -25,7 +25,7 @@ type verifyCmd struct {
 
 type verifyFlags struct {
 	store, faults, out, register, brokenStore                string
-	nodes, resources                                         int
+	nodes, resources, groups, overlap, untilFaults           int
 	duration, slack, maxSkew, writeInterval, think           time.Duration
 	leaseDuration, renewDeadline, renewInterval, retryPeriod time.Duration
 	windDown                                                 time.Duration
@@ -64,13 +64,17 @@ Examples:
   leasehold verify
   leasehold verify --store postgres://postgres@127.0.0.1/test --duration 2m --seed 42
   leasehold verify --store redis://127.0.0.1:6379/0 --faults pause,blackhole --plan
+  leasehold verify --groups 12 --overlap 3 --lease-duration 1s --until-faults 10000 --duration 24h   # a soak
   leasehold verify --unfenced          # the negative control: must exit 1
   leasehold verify --broken-store early-grant --faults kill   # a store that grants early: must exit 1`)
 	fs.StringVar(&f.store, "store", "", "the lease store `URL` to verify (default: $"+StoreEnv+", else a new SQLite file in --out)")
-	fs.IntVar(&f.nodes, "nodes", 3, "node processes")
+	fs.IntVar(&f.nodes, "nodes", 3, "node processes (of each lease group)")
+	fs.IntVar(&f.groups, "groups", 1, "independent lease groups run at once, each with its own --nodes nodes, lease,\nregister and fault schedule; the summary adds them up")
+	fs.IntVar(&f.overlap, "overlap", 1, "most faults injected together in one burst, each on its own node (1 to --nodes);\neach burst is followed by a quiet period after its last fault heals")
+	fs.IntVar(&f.untilFaults, "until-faults", 0, "end the run once the groups have injected `N` faults (or when --duration ends)")
 	fs.DurationVar(&f.duration, "duration", 30*time.Second, "how long faults are injected, after the first leader is elected")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the fault schedule and clock offsets (default: random, printed)")
-	fs.StringVar(&f.faults, "faults", "all", "comma-separated `KINDS` to inject: "+strings.Join(chaos.AllFaults, ", ")+", or all\n(a SQLite store has no network, and a Kubernetes store is not proxied: all means pause, kill, clock, twin there)")
+	fs.StringVar(&f.faults, "faults", "all", "comma-separated `KINDS` to inject: "+strings.Join(chaos.AllFaults, ", ")+", or all\n(a SQLite store has no network, nor a Kubernetes store whose kubeconfig names a server off this host:\nall means pause, kill, clock, twin there)")
 	fs.Float64Var(&f.leaderBias, "leader-bias", 0.7, "share of node faults aimed at whichever node leads, in [0, 1]")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 0, "lease timings (default: a 2s lease, 1.4s renew deadline, 400ms renew interval,\n300ms retry period, 400ms wind-down; with only --lease-duration, the rest scale)")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", 0, "the holder's trust window after each renewal it sent")
@@ -86,7 +90,7 @@ Examples:
 	fs.IntVar(&f.resources, "resources", 2, "register resources the leader writes in turn")
 	fs.StringVar(&f.register, "register", "", "the fenced register: http, postgres or sqlite (default: postgres for a\nPostgreSQL store, sqlite for SQLite, http otherwise)")
 	fs.BoolVar(&f.unfenced, "unfenced", false, "turn the register's token check off: the negative control, which must fail")
-	fs.StringVar(&f.brokenStore, "broken-store", "", "`MODE` runs every node on a deliberately broken wrapper of the store: "+strings.Join(chaos.BrokenStores, " or ")+";\na negative control for the checks that judge the store, which must fail")
+	fs.StringVar(&f.brokenStore, "broken-store", "", "`MODE` runs every node on a deliberately broken wrapper of the store (or, for\nforge-token and overrun, a node that misuses the library): "+strings.Join(chaos.BrokenStores, ", ")+";\na negative control for the checks that judge the store and the nodes, which must fail")
 	fs.StringVar(&f.out, "out", "", "`DIR` for the histories and report.html (default: a new temporary directory)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the PostgreSQL register tables")
 	fs.BoolVar(&f.plan, "plan", false, "print the fault schedule the seed gives, and exit without running")
@@ -96,6 +100,12 @@ Examples:
 	}
 	if fs.NArg() != 0 {
 		return usagef("takes no arguments, got %q", fs.Args())
+	}
+	if f.groups < 1 {
+		return usagef("--groups %d: need 1 to 64 lease groups", f.groups)
+	}
+	if f.overlap < 1 {
+		return usagef("--overlap %d: need 1 to --nodes (%d)", f.overlap, f.nodes)
 	}
 	faults, err := chaos.ParseFaults(f.faults)
 	if err != nil {
@@ -133,7 +143,7 @@ Examples:
 		StoreURL: storeURL, AllowRemote: f.allowRemote,
 		Open:        registry.Open,
 		NodeCommand: []string{self, chaosNodeCommand},
-		Nodes:       f.nodes, Duration: f.duration, Seed: f.seed, Faults: faults, LeaderBias: f.leaderBias,
+		Nodes:       f.nodes, Groups: f.groups, Overlap: f.overlap, UntilFaults: f.untilFaults, Duration: f.duration, Seed: f.seed, Faults: faults, LeaderBias: f.leaderBias,
 		Timings: leasehold.Timings{LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RenewInterval: f.renewInterval,
 			RetryPeriod: f.retryPeriod, Jitter: f.jitter, WindDown: f.windDown},
 		Slack: f.slack, MaxSkew: f.maxSkew, MaxDrift: f.maxDrift, WriteInterval: f.writeInterval, Think: f.think,

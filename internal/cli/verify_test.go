@@ -22,6 +22,10 @@ func TestVerifyFlags(t *testing.T) {
 		{[]string{"--store", "kubernetes://default", "--plan"}, ExitUsage, "cannot run against kubernetes://"},
 		{[]string{"--store", "redis://10.0.0.9:6379", "--plan"}, ExitUsage, "not a loopback address"},
 		{[]string{"extra"}, ExitUsage, "takes no arguments"},
+		{[]string{"--groups", "0", "--plan"}, ExitUsage, "--groups 0: need 1 to 64"},
+		{[]string{"--overlap", "4", "--plan"}, ExitUsage, "--overlap 4: need 1 to --nodes (3)"},
+		{[]string{"--until-faults", "-1", "--plan"}, ExitUsage, "--until-faults -1 is negative"},
+		{[]string{"--overlap", "3", "--seed", "5", "--plan"}, ExitOK, "fault schedule of seed 5"},
 		{[]string{"--seed", "42", "--plan"}, ExitOK, "fault schedule of seed 42"},
 	}
 	for _, tc := range cases {

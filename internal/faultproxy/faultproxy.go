@@ -81,6 +81,18 @@ func (p *Proxy) Blackhole() {
 	}
 }
 
+// EndBlackhole ends a blackhole only: a refusal and added latency stay (a
+// caller whose faults overlap heals each one on its own).
+func (p *Proxy) EndBlackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.gate:
+	default:
+		close(p.gate)
+	}
+}
+
 // Heal ends a blackhole and a refusal, and removes added latency.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
