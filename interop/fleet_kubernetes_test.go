@@ -298,7 +298,10 @@ func TestFleetKubernetes(t *testing.T) {
 		bad := f.node("lh-overtrust", seed+1)
 		bad.Overtrust = 2 * kubeTimings.LeaseDuration
 		bad.Hold = holdFor(seed, 3*kubeTimings.LeaseDuration, 5*kubeTimings.LeaseDuration) // long terms, so that faults end some
-		members := []fleet.Member{bad.Member(), f.node("lh-2", seed+2).Member(), f.peer("client-go-1", seed+3, true, false)}
+		// The bad node and one client-go process only: with a second
+		// leasehold node beside them, one CI run saw that node win every
+		// leasehold term for 36 s, and the bad node never led to be caught.
+		members := []fleet.Member{bad.Member(), f.peer("client-go-1", seed+3, true, false)}
 		res := fleet.Run(context.Background(), controlRun(f.faults(seed+20), "lh-overtrust", kubeTimings.LeaseDuration), members...)
 		requireCaught(t, res, "lh-overtrust")
 	})
