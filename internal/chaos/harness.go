@@ -361,8 +361,14 @@ func (h *harness) collect(ctx context.Context, resources []string) (*history, er
 }
 
 func (h *harness) writeOutputs(out *Outcome) error {
+	return writeOutputs(h.dir, out, func(w io.Writer) error { return writeReport(w, out.History, out.Result) })
+}
+
+// writeOutputs writes a run's history, result and report (by report) into
+// dir, and names the report in out.
+func writeOutputs(dir string, out *Outcome, report func(io.Writer) error) error {
 	write := func(name string, f func(io.Writer) error) error {
-		fh, err := os.Create(filepath.Join(h.dir, name))
+		fh, err := os.Create(filepath.Join(dir, name))
 		if err != nil {
 			return fmt.Errorf("leasehold/chaos: %w", err)
 		}
@@ -378,8 +384,8 @@ func (h *harness) writeOutputs(out *Outcome) error {
 	if err := write("result.json", func(w io.Writer) error { return writeResultJSON(w, out) }); err != nil {
 		return err
 	}
-	out.Report = filepath.Join(h.dir, "report.html")
-	return write("report.html", func(w io.Writer) error { return writeReport(w, out.History, out.Result) })
+	out.Report = filepath.Join(dir, "report.html")
+	return write("report.html", report)
 }
 
 // errNotSupported is returned on platforms without SIGSTOP.

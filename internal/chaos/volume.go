@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -135,25 +133,7 @@ func writeVolume(b *strings.Builder, h *history, r *Result) {
 // writeFleetOutputs writes the merged history (the faults of every group),
 // the merged result and the fleet's report, which links each group's own.
 func writeFleetOutputs(out *Outcome) error {
-	write := func(name string, f func(io.Writer) error) error {
-		fh, err := os.Create(filepath.Join(out.Dir, name))
-		if err != nil {
-			return fmt.Errorf("leasehold/chaos: %w", err)
-		}
-		if err := f(fh); err != nil {
-			fh.Close()
-			return fmt.Errorf("leasehold/chaos: write %s: %w", name, err)
-		}
-		return fh.Close()
-	}
-	if err := write("history.json", func(w io.Writer) error { return writeHistory(w, out.History) }); err != nil {
-		return err
-	}
-	if err := write("result.json", func(w io.Writer) error { return writeResultJSON(w, out) }); err != nil {
-		return err
-	}
-	out.Report = filepath.Join(out.Dir, "report.html")
-	return write("report.html", func(w io.Writer) error { return writeFleetReport(w, out) })
+	return writeOutputs(out.Dir, out, func(w io.Writer) error { return writeFleetReport(w, out) })
 }
 
 func writeFleetReport(w io.Writer, out *Outcome) error {
