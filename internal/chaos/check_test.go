@@ -593,3 +593,65 @@ func TestPercentile(t *testing.T) {
 		t.Fatal("wrong percentiles")
 	}
 }
+
+// A write sent after safeUntil by a process the OS did not run is exempt
+// only when the process's own recorded stalls, from when it was told to stop
+// (safeUntil - windDown) to the write, add up to at least the overrun.
+func TestSafeUntilExemptsOnlyAStallAsLongAsTheOverrun(t *testing.T) {
+	// n2.1's write at 6.0 s goes out 100 ms after its safeUntil (5.9 s);
+	// it was told to stop at 5.5 s.
+	late := func(stalls ...[2]float64) *history {
+		h := cleanHistory()
+		for i := range h.Events {
+			if h.Events[i].Value == "n2.1#3" && h.Events[i].Kind == evWriteCall {
+				h.Events[i].SafeUntil = h.Events[i].Clock - sec(0.1)
+			}
+		}
+		b := &histBuilder{h: h}
+		for _, s := range stalls {
+			b.ev("n2.1", s[1], event{Kind: evStall, StallFrom: at(s[0]), StallTo: at(s[1])})
+		}
+		sortEvents(h.Events)
+		return h
+	}
+	for _, tc := range []struct {
+		name   string
+		stalls [][2]float64
+		exempt bool
+	}{
+		{"no stall", nil, false},
+		{"a stall shorter than the overrun", [][2]float64{{5.86, 5.95}}, false},
+		{"stalls adding up to less than the overrun", [][2]float64{{5.6, 5.64}, {5.9, 5.95}}, false},
+		{"a long stall before it was told to stop", [][2]float64{{4.9, 5.45}}, false},
+		{"a long stall mostly before it was told to stop", [][2]float64{{4.9, 5.55}}, false},
+		{"a stall as long as the overrun", [][2]float64{{5.88, 5.99}}, true},
+		{"stalls adding up to the overrun", [][2]float64{{5.52, 5.58}, {5.9, 5.95}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := checkHistory(late(tc.stalls...), checkOptions{})
+			got := violationsOf(r)[chkSafeUntil]
+			var checked string
+			for _, c := range r.Checks {
+				if c.Name == chkSafeUntil {
+					checked = c.Checked
+				}
+			}
+			if tc.exempt {
+				if got != 0 {
+					t.Fatalf("a write late by less than its stalls was reported: %v", r.Violations)
+				}
+				if !strings.Contains(checked, "2 overruns by frozen processes exempt, 1 by processes the OS did not run, longest stall 110ms") &&
+					!strings.Contains(checked, ", 1 by processes the OS did not run, longest stall 60ms") {
+					t.Errorf("safe-until examined %q", checked)
+				}
+				return
+			}
+			if got != 1 {
+				t.Fatalf("safe-until violations = %d, want 1 (the write late by more than its stalls): %v", got, r.Violations)
+			}
+			if !strings.Contains(checked, "2 overruns by frozen processes exempt, 0 by processes the OS did not run") {
+				t.Errorf("safe-until examined %q", checked)
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ const (
 	evRequest     = "request"       // the elector's Call (with Req, and Token for renew and release) is about to reach the store
 	evAnswer      = "answer"        // the store answered request Req: Token granted or renewed, or Err
 	evExit        = "exit"          // the process is exiting normally
+	evStall       = "stall"         // the process was not run (CPU starvation, a GC pause, SIGSTOP) from StallFrom to StallTo (wall ns), written after it woke
 )
 
 // Store calls the node records (event.Call).
@@ -78,6 +79,10 @@ type event struct {
 	// Call names it (callAcquire, callRenew, callRelease).
 	Req  int64  `json:"req,omitempty"`
 	Call string `json:"call,omitempty"`
+	// StallFrom and StallTo (evStall) bound, on the host's wall clock, a
+	// span in which the process's stall recorder was due to run and did not.
+	StallFrom int64 `json:"stall_from,omitempty"`
+	StallTo   int64 `json:"stall_to,omitempty"`
 }
 
 // Proc names one process: its slot and incarnation, such as "n2.3".
