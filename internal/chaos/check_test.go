@@ -453,7 +453,7 @@ func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
 	}
 	h.Events = keep
 	b := &histBuilder{h: h, reqN: 100}
-	for s := 2.6; s < 4.65; s += 0.4 { // last renewal at 4.4 s: safeUntil 5.795 s
+	for s := 2.6; s < 4.65; s += 0.4 { // last renewal at 4.6 s: safeUntil 5.995 s
 		b.granted("n1.1", s, evRenewed, "", 1, 0.005)
 	}
 	// Frozen from 4.7 s to 6.5 s; n2 starts at 4.8 s; n1 wakes past its
@@ -476,6 +476,19 @@ func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
 	for _, v := range r.Violations {
 		if v.Check == chkExclusive && !strings.Contains(v.Msg, "n1.1 (token 1) and n2.1 (token 2)") {
 			t.Errorf("violation names the wrong terms: %s", v)
+		}
+		// The message carries what it takes to judge it without the files:
+		// both terms' grants, renewals, safeUntil, end of belief and last events.
+		for _, want := range []string{
+			"n1.1 token 1: believed from +1.000s to +5.995s (its clock passed safeUntil; safeUntil 5.995s on its clock); granted by acquire #1 sent +0.995s",
+			"the last #106 sent +4.595s (clock 4.595s), answered +4.600s",
+			"n2.1 token 2: believed from +4.800s",
+			"its last events to then: ",
+			"renewed +4.600s t1 su 5.995s",
+		} {
+			if v.Check == chkExclusive && !strings.Contains(v.Msg, want) {
+				t.Errorf("violation lacks %q: %s", want, v)
+			}
 		}
 	}
 }

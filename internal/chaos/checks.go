@@ -312,6 +312,10 @@ type liveWork struct {
 	proc     string
 	token    int64
 	from, to int64
+	// why the belief ended at to (before frozen spans were cut out), and
+	// the safeUntil (node clock) it had then: for the violation's story.
+	ended string
+	su    int64
 }
 
 // crossing is the wall time at which the node's clock reached s, between
@@ -358,10 +362,11 @@ func (c *checker) workIntervals() []liveWork {
 			if su != 0 && e.Clock >= su {
 				continue // started past its deadline: it never believed
 			}
+			ended := ""
 			for j := i + 1; j < len(ev) && to < 0; j++ {
 				x := ev[j]
 				if su != 0 && x.Clock >= su {
-					to = crossing(ev[j-1], x, su)
+					to, ended = crossing(ev[j-1], x, su), "its clock passed safeUntil"
 					break
 				}
 				if x.Token != tok {
@@ -369,7 +374,7 @@ func (c *checker) workIntervals() []liveWork {
 				}
 				switch x.Kind {
 				case evWorkStop, evLost:
-					to = x.Wall
+					to, ended = x.Wall, x.Kind
 				case evAcquired, evRenewed, evWriteCall, evRenewFailed:
 					if x.SafeUntil != 0 {
 						su = x.SafeUntil
@@ -377,10 +382,10 @@ func (c *checker) workIntervals() []liveWork {
 				}
 			}
 			if to < 0 { // the history ends (killed): the last thing it recorded
-				to = ev[len(ev)-1].Wall
+				to, ended = ev[len(ev)-1].Wall, "its history ended"
 			}
 			for _, iv := range subtract(from, to, pauses) {
-				out = append(out, liveWork{proc: proc, token: tok, from: iv[0], to: iv[1]})
+				out = append(out, liveWork{proc: proc, token: tok, from: iv[0], to: iv[1], ended: ended, su: su})
 			}
 		}
 	}
@@ -424,8 +429,8 @@ func (c *checker) checkExclusive() string {
 			}
 			end := min(a.to, b.to)
 			c.violate(Violation{Wall: b.from, Proc: b.proc, Token: b.token,
-				Msg: fmt.Sprintf("%s (token %d) and %s (token %d) both ran guarded work believing they held the lease, neither frozen, for %v: %s started while %s still trusted its term",
-					a.proc, a.token, b.proc, b.token, time.Duration(end-b.from), b.proc, a.proc)})
+				Msg: fmt.Sprintf("%s (token %d) and %s (token %d) both ran guarded work believing they held the lease, neither frozen, for %v: %s started while %s still trusted its term. %s. %s",
+					a.proc, a.token, b.proc, b.token, time.Duration(end-b.from), b.proc, a.proc, c.termStory(a, end), c.termStory(b, end))})
 		}
 	}
 	return fmt.Sprintf("%d terms of guarded work, %d live intervals", len(terms), len(ivs))
@@ -510,4 +515,80 @@ func faultEpisodes(faults []fault, bound int64) []episode {
 		out = append(out, episode{end: f.End, n: 1, last: f})
 	}
 	return out
+}
+
+// rel is a wall time as seconds since the run began, for messages.
+func (c *checker) rel(wall int64) string {
+	return fmt.Sprintf("+%.3fs", float64(wall-c.h.Start)/1e9)
+}
+
+// termStory tells, for a violation's message, what the history says about
+// the term of iv up to the wall time until: how it was granted and last
+// renewed (the recorder's send and answer times), its safeUntil, how its
+// belief ended, the faults on its process, and its last events. Enough to
+// judge the violation without the history files.
+func (c *checker) termStory(iv liveWork, until int64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s token %d: believed from %s to %s (%s; safeUntil %v on its clock)", iv.proc, iv.token, c.rel(iv.from), c.rel(iv.to), iv.ended, time.Duration(iv.su))
+	var grant, renew *storeCall
+	renewOK, renewBad := 0, 0
+	var lastBad *event
+	for _, sc := range c.calls {
+		if sc.req.Proc() != iv.proc || sc.ans == nil {
+			continue
+		}
+		switch {
+		case sc.req.Call == callAcquire && sc.ans.Err == "" && sc.ans.Token == iv.token:
+			grant = sc
+		case sc.req.Call == callRenew && sc.req.Token == iv.token && sc.ans.Wall <= until:
+			if sc.ans.Err == "" {
+				renewOK++
+				renew = sc
+			} else {
+				renewBad++
+				lastBad = sc.ans
+			}
+		}
+	}
+	if grant != nil {
+		fmt.Fprintf(&b, "; granted by acquire #%d sent %s (clock %v), answered %s", grant.req.Req, c.rel(grant.req.Wall), time.Duration(grant.req.Clock), c.rel(grant.ans.Wall))
+	} else {
+		b.WriteString("; no recorded acquire answered with this token")
+	}
+	if renew != nil {
+		fmt.Fprintf(&b, "; %d renewals answered ok, the last #%d sent %s (clock %v), answered %s", renewOK, renew.req.Req, c.rel(renew.req.Wall), time.Duration(renew.req.Clock), c.rel(renew.ans.Wall))
+	}
+	if lastBad != nil {
+		fmt.Fprintf(&b, "; %d renewals failed, the last answered %s: %s", renewBad, c.rel(lastBad.Wall), lastBad.Err)
+	}
+	var faults []string
+	for _, f := range c.h.Faults {
+		if (f.Target == iv.proc || f.Target == "store") && f.Start <= until && f.End >= iv.from-int64(10*time.Second) {
+			faults = append(faults, fmt.Sprintf("%s %s..%s", f.Kind, c.rel(f.Start), c.rel(f.End)))
+		}
+	}
+	if len(faults) > 0 {
+		fmt.Fprintf(&b, "; faults on it or the store: %s", strings.Join(faults, ", "))
+	}
+	ev := c.byProc[iv.proc]
+	k := sort.Search(len(ev), func(i int) bool { return ev[i].Wall > until })
+	var last []string
+	for _, e := range ev[max(0, k-8):k] {
+		s := e.Kind + " " + c.rel(e.Wall)
+		if e.Call != "" {
+			s += fmt.Sprintf(" %s#%d", e.Call, e.Req)
+		}
+		if e.Token != 0 {
+			s += fmt.Sprintf(" t%d", e.Token)
+		}
+		if e.SafeUntil != 0 {
+			s += fmt.Sprintf(" su %v", time.Duration(e.SafeUntil))
+		}
+		if e.Err != "" {
+			s += " err " + e.Err
+		}
+		last = append(last, s)
+	}
+	fmt.Fprintf(&b, "; its last events to then: %s", strings.Join(last, " | "))
+	return b.String()
 }
