@@ -260,6 +260,12 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				return nil
 			case <-pace.C:
 			}
+			// When both were ready, select chose at random: a work told to
+			// stop must not start another write (a soak caught one that did,
+			// after a stall, and returned past safeUntil).
+			if ctx.Err() != nil {
+				return nil
+			}
 			res := c.resources[i%len(c.resources)]
 			op++
 			value := fmt.Sprintf("%s#%d", procName(c.node, c.inc), op)
