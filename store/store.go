@@ -328,15 +328,18 @@ type Limiter interface {
 //
 // A place is named by (name, holder). It expires ttl after it was last
 // written, on the store's clock, so that a waiter that died does not block
-// those behind it for longer than ttl.
+// those behind it for longer than ttl. (A store may instead tie a place to
+// the session of the handle that wrote it, ending it at most ttl after the
+// process dies or is cut off, and say so: ZooKeeper.)
 type Queuer interface {
 	// Enqueue writes holder's place at the back of name's queue if it has
 	// none, or refreshes its expiry to ttl from now if it has one (keeping
 	// its position). It returns how many live places are ahead of it: zero
 	// means holder is first. Places that expired are dropped. A store that
 	// implements Watcher also wakes the watchers of name when a place
-	// leaves the queue (Dequeue, or an expiry it notices), so that the next
-	// waiter learns at once that it moved up.
+	// leaves the queue (Dequeue, or an expiry it notices), at least on the
+	// handle through which the place behind it last called Enqueue, so
+	// that the next waiter learns at once that it moved up.
 	// It returns ErrInvalid for a bad name, holder or ttl.
 	Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (ahead int, err error)
 
