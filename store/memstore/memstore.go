@@ -230,7 +230,8 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 }
 
 // Watch implements store.Watcher: the channel receives a value after each
-// grant and each release of name (not after renewals).
+// grant and each release of name (not after renewals), and after each place
+// that leaves name's queue (queue.go).
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return nil, err
