@@ -48,6 +48,21 @@ type Config struct {
 	// this node loses a term, instead of contending again. A Lock and a
 	// Keeper never contend again by themselves.
 	StopOnLoss bool
+	// Fair makes a Lock's Acquire and an Elector wait in a first-come,
+	// first-served queue kept in the store (store.Queuer): each waiter
+	// writes its place ahead, only the waiter first in the queue tries to
+	// acquire, and a release wakes it by the store's watch alone, so no
+	// waiter starves however many contend. It costs one write to join the
+	// queue and one to leave it per acquisition (and a refresh of the place
+	// every RetryPeriod while waiting). The queue only orders who tries:
+	// tokens, expiry and every other rule are those of the default mode. A
+	// waiter that dies leaves its place to expire LeaseDuration after its
+	// last refresh, delaying those behind it by at most that long. Holders
+	// that do not queue (the default mode, TryAcquire, other clients of the
+	// store) still compete with the head of the queue when the lease is
+	// free. A store without a queue is refused with ErrInvalidConfig. A
+	// Semaphore, a Keeper and a Scheduler refuse Fair.
+	Fair bool
 }
 
 // prepare validates cfg for st and fills in its defaults. It returns the
@@ -61,6 +76,11 @@ func (cfg *Config) prepare(st store.Store) (holder string, err error) {
 	}
 	if err := store.ValidateMetadata(cfg.Metadata); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if cfg.Fair {
+		if _, ok := store.AsQueuer(st); !ok {
+			return "", fmt.Errorf("%w: fair: store %T has no first-come, first-served queue (store.Queuer)", ErrInvalidConfig, st)
+		}
 	}
 	timings, err := validateFor(st, cfg.Timings)
 	if err != nil {

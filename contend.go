@@ -27,7 +27,18 @@ type contender struct {
 	// sawHeld is set once an attempt found another holder's live term: the
 	// lease is contended, and a Lock yields after releasing this term.
 	sawHeld bool
+	// queue is the store's first-come, first-served queue (Config.Fair);
+	// nil: no queue, every waiter tries.
+	queue store.Queuer
+	// firstAt is when the store last said this contender's place is first
+	// in the queue (zero: not known to be first). A place first stays first
+	// until it leaves, so it is only refreshed every RetryPeriod.
+	firstAt time.Time
 }
+
+// errQueued: a fair contender's place is not first in the queue, so it
+// does not try yet.
+var errQueued = errors.New("leasehold: waiting for earlier waiters in the queue")
 
 // errTooSlow: a grant arrived after its own safeUntil; it was given back.
 var errTooSlow = errors.New("leasehold: acquire answered after its safe deadline; term given back")
@@ -77,20 +88,35 @@ func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error
 	var noWatchUntil time.Time // after a watch broke, poll until then
 	stopWatch := func() {}
 	defer func() { stopWatch() }()
+	if c.queue != nil {
+		// Leave the queue on every way out: with the lease (the next
+		// waiter moves up while this one holds), or without it.
+		defer c.leaveQueue(ctx)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			c.giveBackUnknown(ctx)
 			return store.Record{}, time.Time{}, err
 		}
-		rec, sent, err := c.try(ctx)
-		if err == nil {
-			return rec, sent, nil
+		var rec store.Record
+		var sent time.Time
+		var err error
+		if c.queued(ctx) {
+			err = errQueued
+		} else {
+			rec, sent, err = c.try(ctx)
+			if err == nil {
+				return rec, sent, nil
+			}
+			if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
+				c.giveBackUnknown(ctx)
+				return store.Record{}, time.Time{}, err
+			}
 		}
-		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
-			c.giveBackUnknown(ctx)
-			return store.Record{}, time.Time{}, err
-		}
-		if errors.Is(err, store.ErrHeld) && watch == nil && c.watcher != nil && !c.clock.Now().Before(noWatchUntil) {
+		// A definite answer to wait on: another term is live, or earlier
+		// waiters are queued. Only these may be cut short by the watch.
+		waitable := errors.Is(err, store.ErrHeld) || errors.Is(err, errQueued)
+		if waitable && watch == nil && c.watcher != nil && !c.clock.Now().Before(noWatchUntil) {
 			// Watch only once there is something to wait for, so a slow watch
 			// never delays a free lease; then try again at once, so that a
 			// release between the refusal and the subscription is not missed.
@@ -107,7 +133,7 @@ func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error
 		// outcome the wait is a full retry period, or a store that fails
 		// while its watch fires would be hammered.
 		var wake <-chan struct{}
-		if errors.Is(err, store.ErrHeld) {
+		if waitable {
 			wake = watch
 			if rec.Remaining > 0 && rec.Remaining < wait {
 				// Wake exactly when the holder's term expires on the store's clock.
@@ -207,4 +233,41 @@ func (c *contender) giveBackUnknown(ctx context.Context) {
 	if rec.Holder == c.holder && rec.Live() {
 		c.release(gctx, rec.Term)
 	}
+}
+
+// queued reports whether a fair contender must wait because earlier places
+// are in the queue: it writes or refreshes its place (store.Queuer.Enqueue)
+// unless the store said less than a RetryPeriod ago that it is first. If
+// the queue fails, the contender tries anyway: the queue only orders who
+// tries, and a broken queue must not stop a free lease from being taken.
+func (c *contender) queued(ctx context.Context) bool {
+	if c.queue == nil {
+		return false
+	}
+	now := c.clock.Now()
+	if !c.firstAt.IsZero() && now.Sub(c.firstAt) < c.timings.RetryPeriod {
+		return false
+	}
+	qctx, cancel := context.WithTimeout(ctx, c.timings.RenewDeadline)
+	ahead, err := c.queue.Enqueue(qctx, c.name, c.holder, c.timings.LeaseDuration)
+	cancel()
+	c.firstAt = time.Time{}
+	if err != nil {
+		return false
+	}
+	if ahead == 0 {
+		c.firstAt = now
+		return false
+	}
+	return true
+}
+
+// leaveQueue removes this contender's place from the queue, with a
+// detached context bounded by RenewDeadline. If it fails, the place
+// expires LeaseDuration after its last refresh.
+func (c *contender) leaveQueue(ctx context.Context) {
+	c.firstAt = time.Time{}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timings.RenewDeadline)
+	defer cancel()
+	_ = c.queue.Dequeue(qctx, c.name, c.holder)
 }

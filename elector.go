@@ -115,6 +115,9 @@ func (e *Elector) Run(ctx context.Context, work WorkFunc) error {
 	defer e.running.Store(false)
 	defer e.hold.events.flush()
 	c := &contender{holdConfig: &e.hold, watcher: e.watcher, name: e.name, holder: e.holder, metadata: e.cfg.Metadata}
+	if e.cfg.Fair {
+		c.queue, _ = store.AsQueuer(e.hold.store)
+	}
 	for {
 		e.setContending(true)
 		rec, sent, err := c.acquire(ctx)

@@ -21,6 +21,7 @@ type Lock struct {
 	base    string // holder identity prefix: Identity plus the process suffix
 	seq     atomic.Uint64
 	watcher store.Watcher
+	queue   store.Queuer // Config.Fair: the store's queue; nil otherwise
 
 	// yieldUntil: Acquire makes no attempt before this time. Set when a term
 	// that was won against other holders is released, so that the waiters
@@ -45,6 +46,9 @@ func NewLock(st store.Store, name string, cfg Config) (*Lock, error) {
 	l.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: cfg.KeepAlive,
 		maxHold: cfg.MaxHold, events: newEventQueue(cfg.OnEvent)}
 	l.watcher, _ = st.(store.Watcher)
+	if cfg.Fair {
+		l.queue, _ = store.AsQueuer(st)
+	}
 	return l, nil
 }
 
@@ -53,7 +57,8 @@ func (l *Lock) contender() *contender {
 	return &contender{holdConfig: &l.hold, watcher: l.watcher, name: l.name, holder: holder, metadata: l.cfg.Metadata}
 }
 
-// TryAcquire makes one attempt. If another holder's term is live it returns a
+// TryAcquire makes one attempt, without queueing even when Config.Fair is
+// set: it takes a free lease ahead of queued waiters. If another holder's term is live it returns a
 // *HeldError (matching ErrHeld). If the outcome is unknown it gives back
 // whatever the attempt may have been granted before returning the error.
 func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
@@ -77,12 +82,15 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // holders is released, Acquire first waits max(2 × the release's latency,
 // 1 ms), at most RetryPeriod, so the waiters woken by that release get there
 // first (see yield); this applies to every goroutine sharing the Lock.
+// With Config.Fair, Acquire waits its turn in the store's queue instead, and
+// never yields.
 func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 	defer l.hold.events.flush()
 	if err := l.waitYield(ctx); err != nil {
 		return nil, fmt.Errorf("leasehold: acquire %q: %w", l.name, err)
 	}
 	c := l.contender()
+	c.queue = l.queue
 	rec, sent, err := c.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: acquire %q: %w", l.name, err)
@@ -157,7 +165,7 @@ func (k lockKeeping) release(ctx context.Context) error {
 	}
 	sent := k.c.clock.Now()
 	err := k.c.release(ctx, k.h.term)
-	if err == nil && k.l != nil && k.c.sawHeld {
+	if err == nil && k.l != nil && k.c.sawHeld && k.c.queue == nil {
 		k.l.yield(k.c.clock.Now().Sub(sent))
 	}
 	return err

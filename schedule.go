@@ -116,6 +116,8 @@ func NewScheduler(st store.Store, name string, cfg Config, sched Schedule) (*Sch
 		return nil, bad("schedule grace %v: want 0 to every (%v)", sched.Grace, sched.Every)
 	case sched.MinHold < 0:
 		return nil, bad("schedule minHold %v is negative", sched.MinHold)
+	case cfg.Fair:
+		return nil, bad("fair is for a Lock or an Elector; a Scheduler claims each period once")
 	case len(name) > store.MaxNameLen-periodSuffixLen:
 		return nil, bad("schedule name %q is %d bytes; with its period suffix the limit is %d", name, len(name), store.MaxNameLen-periodSuffixLen)
 	}

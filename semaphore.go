@@ -64,6 +64,9 @@ func NewSemaphore(st store.Store, name string, slots int, cfg Config) (*Semaphor
 	if err := store.ValidateName(SlotName(name, slots-1)); err != nil {
 		return nil, fmt.Errorf("%w: semaphore %q: its slot lease names are too long: %v", ErrInvalidConfig, name, err)
 	}
+	if cfg.Fair {
+		return nil, fmt.Errorf("%w: fair is for a Lock or an Elector; a Semaphore has no queue", ErrInvalidConfig)
+	}
 	base, err := cfg.prepare(st)
 	if err != nil {
 		return nil, err

@@ -80,6 +80,9 @@ func NewKeeper(st store.Store, cfg Config) (*Keeper, error) {
 	if cfg.MaxHold != 0 {
 		return nil, fmt.Errorf("%w: maxHold is for an Elector or a Lock; a Keeper's leases are released by its caller", ErrInvalidConfig)
 	}
+	if cfg.Fair {
+		return nil, fmt.Errorf("%w: fair is for a Lock or an Elector; a Keeper has no queue", ErrInvalidConfig)
+	}
 	holder, err := cfg.prepare(st)
 	if err != nil {
 		return nil, err

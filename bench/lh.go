@@ -24,7 +24,28 @@ func lhTimings(ttl time.Duration) leasehold.Timings {
 	return leasehold.Timings{LeaseDuration: ttl}.WithDefaults()
 }
 
+// fairLibs are leasehold's Lock and Elector with Config.Fair (the store's
+// first-come, first-served queue), on a store that has one; none otherwise.
+func fairLibs(storeName string, st store.Store, defTTL time.Duration, note string) []*lib {
+	if _, ok := store.AsQueuer(st); !ok {
+		return nil
+	}
+	note += "; fair queue (Config.Fair)"
+	l, e := lhLock1(storeName, st, defTTL, note, true), lhElector1(storeName, st, defTTL, note, true)
+	l.name += " (fair)"
+	e.name += " (fair)"
+	return []*lib{l, e}
+}
+
 func lhLockLib(storeName string, st store.Store, defTTL time.Duration, note string) *lib {
+	return lhLock1(storeName, st, defTTL, note, false)
+}
+
+func lhElectorLib(storeName string, st store.Store, defTTL time.Duration, note string) *lib {
+	return lhElector1(storeName, st, defTTL, note, false)
+}
+
+func lhLock1(storeName string, st store.Store, defTTL time.Duration, note string, fair bool) *lib {
 	return &lib{
 		name: "leasehold", store: storeName, kind: "lock",
 		config: fmt.Sprintf("Lock, %v lease (default timings scaled), %s", defTTL, note),
@@ -32,7 +53,7 @@ func lhLockLib(storeName string, st store.Store, defTTL time.Duration, note stri
 			if s.ttl == 0 {
 				s.ttl = defTTL
 			}
-			return &lhLock{st: st, name: lockName, s: s}, nil
+			return &lhLock{st: st, name: lockName, s: s, fair: fair}, nil
 		},
 	}
 }
@@ -44,6 +65,8 @@ type lhLock struct {
 	// try uses TryAcquire (one attempt, no watch) instead of Acquire: for
 	// the cycles scenario only, to show what the waiting machinery costs.
 	try bool
+	// fair sets Config.Fair.
+	fair bool
 
 	// Without keepAlive (every scenario but failover, which partitions the
 	// store of one acquisition) a contender keeps one Lock and one
@@ -69,6 +92,7 @@ func (c *lhLock) acquire(ctx context.Context) (held, error) {
 		Identity:  c.s.identity,
 		Timings:   lhTimings(c.s.ttl),
 		KeepAlive: c.s.keepAlive,
+		Fair:      c.fair,
 		OnEvent: func(e leasehold.Event) {
 			if e.Kind == leasehold.EventRenewed || e.Kind == leasehold.EventAcquired {
 				if h := c.cur.Load(); h != nil {
@@ -128,7 +152,7 @@ func (h *lhHeld) release(ctx context.Context) error { return h.h.Release(ctx) }
 func (h *lhHeld) crash()                            { h.fs.Partition() }
 func (h *lhHeld) lastRenewal() time.Time            { return h.clock.get() }
 
-func lhElectorLib(storeName string, st store.Store, defTTL time.Duration, note string) *lib {
+func lhElector1(storeName string, st store.Store, defTTL time.Duration, note string, fair bool) *lib {
 	return &lib{
 		name: "leasehold elector", store: storeName, kind: "elector",
 		config: fmt.Sprintf("Elector, %v lease (default timings scaled), %s", defTTL, note),
@@ -136,7 +160,7 @@ func lhElectorLib(storeName string, st store.Store, defTTL time.Duration, note s
 			if s.ttl == 0 {
 				s.ttl = defTTL
 			}
-			return &lhElector{st: st, name: lockName, s: s}, nil
+			return &lhElector{st: st, name: lockName, s: s, fair: fair}, nil
 		},
 	}
 }
@@ -145,6 +169,7 @@ type lhElector struct {
 	st   store.Store
 	name string
 	s    setup
+	fair bool // Config.Fair
 }
 
 func (c *lhElector) acquire(ctx context.Context) (held, error) {
@@ -154,6 +179,7 @@ func (c *lhElector) acquire(ctx context.Context) (held, error) {
 		Identity:   c.s.identity,
 		Timings:    lhTimings(c.s.ttl),
 		StopOnLoss: true,
+		Fair:       c.fair,
 		OnEvent: func(e leasehold.Event) {
 			if e.Kind == leasehold.EventRenewed || e.Kind == leasehold.EventAcquired {
 				h.clock.mark()

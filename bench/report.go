@@ -53,7 +53,7 @@ func kindOf(name string) string {
 		return "floor"
 	case name == "leasehold (TryAcquire)":
 		return "try"
-	case name == "leasehold elector", name == "etcd Election", name == "client-go":
+	case strings.HasPrefix(name, "leasehold elector"), name == "etcd Election", name == "client-go":
 		return "elector"
 	}
 	return "lock"

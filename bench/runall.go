@@ -105,6 +105,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			r.Machine["redis"] = re.version(octx)
 			libs = append(libs, re.floorLib())
 			libs = append(libs, re.libs(o.handoffTTL)...)
+			libs = append(libs, fairLibs("redis", re.st, o.handoffTTL, "pub/sub watch")...)
 			libs = append(libs, lhTryLib("redis", re.st, o.handoffTTL))
 		}
 	}
@@ -119,6 +120,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			r.Machine["postgres"] = pe.version(octx)
 			libs = append(libs, pe.floorLib())
 			libs = append(libs, pe.libs(o.handoffTTL, o.pglockLease)...)
+			libs = append(libs, fairLibs("postgres", pe.st, o.handoffTTL, "LISTEN/NOTIFY watch")...)
 			libs = append(libs, lhTryLib("postgres", pe.st, o.handoffTTL))
 		}
 	}
@@ -131,6 +133,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 				r.Machine["mysql"] = me.version(octx)
 				libs = append(libs, me.floorLib())
 				libs = append(libs, ls...)
+				libs = append(libs, fairLibs("mysql", me.st, o.handoffTTL, "polling watch")...)
 				libs = append(libs, lhTryLib("mysql", me.st, o.handoffTTL))
 			} else {
 				me.close()
@@ -153,6 +156,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			r.Machine["etcd"] = ee.version()
 			libs = append(libs, ee.floorLib())
 			libs = append(libs, ee.libs(o.handoffTTL)...)
+			libs = append(libs, fairLibs("etcd", ee.st, o.handoffTTL, "watch from the next revision")...)
 			libs = append(libs, lhTryLib("etcd", ee.st, o.handoffTTL))
 			if o.scenarios["cmd"] {
 				logf("building leasehold and etcdctl %s for the command hand-off", etcdctlVersion)
@@ -174,6 +178,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			r.Machine["nats"] = ne.version()
 			libs = append(libs, ne.floorLib())
 			libs = append(libs, ne.libs(o.handoffTTL)...)
+			libs = append(libs, fairLibs("nats", ne.st, o.handoffTTL, "KV watch")...)
 			libs = append(libs, lhTryLib("nats", ne.st, o.handoffTTL))
 		}
 	}
@@ -188,6 +193,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			r.Machine["zookeeper"] = ze.version()
 			libs = append(libs, ze.floorLib())
 			libs = append(libs, ze.libs(o.handoffTTL)...)
+			libs = append(libs, fairLibs("zookeeper", ze.st, o.handoffTTL, "watch on the predecessor node")...)
 			libs = append(libs, lhTryLib("zookeeper", ze.st, o.handoffTTL))
 		}
 	}

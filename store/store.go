@@ -314,3 +314,56 @@ type Limits struct {
 type Limiter interface {
 	Limits() Limits
 }
+
+// Queuer is an optional capability of a Store: a first-come, first-served
+// queue of waiters per lease name, so that a fair Lock or Elector
+// (leasehold.Config.Fair) hands a released lease to the waiter that came
+// first and to nobody else, and no waiter starves. Callers find it by type
+// assertion; a store without it cannot serve a fair Lock (NewLock says so).
+//
+// The queue only orders who tries: a place in it grants nothing and is not
+// checked by Acquire, Renew or Release. Tokens, expiry and every other rule
+// of the contract are unchanged. A waiter first in the queue still takes the
+// lease with Acquire, which refuses it while another term is live.
+//
+// A place is named by (name, holder). It expires ttl after it was last
+// written, on the store's clock, so that a waiter that died does not block
+// those behind it for longer than ttl. (A store may instead tie a place to
+// the session of the handle that wrote it, ending it at most ttl after the
+// process dies or is cut off, and say so: ZooKeeper.)
+type Queuer interface {
+	// Enqueue writes holder's place at the back of name's queue if it has
+	// none, or refreshes its expiry to ttl from now if it has one (keeping
+	// its position). It returns how many live places are ahead of it: zero
+	// means holder is first. Places that expired are dropped. A store that
+	// implements Watcher also wakes the watchers of name when a place
+	// leaves the queue (Dequeue, or an expiry it notices), at least on the
+	// handle through which the place behind it last called Enqueue, so
+	// that the next waiter learns at once that it moved up.
+	// It returns ErrInvalid for a bad name, holder or ttl.
+	Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (ahead int, err error)
+
+	// Dequeue removes holder's place from name's queue, if it has one. It
+	// is idempotent: removing a place that is not there is not an error.
+	Dequeue(ctx context.Context, name, holder string) error
+}
+
+// QueueReporter is implemented by a store that wraps another (such as
+// faultstore): it has the Queuer methods whatever it wraps, and Queues
+// reports whether the wrapped store really queues. AsQueuer consults it.
+type QueueReporter interface {
+	Queues() bool
+}
+
+// AsQueuer returns st's Queuer if st has one that works: st implements
+// Queuer and, if it also implements QueueReporter, Queues reports true.
+func AsQueuer(st Store) (Queuer, bool) {
+	q, ok := st.(Queuer)
+	if !ok {
+		return nil, false
+	}
+	if r, ok := st.(QueueReporter); ok && !r.Queues() {
+		return nil, false
+	}
+	return q, true
+}

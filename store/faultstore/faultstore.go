@@ -24,10 +24,12 @@ const (
 	OpRelease Op = "release"
 	OpGet     Op = "get"
 	OpWatch   Op = "watch"
+	OpEnqueue Op = "enqueue"
+	OpDequeue Op = "dequeue"
 )
 
 // AllOps is every op a fault can target.
-var AllOps = []Op{OpAcquire, OpRenew, OpRelease, OpGet, OpWatch}
+var AllOps = []Op{OpAcquire, OpRenew, OpRelease, OpGet, OpWatch, OpEnqueue, OpDequeue}
 
 // Mode is what a fault does to a call.
 type Mode int
@@ -249,4 +251,34 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 		return o, nil
 	})
 	return o.recs, o.errs, err
+}
+
+// errNoQueue: the inner store has no store.Queuer.
+var errNoQueue = errors.New("faultstore: inner store has no Queuer")
+
+// Queues implements store.QueueReporter: whether the inner store queues
+// (store.AsQueuer), so that wrapping a store never hides its queue nor
+// invents one.
+func (s *Store) Queues() bool {
+	_, ok := store.AsQueuer(s.inner)
+	return ok
+}
+
+// Enqueue passes through to the inner store's store.Queuer.
+func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
+	q, ok := store.AsQueuer(s.inner)
+	if !ok {
+		return 0, errNoQueue
+	}
+	return do(ctx, s, OpEnqueue, func() (int, error) { return q.Enqueue(ctx, name, holder, ttl) })
+}
+
+// Dequeue passes through to the inner store's store.Queuer.
+func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
+	q, ok := store.AsQueuer(s.inner)
+	if !ok {
+		return errNoQueue
+	}
+	_, err := do(ctx, s, OpDequeue, func() (struct{}, error) { return struct{}{}, q.Dequeue(ctx, name, holder) })
+	return err
 }

@@ -27,6 +27,7 @@ type Backend struct {
 	mu     sync.Mutex
 	leases map[string]*lease
 	hubs   map[*storekit.Hub]struct{} // the watch hub of each open handle
+	queues map[string][]place         // each name's waiters, first first (queue.go)
 }
 
 type lease struct {
@@ -43,7 +44,7 @@ func NewBackend(now func() time.Time) *Backend {
 	if now == nil {
 		now = time.Now
 	}
-	return &Backend{now: now, leases: map[string]*lease{}, hubs: map[*storekit.Hub]struct{}{}}
+	return &Backend{now: now, leases: map[string]*lease{}, hubs: map[*storekit.Hub]struct{}{}, queues: map[string][]place{}}
 }
 
 // Store is one handle on a Backend.
@@ -229,7 +230,8 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 }
 
 // Watch implements store.Watcher: the channel receives a value after each
-// grant and each release of name (not after renewals).
+// grant and each release of name (not after renewals), and after each place
+// that leaves name's queue (queue.go).
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return nil, err

@@ -92,6 +92,7 @@ var aclCommands = []string{
 	"+get", "+set", "+incr", "+del", "+pexpire", "+pttl", "+time",
 	"+publish", "+subscribe", "+unsubscribe",
 	"+scan",
+	"+zadd", "+zrem", "+zrank", "+zscore", "+zrangebyscore",
 }
 
 // aclUser creates a Redis ACL user limited to keys and channels under

@@ -127,3 +127,22 @@ func (k Kit) CheckRenew(t store.Term, ttl time.Duration) error {
 func (k Kit) CheckRelease(t store.Term) error {
 	return k.CheckTerm("release", t)
 }
+
+// CheckEnqueue checks the arguments of Queuer.Enqueue: name, holder, ttl.
+func (k Kit) CheckEnqueue(name, holder string, ttl time.Duration) error {
+	if err := k.CheckName("enqueue", name); err != nil {
+		return err
+	}
+	if err := k.CheckHolder("enqueue", holder); err != nil {
+		return err
+	}
+	return k.CheckTTL("enqueue", ttl)
+}
+
+// CheckDequeue checks the arguments of Queuer.Dequeue: name, holder.
+func (k Kit) CheckDequeue(name, holder string) error {
+	if err := k.CheckName("dequeue", name); err != nil {
+		return err
+	}
+	return k.CheckHolder("dequeue", holder)
+}

@@ -41,6 +41,15 @@ type Harness struct {
 	// ErrInvalid; RenewKeepsTokenAndExtends checks exactly that instead of a
 	// renewal to a longer ttl. The core renews with the ttl it acquired with.
 	FixedTTL bool
+	// QueueTTL is the shortest place ttl the store's queue (store.Queuer)
+	// honours, if above MinTTL. The queue cases wait for it to expire.
+	QueueTTL time.Duration
+	// QueueSessionBound says a queue place lives as long as the session of
+	// the handle that wrote it, not ttl after its last refresh (ZooKeeper:
+	// an ephemeral node). The dead-place case then closes that handle, as
+	// a waiter's process that died would, and expects the place gone
+	// within ttl.
+	QueueSessionBound bool
 	// Losses are the data losses the store's README speaks of, each with the
 	// README's claim (see Loss and survival.go). None: the case is skipped.
 	Losses []Loss
@@ -92,6 +101,10 @@ func Run(t *testing.T, h Harness) {
 		{"SemaphoreFillAndRefill", testSemaphoreFillAndRefill},
 		{"SemaphoreRace", testSemaphoreRace},
 		{"SemaphoreRaceControl", testSemaphoreRaceControl},
+		{"QueueFIFO", testQueueFIFO},
+		{"QueueDeadPlaceExpires", testQueueDeadPlaceExpires},
+		{"QueueWatch", testQueueWatch},
+		{"QueueInvalid", testQueueInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

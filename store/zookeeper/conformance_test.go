@@ -22,8 +22,9 @@ func TestConformance(t *testing.T) {
 				return Open(testCtx(t, 20*time.Second), Config{Servers: []string{srv.Addr()}, Root: root})
 			}
 		},
-		MinTTL:   500 * time.Millisecond,
-		FixedTTL: true,
+		MinTTL:            500 * time.Millisecond,
+		FixedTTL:          true,
+		QueueSessionBound: true,
 		Losses: []storetest.Loss{{
 			Name: "the lease's path deleted",
 			Lose: func(t *testing.T, open func() (store.Store, error), name string) error {

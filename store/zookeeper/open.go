@@ -73,6 +73,8 @@ type Store struct {
 	entries map[string]*entry     // by node prefix
 	byTerm  map[store.Term]*entry // granted terms
 	watches map[string]*watchLoop
+	// placeWatches are the queue places this handle watches (queue.go).
+	placeWatches map[string]bool
 }
 
 var (

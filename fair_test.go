@@ -1,0 +1,242 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/faultstore"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+func fair(c *leasehold.Config) { c.Fair = true }
+
+// turns records the order in which contenders took the lock.
+type turns struct {
+	mu    sync.Mutex
+	order []string
+}
+
+func (o *turns) add(who string) {
+	o.mu.Lock()
+	o.order = append(o.order, who)
+	o.mu.Unlock()
+}
+
+func (o *turns) get() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.order)
+}
+
+// inArrivalOrder is the check of the fair tests: got must be want.
+func inArrivalOrder(got, want []string) error {
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("turns in order %v, want arrival order %v", got, want)
+	}
+	return nil
+}
+
+// TestFairLockServesInArrivalOrder: waiters that queued one after another
+// get the lock in that order, and the releaser, acquiring again at once,
+// goes to the back of the queue instead of taking the next turn.
+func TestFairLockServesInArrivalOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		ctx := context.Background()
+		a := newLock(t, f.faulty(), "node-a", fair)
+		first, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got turns
+		var wg sync.WaitGroup
+		take := func(l *leasehold.Lock, who string) {
+			defer wg.Done()
+			h, err := l.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got.add(who)
+			time.Sleep(10 * time.Millisecond) // the guarded work, on the bubble's clock
+			if err := h.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		for _, who := range []string{"b", "c", "d"} {
+			wg.Add(1)
+			go take(newLock(t, f.faulty(), "node-"+who, fair), who)
+			synctest.Wait() // each queues before the next arrives
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		take(a, "a") // at once after its release: behind b, c and d
+		wg.Wait()
+		if err := inArrivalOrder(got.get(), []string{"b", "c", "d", "a"}); err != nil {
+			t.Fatal(err)
+		}
+		// Every place left the queue: a new waiter is first at once.
+		n, err := memstore.Open(f.backend).Enqueue(ctx, "invoice-42", "probe", time.Second)
+		if err != nil || n != 0 {
+			t.Fatalf("after every waiter got its turn, a new place has %d ahead (err %v), want 0", n, err)
+		}
+	})
+}
+
+// TestFairOrderCheckCatchesAJump is the negative control of the order
+// check: a TryAcquire does not queue, so right after a release it takes
+// the lock ahead of the queued waiter, and the same check fails.
+func TestFairOrderCheckCatchesAJump(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		ctx := context.Background()
+		a := newLock(t, f.faulty(), "node-a", fair)
+		first, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got turns
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h, err := newLock(t, f.faulty(), "node-b", fair).Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got.add("b")
+			h.Release(ctx)
+		}()
+		synctest.Wait()
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		jumped, err := a.TryAcquire(ctx) // before b's watch has woken it
+		if err != nil {
+			t.Fatalf("TryAcquire right after the release: %v; want it to jump the queue", err)
+		}
+		got.add("a")
+		jumped.Release(ctx)
+		<-done
+		if err := inArrivalOrder(got.get(), []string{"b", "a"}); err == nil {
+			t.Fatal("the order check accepted a TryAcquire that jumped the queue")
+		}
+	})
+}
+
+// TestFairDeadWaiterPlaceExpires: a waiter that died in the queue holds up
+// those behind it until its place expires (LeaseDuration after its last
+// refresh on the store's clock), and no longer.
+func TestFairDeadWaiterPlaceExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		ctx := context.Background()
+		timings := leasehold.DefaultTimings()
+		a := newLock(t, f.faulty(), "node-a", fair)
+		held, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The dead waiter: its place is written, then it is never refreshed.
+		if _, err := memstore.Open(f.backend).Enqueue(ctx, "invoice-42", "dead", timings.LeaseDuration); err != nil {
+			t.Fatal(err)
+		}
+		placed := time.Now()
+		got := make(chan time.Time, 1)
+		go func() {
+			h, err := newLock(t, f.faulty(), "node-c", fair).Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+				close(got)
+				return
+			}
+			got <- time.Now()
+			h.Release(ctx)
+		}()
+		synctest.Wait()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		at, ok := <-got
+		if !ok {
+			return
+		}
+		waited := at.Sub(placed)
+		maxRetry := timings.RetryPeriod + time.Duration(timings.JitterFraction()*float64(timings.RetryPeriod))
+		if waited < timings.LeaseDuration || waited > timings.LeaseDuration+maxRetry {
+			t.Fatalf("the waiter behind a dead place acquired %v after that place was written; want between its expiry %v and one retry wait later (%v)",
+				waited, timings.LeaseDuration, timings.LeaseDuration+maxRetry)
+		}
+	})
+}
+
+// TestFairElectorsLeadInArrivalOrder: candidates of a fair Elector lead in
+// the order they queued, each after the previous leader's work returned.
+func TestFairElectorsLeadInArrivalOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		var got turns
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		for _, who := range []string{"a", "b", "c"} {
+			e := newElector(t, f.faulty(), "node-"+who, nil, fair)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := e.Run(context.Background(), func(ctx context.Context, l *leasehold.Lease) error {
+					got.add(who)
+					<-release
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+			synctest.Wait()
+		}
+		for range 3 {
+			release <- struct{}{}
+			synctest.Wait()
+		}
+		wg.Wait()
+		if err := inArrivalOrder(got.get(), []string{"a", "b", "c"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// bare hides every optional capability of a store.
+type bare struct{ store.Store }
+
+func TestFairNeedsAQueue(t *testing.T) {
+	for name, st := range map[string]store.Store{
+		"store without Queuer":            bare{memstore.New()},
+		"faultstore over a store without": faultstore.New(bare{memstore.New()}),
+	} {
+		_, err := leasehold.NewLock(st, "invoice-42", leasehold.Config{Identity: "node-a", Fair: true})
+		if !errors.Is(err, leasehold.ErrInvalidConfig) {
+			t.Errorf("%s: NewLock with Fair: %v, want ErrInvalidConfig", name, err)
+		}
+		_, err = leasehold.NewElector(st, "sweeper", leasehold.Config{Identity: "node-a", Fair: true})
+		if !errors.Is(err, leasehold.ErrInvalidConfig) {
+			t.Errorf("%s: NewElector with Fair: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	// A wrapper does not hide the queue of the store it wraps.
+	if _, err := leasehold.NewLock(faultstore.New(memstore.New()), "invoice-42", leasehold.Config{Identity: "node-a", Fair: true}); err != nil {
+		t.Errorf("NewLock with Fair on a faultstore over memstore: %v", err)
+	}
+	if _, err := leasehold.NewSemaphore(memstore.New(), "pool", 2, leasehold.Config{Identity: "node-a", Fair: true}); !errors.Is(err, leasehold.ErrInvalidConfig) {
+		t.Errorf("NewSemaphore with Fair: %v, want ErrInvalidConfig", err)
+	}
+}

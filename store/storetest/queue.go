@@ -1,0 +1,230 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// queuer returns a handle's store.Queuer, or skips the subtest.
+func (s *suite) queuer() store.Queuer {
+	s.t.Helper()
+	q, ok := store.AsQueuer(s.store())
+	if !ok {
+		s.t.Skip("store has no Queuer capability: a fair Lock or Elector is refused on it")
+	}
+	return q
+}
+
+// enqueue calls Enqueue and fails the test on error.
+func (s *suite) enqueue(q store.Queuer, name, holder string, ttl time.Duration) int {
+	s.t.Helper()
+	n, err := q.Enqueue(s.ctx(), name, holder, ttl)
+	if err != nil {
+		s.t.Fatalf("Enqueue(%q, %q): %v", name, holder, err)
+	}
+	return n
+}
+
+// checkTotalOrder is the check of testQueueFIFO: the places ahead of k
+// waiters that raced to queue are exactly 0..k-1, each once.
+func checkTotalOrder(ahead map[string]int) error {
+	seen := make([]string, len(ahead))
+	for who, n := range ahead {
+		if n < 0 || n >= len(ahead) || seen[n] != "" {
+			return fmt.Errorf("places ahead %v: want each of 0..%d exactly once", ahead, len(ahead)-1)
+		}
+		seen[n] = who
+	}
+	return nil
+}
+
+// testQueueFIFO: waiters that race to queue on several handles get one
+// place each in a total order; a refresh keeps a place; a later waiter
+// queues behind all of them; and when a place leaves, every place behind it
+// moves up by one, in the same order: first come, first served.
+func testQueueFIFO(s *suite) {
+	s.queuer()
+	ttl := s.longTTL()
+	k := s.h.Handles
+	qs := make([]store.Queuer, k)
+	for i := range qs {
+		qs[i], _ = store.AsQueuer(s.store())
+	}
+	ahead := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, q := range qs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("node-%d", i)
+			n, err := q.Enqueue(s.ctx(), "job", who, ttl)
+			if err != nil {
+				s.t.Errorf("Enqueue(%q): %v", who, err)
+				return
+			}
+			mu.Lock()
+			ahead[who] = n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if s.t.Failed() {
+		return
+	}
+	if err := checkTotalOrder(ahead); err != nil {
+		s.t.Fatal(err)
+	}
+	// The negative control of the check: two waiters told they are first.
+	if checkTotalOrder(map[string]int{"x": 0, "y": 0}) == nil {
+		s.t.Fatal("checkTotalOrder accepted two waiters first")
+	}
+	for who, n := range ahead {
+		if again := s.enqueue(qs[0], "job", who, ttl); again != n {
+			s.t.Fatalf("refreshing %s's place moved it from %d to %d ahead", who, n, again)
+		}
+	}
+	if n := s.enqueue(qs[0], "job", "late", ttl); n != k {
+		s.t.Fatalf("a waiter that came after %d others has %d ahead, want %d", k, n, k)
+	}
+	if n := s.enqueue(qs[0], "other-job", "late", ttl); n != 0 {
+		s.t.Fatalf("the only waiter on another name has %d ahead, want 0", n)
+	}
+	order := make([]string, k)
+	for who, n := range ahead {
+		order[n] = who
+	}
+	// The first leaves (it took the lease); then one from the middle (it
+	// gave up). The rest move up and keep their order.
+	leave := []string{order[0]}
+	if k > 2 {
+		leave = append(leave, order[k/2])
+	}
+	for _, who := range leave {
+		if err := qs[1].Dequeue(s.ctx(), "job", who); err != nil {
+			s.t.Fatalf("Dequeue(%q): %v", who, err)
+		}
+		order = slices.DeleteFunc(order, func(o string) bool { return o == who })
+	}
+	for i, who := range append(order, "late") {
+		if n := s.enqueue(qs[2%k], "job", who, ttl); n != i {
+			s.t.Fatalf("after %v left, %s has %d ahead, want %d (order %v)", leave, who, n, i, order)
+		}
+	}
+	// Dequeue is idempotent.
+	if err := qs[0].Dequeue(s.ctx(), "job", leave[0]); err != nil {
+		s.t.Fatalf("Dequeue of a place already gone: %v, want nil", err)
+	}
+	if err := qs[0].Dequeue(s.ctx(), "never-queued", "node-0"); err != nil {
+		s.t.Fatalf("Dequeue on a name never queued: %v, want nil", err)
+	}
+}
+
+// testQueueDeadPlaceExpires: a place that is not refreshed expires after
+// its ttl on the store's clock, and the waiter behind it becomes first; a
+// place refreshed within its ttl stays.
+func testQueueDeadPlaceExpires(s *suite) {
+	q := s.queuer()
+	ttl := s.h.MinTTL
+	if s.h.QueueTTL > ttl {
+		ttl = s.h.QueueTTL
+	}
+	deadQ := q
+	var deadStore store.Store
+	if s.h.QueueSessionBound {
+		deadStore = s.store()
+		deadQ, _ = store.AsQueuer(deadStore)
+	}
+	s.enqueue(deadQ, "job", "dead", ttl)
+	if n := s.enqueue(q, "job", "alive", s.longTTL()); n != 1 {
+		s.t.Fatalf("the waiter behind a live place has %d ahead, want 1", n)
+	}
+	if deadStore != nil {
+		// The dead waiter's process ends: its session, and so its place, with it.
+		deadStore.Close()
+	}
+	deadline := time.Now().Add(20*ttl + 10*time.Second)
+	start := time.Now()
+	for {
+		n := s.enqueue(q, "job", "alive", s.longTTL())
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("a place with ttl %v still ahead %v later", ttl, time.Since(start))
+		}
+		timer := time.NewTimer(ttl / 10)
+		<-timer.C
+	}
+	if waited := time.Since(start); waited < ttl/2 && !s.h.QueueSessionBound {
+		// The dead place was written before start, so it may have expired
+		// a little before start+ttl, never long before.
+		s.t.Fatalf("a place with ttl %v expired after %v", ttl, waited)
+	}
+	// A place refreshed within its ttl does not expire.
+	if s.h.QueueSessionBound {
+		return // a place lives as long as its session, refreshed or not
+	}
+	s.enqueue(q, "job", "kept", ttl)
+	for range 4 {
+		timer := time.NewTimer(ttl / 3)
+		<-timer.C
+		if n := s.enqueue(q, "job", "kept", ttl); n != 1 {
+			s.t.Fatalf("a place refreshed every ttl/3 has %d ahead, want 1 (behind alive)", n)
+		}
+	}
+}
+
+// testQueueWatch: a store that is a Watcher wakes the watchers of a name
+// when a place of its queue leaves, at least on the handle through which
+// the place behind it queued, so the next waiter moves up at once.
+func testQueueWatch(s *suite) {
+	q := s.queuer()
+	st := s.store() // the waiter's handle: it queues and watches through it
+	w, ok := st.(store.Watcher)
+	if !ok {
+		s.t.Skip("store has no Watcher capability; fair waiters poll the queue")
+	}
+	wq, _ := store.AsQueuer(st)
+	ttl := s.longTTL()
+	s.enqueue(q, "job", "first", ttl)
+	s.enqueue(wq, "job", "second", ttl)
+	ch, err := w.Watch(s.ctx(), "job")
+	if err != nil {
+		s.t.Fatalf("Watch: %v", err)
+	}
+	drain(ch)
+	if err := q.Dequeue(s.ctx(), "job", "first"); err != nil {
+		s.t.Fatalf("Dequeue: %v", err)
+	}
+	expectWake(s.t, ch, "the place ahead left the queue")
+}
+
+// testQueueInvalid: bad arguments get ErrInvalid.
+func testQueueInvalid(s *suite) {
+	q := s.queuer()
+	for _, c := range []struct {
+		what, name, holder string
+		ttl                time.Duration
+	}{
+		{"empty name", "", "node-a", time.Minute},
+		{"bad name", "/job", "node-a", time.Minute},
+		{"empty holder", "job", "", time.Minute},
+		{"zero ttl", "job", "node-a", 0},
+	} {
+		if _, err := q.Enqueue(s.ctx(), c.name, c.holder, c.ttl); !errors.Is(err, store.ErrInvalid) {
+			s.t.Errorf("Enqueue with %s: %v, want ErrInvalid", c.what, err)
+		}
+		if c.ttl == 0 {
+			continue
+		}
+		if err := q.Dequeue(s.ctx(), c.name, c.holder); !errors.Is(err, store.ErrInvalid) {
+			s.t.Errorf("Dequeue with %s: %v, want ErrInvalid", c.what, err)
+		}
+	}
+}

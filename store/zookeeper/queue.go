@@ -1,0 +1,186 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+var _ store.Queuer = (*Store)(nil)
+
+// queueDir is the folder, under the root, of the queues (Config.Fair): the
+// queue of name N is the path root/.leasehold-queue/N. No lease name starts
+// with '.', so it is never a lease's path.
+const queueDir = ".leasehold-queue"
+
+func (s *Store) queuePath(name string) string {
+	return strings.TrimSuffix(s.root, "/") + "/" + queueDir + "/" + name
+}
+
+// placePrefix is the name prefix of holder's place node: "p-" and the
+// holder in hex (a holder may hold '/'), then '-' and the sequence number
+// ZooKeeper appends.
+func placePrefix(holder string) string { return "p-" + hex.EncodeToString([]byte(holder)) + "-" }
+
+// placeSeq is the sequence number of a place node, or false.
+func placeSeq(child string) (int64, bool) {
+	i := strings.LastIndexByte(child, '-')
+	if !strings.HasPrefix(child, "p-") || i < 2 || len(child)-i-1 != 10 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(child[i+1:], 10, 64)
+	return n, err == nil
+}
+
+// Enqueue implements store.Queuer with ZooKeeper's own queue recipe: a
+// place is an ephemeral sequential node under the queue's path, in this
+// handle's session of timeout ttl (the one a term of that ttl lives in),
+// and its position is its sequence number. A place lives as long as that
+// session: a refresh changes nothing on the server (the session's own
+// heartbeats keep it), and the place of a waiter whose process died or
+// was cut off goes when the session expires, ttl later; a Close that
+// carries no term ends the session, and its places, at once. A waiter that
+// is not first watches the place just before it, and wakes this handle's
+// watchers of name when that place goes.
+func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return 0, err
+	}
+	if err := kit.CheckEnqueue(name, holder, ttl); err != nil {
+		return 0, err
+	}
+	if ttl < s.minSession {
+		return 0, kit.Invalid("enqueue", "ttl %v is below the shortest session the ensemble grants, %v", ttl, s.minSession)
+	}
+	if ttl%time.Millisecond != 0 {
+		ttl = ttl.Truncate(time.Millisecond) + time.Millisecond
+	}
+	op := fmt.Sprintf("enqueue %q for %s", name, holder)
+	sess, err := s.sessionFor(ctx, ttl)
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
+			return 0, err
+		}
+		return 0, kit.Wrap(op, err)
+	}
+	qp := s.queuePath(name)
+	pfx := placePrefix(holder)
+	created := false
+	for attempt := 0; attempt < 3; attempt++ {
+		kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(qp); return k, err })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return 0, kit.Wrap(op, s.life.ClosedOr(describe(err)))
+		}
+		type place struct {
+			child string
+			seq   int64
+		}
+		var places []place
+		for _, k := range kids {
+			if n, ok := placeSeq(k); ok {
+				places = append(places, place{k, n})
+			}
+		}
+		sort.Slice(places, func(i, j int) bool { return places[i].seq < places[j].seq })
+		for i, p := range places {
+			if strings.HasPrefix(p.child, pfx) {
+				if i > 0 {
+					s.watchPlace(sess, name, qp+"/"+places[i-1].child)
+				}
+				return i, nil
+			}
+		}
+		if created {
+			// Our node is not there: its session ended meanwhile. Queue again.
+			created = false
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			if err := s.ensurePath(ctx, sess.conn, qp); err != nil {
+				return 0, kit.Wrap(op, s.life.ClosedOr(err))
+			}
+		}
+		_, err = call(ctx, func() (string, error) {
+			return sess.conn.Create(qp+"/"+pfx, nil, zk.FlagEphemeral|zk.FlagSequence, s.cfg.ACL)
+		})
+		if err != nil {
+			return 0, kit.Wrap(op, s.life.ClosedOr(describe(err)))
+		}
+		created = true
+	}
+	return 0, kit.Errorf(op, "the place written was gone on each of 3 reads (its session keeps ending)")
+}
+
+// watchPlace wakes this handle's watchers of name when the place node p
+// goes (one ZooKeeper watch per node and handle).
+func (s *Store) watchPlace(sess *session, name, p string) {
+	s.mu.Lock()
+	if s.placeWatches == nil {
+		s.placeWatches = map[string]bool{}
+	}
+	if s.placeWatches[p] || s.life.Closed() {
+		s.mu.Unlock()
+		return
+	}
+	s.placeWatches[p] = true
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.placeWatches, p)
+			s.mu.Unlock()
+		}()
+		ok, _, ch, err := sess.conn.ExistsW(p)
+		if err != nil || !ok {
+			s.hub.Notify(name) // gone already, or unknown: look again
+			return
+		}
+		select {
+		case <-ch: // deleted, or the connection's watches ended
+		case <-s.life.Done():
+			return
+		}
+		s.hub.Notify(name)
+	}()
+}
+
+// Dequeue implements store.Queuer: it deletes holder's place nodes.
+func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
+	if err := s.life.Check(ctx); err != nil {
+		return err
+	}
+	if err := kit.CheckDequeue(name, holder); err != nil {
+		return err
+	}
+	op := fmt.Sprintf("dequeue %q for %s", name, holder)
+	conn := s.ctl.conn
+	qp := s.queuePath(name)
+	kids, err := call(ctx, func() ([]string, error) { k, _, err := conn.Children(qp); return k, err })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return kit.Wrap(op, s.life.ClosedOr(describe(err)))
+	}
+	pfx := placePrefix(holder)
+	for _, k := range kids {
+		if _, ok := placeSeq(k); !ok || !strings.HasPrefix(k, pfx) {
+			continue
+		}
+		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(qp+"/"+k, -1) })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return kit.Wrap(op, s.life.ClosedOr(describe(err)))
+		}
+	}
+	return nil
+}
