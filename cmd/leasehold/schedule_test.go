@@ -182,12 +182,14 @@ func TestMaxHoldStopsCommand(t *testing.T) {
 	}
 }
 
-// TestHTTPEvery: `leasehold run --every 2s --http` serves /schedule with the
-// period's claim and, after a period ran, the run's token and exit code;
-// /metrics counts the run's term; /leader points at /schedule.
+// TestHTTPEvery: `leasehold run --every 1h --missed run-once --http` runs
+// the current period at once and serves /schedule with the period's claim
+// and, after the run, its token and exit code; /metrics counts the run's
+// term; /leader points at /schedule. (An hour, so that one run is all the
+// test sees; a 10 s lease, so that a loaded machine does not end it.)
 func TestHTTPEvery(t *testing.T) {
 	dir := t.TempDir()
-	a := startRun(t, dir, "a", []string{"E2E_EXIT_AFTER=5"}, append([]string{"--store", sqliteURL(t), "--lease", "tick", "--every", "2s", "--missed", "run-once", "--http", "127.0.0.1:0"}, timingArgs...)...)
+	a := startRun(t, dir, "a", []string{"E2E_EXIT_AFTER=5"}, "--store", sqliteURL(t), "--lease", "tick", "--every", "1h", "--missed", "run-once", "--http", "127.0.0.1:0", "--lease-duration", "10s")
 	addr := servedAddr(t, a)
 	type lease struct {
 		Name  string `json:"name"`
@@ -214,8 +216,8 @@ func TestHTTPEvery(t *testing.T) {
 	if len(r.starts) == 0 {
 		t.Fatalf("/schedule shows a run, the command recorded none: %+v", s)
 	}
-	if *s.LastRun.ExitCode != 0 || s.LastRun.Token < 1 || s.LastRun.Period.Unix()%2 != 0 {
-		t.Errorf("/schedule last run %+v: want exit 0, a token, a period at a multiple of 2 s", *s.LastRun)
+	if *s.LastRun.ExitCode != 0 || s.LastRun.Token < 1 || s.LastRun.Period.Unix()%3600 != 0 {
+		t.Errorf("/schedule last run %+v (exit %d): want exit 0, a token, a period at a whole hour", *s.LastRun, *s.LastRun.ExitCode)
 	}
 	var tokenSeen bool
 	for _, st := range r.starts {

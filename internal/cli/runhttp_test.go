@@ -36,7 +36,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var shortTimings = []string{"--lease-duration", "2s", "--renew-deadline", "1200ms", "--renew-interval", "400ms", "--retry-period", "200ms"}
+// httpTimings: a 10 s lease, so that a loaded machine does not end a term
+// while the test looks at it.
+var httpTimings = []string{"--lease-duration", "10s"}
 
 // httpRun is one `leasehold run --http 127.0.0.1:0` started in this process.
 type httpRun struct {
@@ -121,7 +123,7 @@ func TestRunSlotsHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"run", "--store", "sqlite://" + db, "--lease", "jobs", "--slots", "2", "--identity", "a", "--http", "127.0.0.1:0"}, shortTimings...)
+	args := append([]string{"run", "--store", "sqlite://" + db, "--lease", "jobs", "--slots", "2", "--identity", "a", "--http", "127.0.0.1:0"}, httpTimings...)
 	r := startHTTPRun(t, append(args, "--", "sleep", "60")...)
 
 	var sv slotsView
@@ -190,7 +192,7 @@ func TestRunEveryHTTP(t *testing.T) {
 	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
 	script := `touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done; exit 3`
 	args := append([]string{"run", "--store", "sqlite://" + filepath.Join(dir, "leases.db"), "--lease", "job",
-		"--every", "1h", "--missed", "run-once", "--identity", "a", "--http", "127.0.0.1:0"}, shortTimings...)
+		"--every", "1h", "--missed", "run-once", "--identity", "a", "--http", "127.0.0.1:0"}, httpTimings...)
 	r := startHTTPRun(t, append(args, "--", "sh", "-c", script, "sh", started, release)...)
 	waitFor(t, 20*time.Second, func() bool {
 		_, err := os.Stat(started)
