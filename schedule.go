@@ -161,10 +161,18 @@ func periodMetadata(start time.Time, extra string) string {
 }
 
 // periodOf is the start of the period that contains t.
-func (s *Scheduler) periodOf(t time.Time) time.Time {
-	every := int64(s.sched.Every / time.Second)
+func (s *Scheduler) periodOf(t time.Time) time.Time { return PeriodStart(t, s.sched.Every) }
+
+// PeriodStart is the start (UTC) of the period of a schedule of every
+// (whole seconds, as Schedule.Every) that contains t: periods start at
+// multiples of every since the Unix epoch.
+func PeriodStart(t time.Time, every time.Duration) time.Time {
+	e := int64(every / time.Second)
+	if e < 1 {
+		e = 1
+	}
 	u := t.Unix()
-	p := u - ((u%every)+every)%every
+	p := u - ((u%e)+e)%e
 	return time.Unix(p, 0).UTC()
 }
 

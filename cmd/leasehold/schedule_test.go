@@ -181,3 +181,59 @@ func TestMaxHoldStopsCommand(t *testing.T) {
 		t.Errorf("run's log does not say why the term ended:\n%s", a.log())
 	}
 }
+
+// TestHTTPEvery: `leasehold run --every 1h --missed run-once --http` runs
+// the current period at once and serves /schedule with the period's claim
+// and, after the run, its token and exit code; /metrics counts the run's
+// term; /leader points at /schedule. (An hour, so that one run is all the
+// test sees; a 10 s lease, so that a loaded machine does not end it.)
+func TestHTTPEvery(t *testing.T) {
+	dir := t.TempDir()
+	a := startRun(t, dir, "a", []string{"E2E_EXIT_AFTER=5"}, "--store", sqliteURL(t), "--lease", "tick", "--every", "1h", "--missed", "run-once", "--http", "127.0.0.1:0", "--lease-duration", "10s")
+	addr := servedAddr(t, a)
+	type lease struct {
+		Name  string `json:"name"`
+		Token int64  `json:"token"`
+		Self  bool   `json:"self"`
+	}
+	var s struct {
+		Period  time.Time `json:"period"`
+		Claimed bool      `json:"claimed"`
+		Claim   lease     `json:"claim"`
+		Run     lease     `json:"run"`
+		LastRun *struct {
+			Period   time.Time `json:"period"`
+			Token    int64     `json:"token"`
+			ExitCode *int      `json:"exit_code"`
+		} `json:"last_run"`
+	}
+	waitUntil(t, 20*time.Second, "a period to have run", func() bool {
+		s.LastRun = nil
+		_, body := getURL(t, "http://"+addr+"/schedule")
+		return json.Unmarshal([]byte(body), &s) == nil && s.LastRun != nil && s.LastRun.ExitCode != nil
+	})
+	r := a.record()
+	if len(r.starts) == 0 {
+		t.Fatalf("/schedule shows a run, the command recorded none: %+v", s)
+	}
+	if *s.LastRun.ExitCode != 0 || s.LastRun.Token < 1 || s.LastRun.Period.Unix()%3600 != 0 {
+		t.Errorf("/schedule last run %+v (exit %d): want exit 0, a token, a period at a whole hour", *s.LastRun, *s.LastRun.ExitCode)
+	}
+	var tokenSeen bool
+	for _, st := range r.starts {
+		tokenSeen = tokenSeen || st.token == s.LastRun.Token
+	}
+	if !tokenSeen {
+		t.Errorf("/schedule last run token %d; the command got %+v", s.LastRun.Token, r.starts)
+	}
+	if s.Period.Equal(s.LastRun.Period) && (!s.Claimed || s.Claim.Token < 1) {
+		t.Errorf("/schedule: the period that ran is not shown claimed: %+v", s)
+	}
+	_, metrics := getURL(t, "http://"+addr+"/metrics")
+	if !strings.Contains(metrics, `leasehold_is_leader{lease="tick"}`) || strings.Contains(metrics, `leasehold_terms_started_total{lease="tick"} 0`) {
+		t.Errorf("/metrics does not count the run's term:\n%s", metrics)
+	}
+	if code, body := getURL(t, "http://"+addr+"/leader"); code != 404 || !strings.Contains(body, "/schedule") {
+		t.Errorf("/leader = %d %q, want 404 pointing at /schedule", code, body)
+	}
+}

@@ -1,10 +1,14 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -122,4 +126,83 @@ func mostAtOnce(runs []slotRun) int {
 		most = max(most, runningAt(runs, r.start))
 	}
 	return most
+}
+
+// servedAddr waits until n's log says where it serves HTTP, and returns the
+// address.
+func servedAddr(t *testing.T, n *node) string {
+	t.Helper()
+	re := regexp.MustCompile(`msg="serving the status page, /healthz[^"]*" .*addr=(127\.0\.0\.1:\d+)`)
+	var addr string
+	waitUntil(t, 20*time.Second, n.name+" to serve HTTP", func() bool {
+		if m := re.FindStringSubmatch(n.log()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return addr
+}
+
+func getURL(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestHTTPSlots: two `leasehold run --slots 2 --http` each serve /slots
+// naming the one slot it holds (not the other's), /metrics with
+// leasehold_is_leader 1 for its slot and 0 for the other's, and a /leader
+// that points at /slots.
+func TestHTTPSlots(t *testing.T) {
+	dir := t.TempDir()
+	url := sqliteURL(t)
+	args := append([]string{"--store", url, "--lease", "pool", "--slots", "2", "--http", "127.0.0.1:0"}, timingArgs...)
+	a, b := startRun(t, dir, "a", nil, args...), startRun(t, dir, "b", nil, args...)
+	type slots struct {
+		Holding []string `json:"holding"`
+		Leases  []struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+			Self  bool   `json:"self"`
+		} `json:"leases"`
+	}
+	held := map[string]string{} // node -> slot
+	for _, n := range []*node{a, b} {
+		addr := servedAddr(t, n)
+		var s slots
+		waitUntil(t, 20*time.Second, n.name+" to hold a slot and run its command", func() bool {
+			s = slots{}
+			_, body := getURL(t, "http://"+addr+"/slots")
+			return json.Unmarshal([]byte(body), &s) == nil && len(s.Holding) == 1 && len(n.record().ticks) > 0
+		})
+		held[n.name] = s.Holding[0]
+		if len(s.Leases) != 2 {
+			t.Fatalf("%s: /slots leases %+v, want 2", n.name, s.Leases)
+		}
+		_, metrics := getURL(t, "http://"+addr+"/metrics")
+		for _, l := range s.Leases {
+			mine := l.Name == s.Holding[0]
+			if l.Self != mine {
+				t.Errorf("%s: /slots marks %s self=%v, it holds %s", n.name, l.Name, l.Self, s.Holding[0])
+			}
+			want := fmt.Sprintf(`leasehold_is_leader{lease=%q} 0`, l.Name)
+			if mine {
+				want = fmt.Sprintf(`leasehold_is_leader{lease=%q} 1`, l.Name)
+			}
+			if !strings.Contains(metrics, want) {
+				t.Errorf("%s: /metrics lacks %s", n.name, want)
+			}
+		}
+		if code, body := getURL(t, "http://"+addr+"/leader"); code != 404 || !strings.Contains(body, "/slots") {
+			t.Errorf("%s: /leader = %d %q, want 404 pointing at /slots", n.name, code, body)
+		}
+	}
+	if held["a"] == held["b"] {
+		t.Fatalf("both runs say they hold %s", held["a"])
+	}
 }

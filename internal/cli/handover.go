@@ -25,7 +25,7 @@ const handoverAbout = `
 Asks the holder of the lease NAME to step down gracefully: the holder (a ` + "`leasehold run`" + ` or
 a program's Elector) stops its work as on shutdown (run sends its command SIGTERM and waits
 for it), and only then ends its term. With --to, the named successor is preferred: on a
-store that can transfer a term in one write (SQLite, PostgreSQL, MySQL, Redis, Kubernetes), the lease is reserved for it for --prefer-for,
+store that can transfer a term in one write (every built-in store), the lease is reserved for it for --prefer-for,
 judged by the store's clock, and no other node can take it meanwhile; the successor takes
 over at once. Without --to, the holder releases and stays out of the contest for
 --prefer-for, so that another node takes over.

@@ -25,7 +25,10 @@ type metrics struct {
 	childStarts prometheus.Counter
 }
 
-func newMetrics(lease string) *metrics {
+// newMetrics counts the command's starts under the label lease, and makes
+// the series of each tracked lease exist before its first event: the lease
+// itself, or with run --slots each slot's lease.
+func newMetrics(lease string, tracked ...string) *metrics {
 	m := &metrics{
 		reg:   prometheus.NewRegistry(),
 		lease: promlease.New(promlease.Options{}),
@@ -34,7 +37,12 @@ func newMetrics(lease string) *metrics {
 			ConstLabels: prometheus.Labels{"lease": lease},
 		}),
 	}
-	m.lease.Track(lease)
+	if len(tracked) == 0 {
+		tracked = []string{lease}
+	}
+	for _, n := range tracked {
+		m.lease.Track(n)
+	}
 	m.reg.MustRegister(m.lease, m.childStarts)
 	return m
 }
@@ -92,8 +100,9 @@ func health(v healthView) (bool, string) {
 	return true, "standing by (contending)"
 }
 
-// httpHandler serves /healthz, /leader and /metrics for `run`.
-func (r *runCmd) httpHandler() *http.ServeMux {
+// httpHandler serves /healthz, /leader (with --slots /slots, with --every
+// /schedule) and /metrics for `run`.
+func (r *runCmd) httpHandler(st store.Store) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, req *http.Request) {
 		ok, why := health(r.healthView())
@@ -105,6 +114,17 @@ func (r *runCmd) httpHandler() *http.ServeMux {
 		}
 		fmt.Fprintln(w, "ok:", why)
 	})
+	mux.Handle("GET /metrics", r.metrics.handler())
+	switch {
+	case r.sem != nil:
+		mux.HandleFunc("GET /slots", r.slotsHandler(st))
+		mux.HandleFunc("GET /leader", noLeader("run --slots has no single leader: GET /slots says which slots this process holds"))
+		return mux
+	case r.sched.every > 0:
+		mux.HandleFunc("GET /schedule", r.scheduleHandler(st))
+		mux.HandleFunc("GET /leader", noLeader("run --every has no standing leader: GET /schedule shows the current period and the last run"))
+		return mux
+	}
 	mux.HandleFunc("GET /leader", func(w http.ResponseWriter, req *http.Request) {
 		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
 		defer cancel()
@@ -120,7 +140,6 @@ func (r *runCmd) httpHandler() *http.ServeMux {
 		out.Self = rec.Live() && rec.Holder == me
 		json.NewEncoder(w).Encode(out)
 	})
-	mux.Handle("GET /metrics", r.metrics.handler())
 	return mux
 }
 

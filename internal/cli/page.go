@@ -45,9 +45,9 @@ type statusPage struct {
 	interval     time.Duration
 	timeout      time.Duration
 	historyLimit int
-	// self, when set, is the holder identity of this process (run), marked
-	// on the page.
-	self func() string
+	// self, when set, says whether a live record is a term this process
+	// (run) holds, marked on the page.
+	self func(store.Record) bool
 
 	mu      sync.Mutex
 	snap    []byte
@@ -189,17 +189,13 @@ func (p *statusPage) publish(recs []store.Record, err error) {
 	snap := pageSnapshot{Store: p.storeName, At: time.Now(), Listed: len(p.names) == 0, Leases: []leaseView{}}
 	_, snap.History = p.st.(store.Historian)
 	_, snap.Watch = p.st.(store.Watcher)
-	self := ""
-	if p.self != nil {
-		self = p.self()
-	}
 	if err != nil {
 		snap.Error = fmt.Sprintf("reading the leases: %v", err)
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
 	for _, r := range recs {
 		v := leaseJSON(r, r.Name)
-		v.Self = self != "" && r.Live() && r.Holder == self
+		v.Self = p.self != nil && r.Live() && p.self(r)
 		snap.Leases = append(snap.Leases, v)
 	}
 	b, _ := json.Marshal(snap)

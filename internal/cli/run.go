@@ -41,6 +41,7 @@ type runCmd struct {
 	// Set while running.
 	elector  *leasehold.Elector
 	sem      *leasehold.Semaphore // with --slots
+	terms    *termTracker         // with --slots or --every: the terms held, for --http
 	metrics  *metrics
 	log      *slog.Logger
 	sup      *supervisor
@@ -105,7 +106,7 @@ func newRunCmd(env *Env) Command {
 	fs.BoolVar(&r.restart, "restart", false, "run the command again when it exits while this node still leads")
 	fs.DurationVar(&r.restartDelay, "restart-delay", time.Second, "wait between a command's exit and its restart (with --restart)")
 	fs.BoolVar(&r.stopOnLoss, "stop-on-loss", false, "exit (code 3) after losing the lease, instead of contending again")
-	fs.StringVar(&r.httpAddr, "http", "", "serve the status page, /healthz, /leader and /metrics on `ADDR` (such as 127.0.0.1:9090)")
+	fs.StringVar(&r.httpAddr, "http", "", "serve the status page, /healthz, /leader (with --slots /slots, with --every /schedule) and /metrics on `ADDR` (such as 127.0.0.1:9090)")
 	fs.StringVar(&r.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&r.maxHold, "max-hold", 0, "stop the command and stop renewing `D` after the term began, so a stuck command cannot keep the lease (0: no cap; with --every, the period)")
@@ -180,7 +181,17 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	r.metrics = newMetrics(r.lease)
+	tracked := []string{r.lease}
+	if r.slots > 0 {
+		tracked = tracked[:0]
+		for i := range r.slots {
+			tracked = append(tracked, leasehold.SlotName(r.lease, i))
+		}
+	}
+	if r.slots > 0 || r.sched.every > 0 {
+		r.terms = newTermTracker()
+	}
+	r.metrics = newMetrics(r.lease, tracked...)
 	renewed := make(chan struct{}, 1)
 	// A store that refuses this client's writes for good ends the run.
 	ctx, stopRefused := context.WithCancelCause(ctx)
@@ -193,6 +204,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		StopOnLoss: r.stopOnLoss,
 		OnEvent: func(ev leasehold.Event) {
 			r.metrics.observe(ev)
+			if r.terms != nil {
+				r.terms.observe(ev)
+			}
 			r.logEvent(ev)
 			if ev.Kind == leasehold.EventAcquireAttempt && writeRefused(ev.Err) {
 				stopRefused(&writeRefusedError{store: st.Name, err: ev.Err})
@@ -228,24 +242,27 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		renewed:  renewed,
 		onStart:  func(int) { r.metrics.childStarted() },
 	}
+	var sched *leasehold.Scheduler
 	if r.sched.every > 0 {
-		return r.runScheduled(ctx, st, cfg)
-	}
-	e, err := leasehold.NewElector(st.Store, r.lease, cfg)
-	if err != nil {
-		return configError(err)
-	}
-	r.elector = e
-	if r.slots > 0 {
-		semCfg := cfg
-		semCfg.KeepAlive = true // renewed while the command runs, as an elector's term
-		if r.sem, err = leasehold.NewSemaphore(st.Store, r.lease, r.slots, semCfg); err != nil {
+		if sched, err = r.newScheduler(st.Store, cfg); err != nil {
+			return err
+		}
+	} else {
+		if r.elector, err = leasehold.NewElector(st.Store, r.lease, cfg); err != nil {
 			return configError(err)
+		}
+		if r.slots > 0 {
+			semCfg := cfg
+			semCfg.KeepAlive = true // renewed while the command runs, as an elector's term
+			if r.sem, err = leasehold.NewSemaphore(st.Store, r.lease, r.slots, semCfg); err != nil {
+				return configError(err)
+			}
 		}
 	}
 
 	r.started = time.Now()
 	r.running.Store(true)
+	defer r.running.Store(false)
 	if r.httpAddr != "" {
 		stopHTTP, err := r.serveHTTP(st.Store)
 		if err != nil {
@@ -253,6 +270,10 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		}
 		defer stopHTTP()
 	}
+	if sched != nil {
+		return r.runScheduled(ctx, st, sched)
+	}
+	e := r.elector
 	r.log.Info("contending", "store", st.Name, "holder", e.Identity(),
 		"lease_duration", tm.LeaseDuration.String(), "renew_deadline", tm.RenewDeadline.String(),
 		"renew_interval", tm.RenewInterval.String(), "retry_period", tm.RetryPeriod.String(),
@@ -344,8 +365,14 @@ func (r *runCmd) work(ctx context.Context, l *leasehold.Lease) error {
 }
 
 func (r *runCmd) healthView() healthView {
+	var status leasehold.Status
+	if r.terms != nil {
+		status = r.terms.status(r.sem != nil)
+	} else {
+		status = r.elector.Status()
+	}
 	return healthView{
-		status:   r.elector.Status(),
+		status:   status,
 		running:  r.running.Load(),
 		started:  r.started,
 		timings:  r.tm,
@@ -370,11 +397,22 @@ func (r *runCmd) serveHTTP(st store.Store) (stop func(), err error) {
 		ln.Close()
 		return nil, err
 	}
-	page.self = r.elector.Identity
-	mux := r.httpHandler()
+	if r.terms != nil {
+		page.self = r.terms.holds
+	} else {
+		page.self = func(rec store.Record) bool { return rec.Holder == r.elector.Identity() }
+	}
+	mux := r.httpHandler(st)
 	page.routes(mux)
 	stop = servePage(context.Background(), page, ln, scrubHandler(r.env.secrets, mux))
-	r.log.Info("serving the status page, /healthz, /leader and /metrics", "addr", ln.Addr().String())
+	what := "/leader"
+	switch {
+	case r.sem != nil:
+		what = "/slots"
+	case r.sched.every > 0:
+		what = "/schedule"
+	}
+	r.log.Info("serving the status page, /healthz, "+what+" and /metrics", "addr", ln.Addr().String())
 	return stop, nil
 }
 

@@ -16,8 +16,6 @@ func (r *runCmd) checkSlots() error {
 		return usagef("--slots %d: want 1 to %d (or 0 for a single holder)", r.slots, leasehold.MaxSlots)
 	case r.slots > 0 && r.sched.every > 0:
 		return usagef("--slots does not go with --every: a scheduled job runs once per period")
-	case r.slots > 0 && r.httpAddr != "":
-		return usagef("--slots and --http together are not supported yet: /leader and /metrics report one elector's term")
 	case r.slots > 0:
 		if err := validateLeaseName(leasehold.SlotName(r.lease, r.slots-1)); err != nil {
 			return usagef("--lease with --slots %d: the slot lease names are too long: %v", r.slots, err)

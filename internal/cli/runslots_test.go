@@ -21,7 +21,6 @@ func TestSlotsBadInput(t *testing.T) {
 		{"negative", []string{"run", "--lease", "x", "--slots", "-1", "--", "true"}, "--slots -1: want 1 to 256"},
 		{"too many", []string{"run", "--lease", "x", "--slots", "257", "--", "true"}, "--slots 257: want 1 to 256"},
 		{"not a number", []string{"run", "--lease", "x", "--slots", "two", "--", "true"}, "-slots"},
-		{"with --http", []string{"run", "--lease", "x", "--slots", "2", "--http", "127.0.0.1:0", "--", "true"}, "--slots and --http together are not supported"},
 		{"with --every", []string{"run", "--lease", "x", "--slots", "2", "--every", "1h", "--", "true"}, "--slots does not go with --every"},
 		{"slot names too long", []string{"run", "--lease", long, "--slots", "12", "--", "true"}, "the slot lease names are too long"},
 	} {

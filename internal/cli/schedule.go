@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store"
 )
 
 // The environment a scheduled command (run --every) gets besides the term's.
@@ -70,8 +71,6 @@ func (f *scheduleFlags) check(r *runCmd) error {
 		return usagef("--restart does not go with --every: each period runs CMD once")
 	case r.stopOnLoss:
 		return usagef("--stop-on-loss does not go with --every: a scheduled job keeps its schedule")
-	case r.httpAddr != "":
-		return usagef("--http does not go with --every (not supported yet)")
 	}
 	return nil
 }
@@ -88,22 +87,28 @@ func configError(err error) error {
 	return err
 }
 
-// runScheduled runs the command as a scheduled job (run --every).
-func (r *runCmd) runScheduled(ctx context.Context, st *openedStore, cfg leasehold.Config) error {
+// newScheduler is the scheduler of run --every.
+func (r *runCmd) newScheduler(st store.Store, cfg leasehold.Config) (*leasehold.Scheduler, error) {
 	f := r.sched
 	missed := leasehold.MissedSkip
 	if f.missed == "run-once" {
 		missed = leasehold.MissedRunOnce
 	}
-	s, err := leasehold.NewScheduler(st.Store, r.lease, cfg, leasehold.Schedule{
+	s, err := leasehold.NewScheduler(st, r.lease, cfg, leasehold.Schedule{
 		Every: f.every, Missed: missed, Grace: f.grace, MinHold: f.minHold,
 		OnSkip: func(p time.Time, err error) {
 			r.log.Info("period not run here", "period", p.Format(time.RFC3339), "reason", err.Error())
 		},
 	})
 	if err != nil {
-		return configError(err)
+		return nil, configError(err)
 	}
+	return s, nil
+}
+
+// runScheduled runs the command as a scheduled job (run --every).
+func (r *runCmd) runScheduled(ctx context.Context, st *openedStore, s *leasehold.Scheduler) error {
+	f := r.sched
 	r.log.Info("scheduled", "store", st.Name, "every", f.every.String(), "missed", f.missed)
 	job := func(ctx context.Context, p time.Time, l *leasehold.Lease) error {
 		if time.Until(l.SafeUntil()) <= r.tm.WindDown {
@@ -114,10 +119,12 @@ func (r *runCmd) runScheduled(ctx context.Context, st *openedStore, cfg leasehol
 			EnvPeriodStart + "=" + p.UTC().Format(time.RFC3339),
 			EnvPeriodSeconds + "=" + strconv.FormatInt(int64(f.every/time.Second), 10),
 		}
+		r.terms.runStarted(p, l.Token())
 		res, err := r.sup.runOnce(ctx, l)
 		if err != nil {
 			return err // the command cannot be started: no later period would do better
 		}
+		r.terms.runEnded(res.code)
 		if r.sup.root.Err() != nil {
 			r.mu.Lock()
 			r.shutdownRan, r.shutdownCode = true, res.code
@@ -129,7 +136,7 @@ func (r *runCmd) runScheduled(ctx context.Context, st *openedStore, cfg leasehol
 		}
 		return nil
 	}
-	err = s.Run(ctx, job)
+	err := s.Run(ctx, job)
 	var refused *writeRefusedError
 	switch {
 	case errors.As(context.Cause(ctx), &refused):
