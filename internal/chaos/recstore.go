@@ -171,6 +171,29 @@ func (s *recStore) RenewMany(ctx context.Context, terms []store.Term, ttl time.D
 	return recs, errs, nil
 }
 
+// Queues, Enqueue and Dequeue forward the store's fair queue (a place in
+// it grants nothing, so the recorder does not log them).
+func (s *recStore) Queues() bool {
+	_, ok := store.AsQueuer(s.inner)
+	return ok
+}
+
+func (s *recStore) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
+	q, ok := store.AsQueuer(s.inner)
+	if !ok {
+		return 0, errors.New("chaos: the store has no queue")
+	}
+	return q.Enqueue(ctx, name, holder, ttl)
+}
+
+func (s *recStore) Dequeue(ctx context.Context, name, holder string) error {
+	q, ok := store.AsQueuer(s.inner)
+	if !ok {
+		return errors.New("chaos: the store has no queue")
+	}
+	return q.Dequeue(ctx, name, holder)
+}
+
 // Limits forwards the store's limits.
 func (s *recStore) Limits() store.Limits {
 	if l, ok := s.inner.(store.Limiter); ok {
