@@ -7,8 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"github.com/leasehold/leasehold/store/kubernetes"
 )
 
 // A Kubernetes store's server is named by its kubeconfig, not its URL. When
@@ -19,40 +18,16 @@ import (
 // certificate must name 127.0.0.1 (kubetest's does), since the node now
 // dials that address.
 
-// kubeConfigOf loads the kubeconfig a kubernetes:// URL names and returns it
-// with the name of the context in use.
-func kubeConfigOf(u *url.URL) (*clientcmdapi.Config, string, error) {
-	q := u.Query()
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if p := q.Get("kubeconfig"); p != "" {
-		rules.ExplicitPath = p
-	}
-	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: q.Get("context")}).RawConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: kubeconfig: %v", ErrInvalid, err)
-	}
-	name := q.Get("context")
-	if name == "" {
-		name = raw.CurrentContext
-	}
-	if raw.Contexts[name] == nil {
-		return nil, "", fmt.Errorf("%w: kubeconfig has no context %q", ErrInvalid, name)
-	}
-	if raw.Clusters[raw.Contexts[name].Cluster] == nil {
-		return nil, "", fmt.Errorf("%w: kubeconfig context %q names no known cluster", ErrInvalid, name)
-	}
-	return &raw, name, nil
-}
-
 // kubeEndpoint is the host:port of the API server a kubernetes:// URL's
 // kubeconfig names, if it is on a loopback address (else "": the harness
 // proxies only a server on this host).
 func kubeEndpoint(u *url.URL) string {
-	raw, name, err := kubeConfigOf(u)
+	q := u.Query()
+	server, _, err := kubernetes.KubeconfigServer(q.Get("kubeconfig"), q.Get("context"))
 	if err != nil {
 		return ""
 	}
-	su, err := url.Parse(raw.Clusters[raw.Contexts[name].Cluster].Server)
+	su, err := url.Parse(server)
 	if err != nil || su.Scheme != "https" || !isLoopback(su.Hostname()) {
 		return ""
 	}
@@ -67,27 +42,23 @@ func kubeEndpoint(u *url.URL) string {
 // proxyAddr, into path (mode 0600: it holds the credentials of the
 // original), and returns the store URL that uses it.
 func kubeNodeURL(u *url.URL, proxyAddr, path string) (string, error) {
-	raw, name, err := kubeConfigOf(u)
+	q := u.Query()
+	server, name, err := kubernetes.KubeconfigServer(q.Get("kubeconfig"), q.Get("context"))
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	cl := raw.Clusters[raw.Contexts[name].Cluster].DeepCopy()
-	su, _ := url.Parse(cl.Server)
+	su, err := url.Parse(server)
+	if err != nil {
+		return "", fmt.Errorf("%w: kubeconfig server %q: %v", ErrInvalid, server, err)
+	}
 	su.Host = proxyAddr
-	cl.Server = su.String()
-	raw.Clusters[raw.Contexts[name].Cluster] = cl
-	raw.CurrentContext = name
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", fmt.Errorf("leasehold/chaos: %w", err)
 	}
-	if err := clientcmd.WriteToFile(*raw, path); err != nil {
-		return "", fmt.Errorf("leasehold/chaos: write kubeconfig: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := kubernetes.WriteKubeconfig(q.Get("kubeconfig"), name, su.String(), path); err != nil {
 		return "", fmt.Errorf("leasehold/chaos: %w", err)
 	}
 	c := *u
-	q := c.Query()
 	q.Set("kubeconfig", path)
 	q.Set("context", name)
 	c.RawQuery = q.Encode()

@@ -276,28 +276,12 @@ func (kc *kubeconfig) merge(path string, b []byte) error {
 // fromKubeconfig connects with the kubeconfig (see kubeconfigPaths), its
 // current context or contextName.
 func fromKubeconfig(path, contextName string) (connection, error) {
-	kc, err := loadKubeconfig(path)
+	kc, name, cl, err := kubeconfigContext(path, contextName)
 	if err != nil {
 		return connection{}, err
 	}
-	name := contextName
-	if name == "" {
-		name = kc.currentContext
-	}
-	if name == "" {
-		return connection{}, errors.New("the kubeconfig sets no current-context; name one with ?context=NAME")
-	}
-	ctx, ok := kc.contexts[name]
-	if !ok {
-		return connection{}, fmt.Errorf("context %q is not in the kubeconfig", name)
-	}
-	cl, ok := kc.clusters[ctx.Cluster]
-	if !ok {
-		return connection{}, fmt.Errorf("context %q names cluster %q, which is not in the kubeconfig", name, ctx.Cluster)
-	}
-	if cl.Server == "" {
-		return connection{}, fmt.Errorf("cluster %q has no server", ctx.Cluster)
-	}
+	ctx := kc.contexts[name]
+	var ok bool
 	var u kcUser
 	if ctx.User != "" {
 		if u, ok = kc.users[ctx.User]; !ok {
