@@ -162,7 +162,7 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 		close(ready)
 		io.Copy(io.Discard, br)
 	}()
-	timer := time.NewTimer(30 * time.Second)
+	timer := time.NewTimer(nodeReadyTimeout)
 	defer timer.Stop()
 	select {
 	case r, ok := <-ready:
@@ -173,13 +173,19 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 		p.holder = r.Holder
 	case <-timer.C:
 		cmd.Process.Kill()
-		return nil, fmt.Errorf("leasehold/chaos: node %s was not ready within 30s; see %s", p.name, errf.Name())
+		return nil, fmt.Errorf("leasehold/chaos: node %s was not ready within %v; see %s", p.name, nodeReadyTimeout, errf.Name())
 	case <-ctx.Done():
 		cmd.Process.Kill()
 		return nil, ctx.Err()
 	}
 	return p, nil
 }
+
+// nodeReadyTimeout bounds a node's start (exec, then opening the store,
+// which waits out a store restart or a cut). A PostgreSQL soak at load 80
+// lost a 29-minute run to a restarted node that took over 30 s; a slow start
+// proves nothing about safety, so the bound is generous.
+const nodeReadyTimeout = 2 * time.Minute
 
 // stopProc asks p to stop (closing its stdin: it releases its lease and
 // exits) and kills it if it has not exited within wait.
