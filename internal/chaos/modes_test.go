@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,17 +10,34 @@ import (
 )
 
 // modeSpan is how long each semaphore and schedule CI run injects faults:
-// the four runs go at once, after the package's other tests.
+// the four runs (two modes on two stores) go at once.
 const modeSpan = 20 * time.Second
 
 // modeGroups is the number of lease groups of each of those runs.
 const modeGroups = 4
 
-// modeRun is a semaphore's or a schedule's CI run on one store: modeGroups
-// groups of 3 nodes with overlapping faults, as the stores' volume runs
-// (a 1 s lease, a 550 ms wind-down, a 2 s slack), for modeSpan.
+// TestChaosModes is the CI run of a semaphore (2 slots on 3 nodes) and of
+// a scheduled job (every 2 s) on SQLite and on a Redis of the test's own,
+// all four at once: each modeGroups groups with overlapping faults, as the
+// stores' volume runs (a 1 s lease, a 550 ms wind-down, a 2 s slack), for
+// modeSpan.
+func TestChaosModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take tens of seconds")
+	}
+	var wg sync.WaitGroup
+	for _, mode := range []string{ModeSemaphore, ModeSchedule} {
+		for _, st := range []string{"sqlite", "redis"} {
+			// Not t.Parallel, which -parallel (GOMAXPROCS, here 2) would
+			// cap: the four runs must overlap to keep the package's time.
+			wg.Go(func() { t.Run(mode+"/"+st, func(t *testing.T) { modeRun(t, mode, st) }) })
+		}
+	}
+	wg.Wait()
+}
+
+// modeRun is one of TestChaosModes's runs.
 func modeRun(t *testing.T, mode, storeName string) {
-	t.Parallel()
 	var c Config
 	switch storeName {
 	case "sqlite":
@@ -57,26 +75,6 @@ func modeRun(t *testing.T, mode, storeName string) {
 		if s.Runs < modeGroups*int(modeSpan/c.Every)/2 {
 			t.Errorf("%d runs in %d groups of %v: the schedule hardly ran", s.Runs, modeGroups, modeSpan)
 		}
-	}
-}
-
-func TestChaosSemaphore(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	t.Parallel()
-	for _, st := range []string{"sqlite", "redis"} {
-		t.Run(st, func(t *testing.T) { modeRun(t, ModeSemaphore, st) })
-	}
-}
-
-func TestChaosSchedule(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos runs take tens of seconds")
-	}
-	t.Parallel()
-	for _, st := range []string{"sqlite", "redis"} {
-		t.Run(st, func(t *testing.T) { modeRun(t, ModeSchedule, st) })
 	}
 }
 
