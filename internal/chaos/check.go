@@ -36,8 +36,10 @@ const (
 	chkExclusive = "exclusive-work"
 	// chkSafeUntil: no guarded work sends a write or returns after its
 	// safeUntil, measured on the node's own clock (unless the process was
-	// frozen by a pause over that moment: a frozen process cannot stop
-	// itself, which is what the fence is for); and each safeUntil is at most
+	// frozen by a pause over that moment, or the OS did not run it: its own
+	// recorded stalls from safeUntil - windDown to the late event add up to
+	// at least the overrun; a process that is not run cannot stop itself,
+	// which is what the fence is for); and each safeUntil is at most
 	// the send time of its acquire or renew request plus the renew deadline.
 	// The send time is the one the node's recorder wrote just before the
 	// request reached the store, not the latency the library reports.

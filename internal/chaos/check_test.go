@@ -453,7 +453,7 @@ func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
 	}
 	h.Events = keep
 	b := &histBuilder{h: h, reqN: 100}
-	for s := 2.6; s < 4.65; s += 0.4 { // last renewal at 4.4 s: safeUntil 5.795 s
+	for s := 2.6; s < 4.65; s += 0.4 { // last renewal at 4.6 s: safeUntil 5.995 s
 		b.granted("n1.1", s, evRenewed, "", 1, 0.005)
 	}
 	// Frozen from 4.7 s to 6.5 s; n2 starts at 4.8 s; n1 wakes past its
@@ -476,6 +476,19 @@ func TestExclusiveWorkExemptsAFrozenHolder(t *testing.T) {
 	for _, v := range r.Violations {
 		if v.Check == chkExclusive && !strings.Contains(v.Msg, "n1.1 (token 1) and n2.1 (token 2)") {
 			t.Errorf("violation names the wrong terms: %s", v)
+		}
+		// The message carries what it takes to judge it without the files:
+		// both terms' grants, renewals, safeUntil, end of belief and last events.
+		for _, want := range []string{
+			"n1.1 token 1: believed from +1.000s to +5.995s (its clock passed safeUntil; safeUntil 5.995s on its clock); granted by acquire #1 sent +0.995s",
+			"the last #106 sent +4.595s (clock 4.595s), answered +4.600s",
+			"n2.1 token 2: believed from +4.800s",
+			"its last events to then: ",
+			"renewed +4.600s t1 su 5.995s",
+		} {
+			if v.Check == chkExclusive && !strings.Contains(v.Msg, want) {
+				t.Errorf("violation lacks %q: %s", want, v)
+			}
 		}
 	}
 }
@@ -591,5 +604,67 @@ func TestPercentile(t *testing.T) {
 	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	if percentile(d, 0.5) != 5 || percentile(d, 0.99) != 10 || percentile(nil, 0.5) != 0 || percentile(d[:1], 0.99) != 1 {
 		t.Fatal("wrong percentiles")
+	}
+}
+
+// A write sent after safeUntil by a process the OS did not run is exempt
+// only when the process's own recorded stalls, from when it was told to stop
+// (safeUntil - windDown) to the write, add up to at least the overrun.
+func TestSafeUntilExemptsOnlyAStallAsLongAsTheOverrun(t *testing.T) {
+	// n2.1's write at 6.0 s goes out 100 ms after its safeUntil (5.9 s);
+	// it was told to stop at 5.5 s.
+	late := func(stalls ...[2]float64) *history {
+		h := cleanHistory()
+		for i := range h.Events {
+			if h.Events[i].Value == "n2.1#3" && h.Events[i].Kind == evWriteCall {
+				h.Events[i].SafeUntil = h.Events[i].Clock - sec(0.1)
+			}
+		}
+		b := &histBuilder{h: h}
+		for _, s := range stalls {
+			b.ev("n2.1", s[1], event{Kind: evStall, StallFrom: at(s[0]), StallTo: at(s[1])})
+		}
+		sortEvents(h.Events)
+		return h
+	}
+	for _, tc := range []struct {
+		name   string
+		stalls [][2]float64
+		exempt bool
+	}{
+		{"no stall", nil, false},
+		{"a stall shorter than the overrun", [][2]float64{{5.86, 5.95}}, false},
+		{"stalls adding up to less than the overrun", [][2]float64{{5.6, 5.64}, {5.9, 5.95}}, false},
+		{"a long stall before it was told to stop", [][2]float64{{4.9, 5.45}}, false},
+		{"a long stall mostly before it was told to stop", [][2]float64{{4.9, 5.55}}, false},
+		{"a stall as long as the overrun", [][2]float64{{5.88, 5.99}}, true},
+		{"stalls adding up to the overrun", [][2]float64{{5.52, 5.58}, {5.9, 5.95}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := checkHistory(late(tc.stalls...), checkOptions{})
+			got := violationsOf(r)[chkSafeUntil]
+			var checked string
+			for _, c := range r.Checks {
+				if c.Name == chkSafeUntil {
+					checked = c.Checked
+				}
+			}
+			if tc.exempt {
+				if got != 0 {
+					t.Fatalf("a write late by less than its stalls was reported: %v", r.Violations)
+				}
+				if !strings.Contains(checked, "2 overruns by frozen processes exempt, 1 by processes the OS did not run, longest stall 110ms") &&
+					!strings.Contains(checked, ", 1 by processes the OS did not run, longest stall 60ms") {
+					t.Errorf("safe-until examined %q", checked)
+				}
+				return
+			}
+			if got != 1 {
+				t.Fatalf("safe-until violations = %d, want 1 (the write late by more than its stalls): %v", got, r.Violations)
+			}
+			if !strings.Contains(checked, "2 overruns by frozen processes exempt, 0 by processes the OS did not run") {
+				t.Errorf("safe-until examined %q", checked)
+			}
+		})
 	}
 }

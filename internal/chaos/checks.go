@@ -148,10 +148,20 @@ func (c *checker) pausedOver(proc string, from, to int64) bool {
 func (c *checker) checkSafeUntil() string {
 	t := c.h.Timings
 	const arithSlack = int64(2 * time.Millisecond)
-	n, exempt := 0, 0
+	n, exempt, exemptStall := 0, 0, 0
+	var longest int64
 	for _, proc := range sortedKeys(c.byProc) {
+		ev := c.byProc[proc]
+		stalls := stallSpans(ev)
+		for _, s := range stalls {
+			// The longest the OS left a process unrun: a stall that a
+			// pause (SIGSTOP) explains is not one.
+			if !c.pausedOver(proc, s[0], s[1]) {
+				longest = max(longest, s[1]-s[0])
+			}
+		}
 		lastAcquire, lastRenew := map[int64]event{}, map[int64]event{}
-		for _, e := range c.byProc[proc] {
+		for k, e := range ev {
 			switch e.Kind {
 			case evAnswer:
 				if e.Err != "" || e.Token == 0 {
@@ -209,16 +219,51 @@ func (c *checker) checkSafeUntil() string {
 					exempt++
 					continue
 				}
+				// Not run by the OS: the process recorded stalls (spans in
+				// which its stall recorder, due to run, did not) that add up,
+				// within the window from when its clock read safeUntil -
+				// windDown (the work is told to stop) to this event, to at
+				// least the overrun in real time (from when its clock read
+				// safeUntil to this event). Then, of the time since it was
+				// told to stop, it ran no longer than the wind-down the
+				// library asks for: it could not have stopped in time.
+				// Anything short of that is a violation.
+				deadline := wallAt(ev, k, e.SafeUntil)
+				told := wallAt(ev, k, e.SafeUntil-int64(t.WindDown))
+				realOver := e.Wall - deadline
+				stalled := stalledWithin(stalls, told, e.Wall)
+				if realOver > 0 && stalled >= realOver {
+					exemptStall++
+					continue
+				}
 				what := "sent write " + e.Value
 				if e.Kind == evWorkStop {
 					what = "returned from its guarded work"
 				}
 				c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
-					Msg: fmt.Sprintf("%s %s with token %d %v after its safeUntil, on its own clock, and it was not frozen then", proc, what, e.Token, time.Duration(over))})
+					Msg: fmt.Sprintf("%s %s with token %d %v after its safeUntil, on its own clock, and it was not frozen then (it recorded %v of stalls from when it was told to stop, less than the %v overrun in real time)",
+						proc, what, e.Token, time.Duration(over), time.Duration(stalled), time.Duration(realOver))})
 			}
 		}
 	}
-	return fmt.Sprintf("%d deadlines (%d overruns by frozen processes exempt)", n, exempt)
+	return fmt.Sprintf("%d deadlines (%d overruns by frozen processes exempt, %d by processes the OS did not run, longest stall %v)",
+		n, exempt, exemptStall, time.Duration(longest).Round(time.Millisecond))
+}
+
+// wallAt is the wall time at which the process's clock read s, where ev are
+// the process's events and ev[k].Clock >= s: interpolated between the last
+// event before with a reading below s and the one after it (see crossing).
+// With no such event, the earliest the clock can have read s at a rate
+// above 1/2: it only makes an overrun look longer.
+func wallAt(ev []event, k int, s int64) int64 {
+	j := k
+	for j > 0 && ev[j-1].Clock >= s {
+		j--
+	}
+	if j == 0 {
+		return ev[k].Wall - 2*(ev[k].Clock-s)
+	}
+	return crossing(ev[j-1], ev[j], s)
 }
 
 // callOf is the store call req of proc.
@@ -267,6 +312,10 @@ type liveWork struct {
 	proc     string
 	token    int64
 	from, to int64
+	// why the belief ended at to (before frozen spans were cut out), and
+	// the safeUntil (node clock) it had then: for the violation's story.
+	ended string
+	su    int64
 }
 
 // crossing is the wall time at which the node's clock reached s, between
@@ -284,6 +333,14 @@ func crossing(a, b event, s int64) int64 {
 }
 
 // workIntervals are the live intervals of every term's guarded work.
+//
+// Recorded stalls (evStall) are not cut out of them as pauses are, and must
+// not be: an interval ends when the node's clock passes safeUntil whether or
+// not the process was run, so a stall never makes one longer, and a rival
+// whose work overlaps a stalled holder's interval was granted the lease
+// while the holder could still trust it (a store or library bug), which is
+// what this check exists to report. Exempting stalls here would only hide
+// such bugs on a loaded machine.
 func (c *checker) workIntervals() []liveWork {
 	var out []liveWork
 	for _, proc := range sortedKeys(c.byProc) {
@@ -305,10 +362,11 @@ func (c *checker) workIntervals() []liveWork {
 			if su != 0 && e.Clock >= su {
 				continue // started past its deadline: it never believed
 			}
+			ended := ""
 			for j := i + 1; j < len(ev) && to < 0; j++ {
 				x := ev[j]
 				if su != 0 && x.Clock >= su {
-					to = crossing(ev[j-1], x, su)
+					to, ended = crossing(ev[j-1], x, su), "its clock passed safeUntil"
 					break
 				}
 				if x.Token != tok {
@@ -316,7 +374,7 @@ func (c *checker) workIntervals() []liveWork {
 				}
 				switch x.Kind {
 				case evWorkStop, evLost:
-					to = x.Wall
+					to, ended = x.Wall, x.Kind
 				case evAcquired, evRenewed, evWriteCall, evRenewFailed:
 					if x.SafeUntil != 0 {
 						su = x.SafeUntil
@@ -324,10 +382,10 @@ func (c *checker) workIntervals() []liveWork {
 				}
 			}
 			if to < 0 { // the history ends (killed): the last thing it recorded
-				to = ev[len(ev)-1].Wall
+				to, ended = ev[len(ev)-1].Wall, "its history ended"
 			}
 			for _, iv := range subtract(from, to, pauses) {
-				out = append(out, liveWork{proc: proc, token: tok, from: iv[0], to: iv[1]})
+				out = append(out, liveWork{proc: proc, token: tok, from: iv[0], to: iv[1], ended: ended, su: su})
 			}
 		}
 	}
@@ -371,8 +429,8 @@ func (c *checker) checkExclusive() string {
 			}
 			end := min(a.to, b.to)
 			c.violate(Violation{Wall: b.from, Proc: b.proc, Token: b.token,
-				Msg: fmt.Sprintf("%s (token %d) and %s (token %d) both ran guarded work believing they held the lease, neither frozen, for %v: %s started while %s still trusted its term",
-					a.proc, a.token, b.proc, b.token, time.Duration(end-b.from), b.proc, a.proc)})
+				Msg: fmt.Sprintf("%s (token %d) and %s (token %d) both ran guarded work believing they held the lease, neither frozen, for %v: %s started while %s still trusted its term. %s. %s",
+					a.proc, a.token, b.proc, b.token, time.Duration(end-b.from), b.proc, a.proc, c.termStory(a, end), c.termStory(b, end))})
 		}
 	}
 	return fmt.Sprintf("%d terms of guarded work, %d live intervals", len(terms), len(ivs))
@@ -457,4 +515,80 @@ func faultEpisodes(faults []fault, bound int64) []episode {
 		out = append(out, episode{end: f.End, n: 1, last: f})
 	}
 	return out
+}
+
+// rel is a wall time as seconds since the run began, for messages.
+func (c *checker) rel(wall int64) string {
+	return fmt.Sprintf("+%.3fs", float64(wall-c.h.Start)/1e9)
+}
+
+// termStory tells, for a violation's message, what the history says about
+// the term of iv up to the wall time until: how it was granted and last
+// renewed (the recorder's send and answer times), its safeUntil, how its
+// belief ended, the faults on its process, and its last events. Enough to
+// judge the violation without the history files.
+func (c *checker) termStory(iv liveWork, until int64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s token %d: believed from %s to %s (%s; safeUntil %v on its clock)", iv.proc, iv.token, c.rel(iv.from), c.rel(iv.to), iv.ended, time.Duration(iv.su))
+	var grant, renew *storeCall
+	renewOK, renewBad := 0, 0
+	var lastBad *event
+	for _, sc := range c.calls {
+		if sc.req.Proc() != iv.proc || sc.ans == nil {
+			continue
+		}
+		switch {
+		case sc.req.Call == callAcquire && sc.ans.Err == "" && sc.ans.Token == iv.token:
+			grant = sc
+		case sc.req.Call == callRenew && sc.req.Token == iv.token && sc.ans.Wall <= until:
+			if sc.ans.Err == "" {
+				renewOK++
+				renew = sc
+			} else {
+				renewBad++
+				lastBad = sc.ans
+			}
+		}
+	}
+	if grant != nil {
+		fmt.Fprintf(&b, "; granted by acquire #%d sent %s (clock %v), answered %s", grant.req.Req, c.rel(grant.req.Wall), time.Duration(grant.req.Clock), c.rel(grant.ans.Wall))
+	} else {
+		b.WriteString("; no recorded acquire answered with this token")
+	}
+	if renew != nil {
+		fmt.Fprintf(&b, "; %d renewals answered ok, the last #%d sent %s (clock %v), answered %s", renewOK, renew.req.Req, c.rel(renew.req.Wall), time.Duration(renew.req.Clock), c.rel(renew.ans.Wall))
+	}
+	if lastBad != nil {
+		fmt.Fprintf(&b, "; %d renewals failed, the last answered %s: %s", renewBad, c.rel(lastBad.Wall), lastBad.Err)
+	}
+	var faults []string
+	for _, f := range c.h.Faults {
+		if (f.Target == iv.proc || f.Target == "store") && f.Start <= until && f.End >= iv.from-int64(10*time.Second) {
+			faults = append(faults, fmt.Sprintf("%s %s..%s", f.Kind, c.rel(f.Start), c.rel(f.End)))
+		}
+	}
+	if len(faults) > 0 {
+		fmt.Fprintf(&b, "; faults on it or the store: %s", strings.Join(faults, ", "))
+	}
+	ev := c.byProc[iv.proc]
+	k := sort.Search(len(ev), func(i int) bool { return ev[i].Wall > until })
+	var last []string
+	for _, e := range ev[max(0, k-8):k] {
+		s := e.Kind + " " + c.rel(e.Wall)
+		if e.Call != "" {
+			s += fmt.Sprintf(" %s#%d", e.Call, e.Req)
+		}
+		if e.Token != 0 {
+			s += fmt.Sprintf(" t%d", e.Token)
+		}
+		if e.SafeUntil != 0 {
+			s += fmt.Sprintf(" su %v", time.Duration(e.SafeUntil))
+		}
+		if e.Err != "" {
+			s += " err " + e.Err
+		}
+		last = append(last, s)
+	}
+	fmt.Fprintf(&b, "; its last events to then: %s", strings.Join(last, " | "))
+	return b.String()
 }

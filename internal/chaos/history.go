@@ -32,6 +32,7 @@ const (
 	evExit        = "exit"          // the process is exiting normally
 	evRun         = "run"           // a scheduled job's run began: Period (Unix s of its start) and Token of the run's lease
 	evSkip        = "skip"          // a scheduled period this node tried and did not run (Period, Err)
+	evStall       = "stall"         // the process was not run (CPU starvation, a GC pause, SIGSTOP) from StallFrom to StallTo (wall ns), written after it woke
 )
 
 // Store calls the node records (event.Call).
@@ -86,6 +87,10 @@ type event struct {
 	Lease string `json:"lease,omitempty"`
 	// Period is the start (Unix seconds) of the period a run (evRun) ran.
 	Period int64 `json:"period,omitempty"`
+	// StallFrom and StallTo (evStall) bound, on the host's wall clock, a
+	// span in which the process's stall recorder was due to run and did not.
+	StallFrom int64 `json:"stall_from,omitempty"`
+	StallTo   int64 `json:"stall_to,omitempty"`
 }
 
 // Proc names one process: its slot and incarnation, such as "n2.3".

@@ -39,8 +39,9 @@ func workLeases(h *history) (names, labels []string) {
 }
 
 // processEvents are the events of a process as a whole, kept in every
-// lease's part of a history (the clock readings bound its steps).
-var processEvents = map[string]bool{evStart: true, evClockBefore: true, evClock: true, evExit: true}
+// lease's part of a history (the clock readings bound its steps; its
+// stalls are what safe-until weighs an overrun against).
+var processEvents = map[string]bool{evStart: true, evClockBefore: true, evClock: true, evExit: true, evStall: true}
 
 // leaseHistory is the part of h about lease name, whose writes go to res:
 // its events, the process-wide ones, the register's log and reads of res,

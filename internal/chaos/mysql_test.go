@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
-// mysqlURL returns a mysql:// URL on the machine's MariaDB (or MySQL) with a
-// database of the test's own, dropped when the test ends.
+// mysqlURL returns a mysql:// URL on the machine's MariaDB (or MySQL), or the
+// server LEASEHOLD_TEST_MYSQL names, with a database of the test's own,
+// dropped when the test ends.
 func mysqlURL(t *testing.T) string {
 	t.Helper()
 	dsn := testenv.MySQLDSN(t)
@@ -34,5 +35,11 @@ func mysqlURL(t *testing.T) string {
 			t.Logf("drop database %s: %v", name, err)
 		}
 	})
-	return "mysql://root@127.0.0.1:3306/" + name
+	cfg, err := mysqldrv.ParseDSN(dsn)
+	if err != nil {
+		t.Fatalf("LEASEHOLD_TEST_MYSQL does not parse as a go-sql-driver DSN: %v", err)
+	}
+	// The server LEASEHOLD_TEST_MYSQL names (a server of one's own keeps a
+	// run off the shared one), as its user.
+	return "mysql://" + cfg.User + "@" + cfg.Addr + "/" + name
 }

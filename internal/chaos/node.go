@@ -153,6 +153,10 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Time in which the OS did not run this process is recorded, so that
+	// the checker can tell a node that overran its safeUntil because it was
+	// not run from one that ran on regardless.
+	go recordStalls(ctx, hw, stallPeriod, stallThreshold)
 	// The harness controls the node through stdin; EOF means it is gone.
 	go func() {
 		defer cancel()
@@ -289,6 +293,12 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			case <-ctx.Done():
 				return nil
 			case <-pace.C:
+			}
+			// When both were ready, select chose at random: a work told to
+			// stop must not start another write (a soak caught one that did,
+			// after a stall, and returned past safeUntil).
+			if ctx.Err() != nil {
+				return nil
 			}
 			res := resources[i%len(resources)]
 			op++

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,9 @@ import (
 //	  go test ./internal/chaos -run TestChaosSoak -v -timeout 6h
 //
 // LEASEHOLD_CHAOS_SOAK_STORES chooses stores (default: all of them, one
-// after another), LEASEHOLD_CHAOS_OUT=DIR keeps the reports, and
+// after another), LEASEHOLD_CHAOS_SOAK_GROUPS=N runs N lease groups instead
+// of the store's CI number (more groups reach 10,000 faults sooner, and load
+// the machine more), LEASEHOLD_CHAOS_OUT=DIR keeps the reports, and
 // LEASEHOLD_CHAOS_SEED repeats a schedule.
 func TestChaosSoak(t *testing.T) {
 	n, d := soakFaults(), os.Getenv("LEASEHOLD_CHAOS_SOAK")
@@ -31,6 +34,14 @@ func TestChaosSoak(t *testing.T) {
 		}
 		span = v
 	}
+	groups := 0
+	if s := os.Getenv("LEASEHOLD_CHAOS_SOAK_GROUPS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			t.Fatalf("LEASEHOLD_CHAOS_SOAK_GROUPS=%q is not a positive number of lease groups", s)
+		}
+		groups = v
+	}
 	want := map[string]bool{}
 	if s := os.Getenv("LEASEHOLD_CHAOS_SOAK_STORES"); s != "" {
 		for _, name := range strings.Split(s, ",") {
@@ -41,6 +52,6 @@ func TestChaosSoak(t *testing.T) {
 		if len(want) > 0 && !want[r.name] {
 			continue
 		}
-		t.Run(r.name, func(t *testing.T) { runStore(t, r.name, span) })
+		t.Run(r.name, func(t *testing.T) { runStore(t, r.name, span, groups) })
 	}
 }

@@ -110,8 +110,9 @@ var storeRuns = []storeRun{
 
 // runStore runs one store's configuration: many lease groups with
 // overlapping faults, zero violations, every fault kind injected, and at
-// least ciVolume faults (or the soak's count).
-func runStore(t *testing.T, name string, span time.Duration) {
+// least ciVolume faults (or the soak's count). groups, if positive,
+// replaces the store's number of lease groups (the soak's knob).
+func runStore(t *testing.T, name string, span time.Duration, groups int) {
 	t.Helper()
 	for _, r := range storeRuns {
 		if r.name != name {
@@ -121,7 +122,10 @@ func runStore(t *testing.T, name string, span time.Duration) {
 			span = r.span
 		}
 		c := r.setup(t, span)
-		volume(&c, r.groups)
+		if groups <= 0 {
+			groups = r.groups
+		}
+		volume(&c, groups)
 		out := runClean(t, c)
 		requireKinds(t, out, c.Faults...)
 		requireVolume(t, out, ciVolume)
@@ -134,54 +138,54 @@ func TestChaosSQLite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	runStore(t, "sqlite", ciSpan)
+	runStore(t, "sqlite", ciSpan, 0)
 }
 
 func TestChaosPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	runStore(t, "postgres", ciSpan)
+	runStore(t, "postgres", ciSpan, 0)
 }
 
 func TestChaosRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	runStore(t, "redis", ciSpan)
+	runStore(t, "redis", ciSpan, 0)
 }
 
 func TestChaosEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	runStore(t, "etcd", ciSpan)
+	runStore(t, "etcd", ciSpan, 0)
 }
 
 func TestChaosKubernetes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	runStore(t, "kubernetes", ciSpan)
+	runStore(t, "kubernetes", ciSpan, 0)
 }
 
 func TestChaosMySQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	runStore(t, "mysql", ciSpan)
+	runStore(t, "mysql", ciSpan, 0)
 }
 
 func TestChaosZooKeeper(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	runStore(t, "zookeeper", ciSpan)
+	runStore(t, "zookeeper", ciSpan, 0)
 }
 
 func TestChaosNATS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	runStore(t, "nats", ciSpan)
+	runStore(t, "nats", ciSpan, 0)
 }

@@ -107,6 +107,22 @@ const grantSet = `meta_epoch = GREATEST(l.epoch, ?) + 1,
 	ttl_us = %s,
 	epoch = LAST_INSERT_ID(GREATEST(l.epoch, ?) + 1)`
 
+// laterExpiry is the expiry a grant or renewal sets: now + ttl (one
+// argument, in microseconds), but never earlier than the row's expiry.
+// {{now}} is the moment the statement began, and a statement that then
+// waited for the row's lock (a loaded server, or a request delayed in the
+// network) runs with that old moment. When it names a live term (a renewal,
+// or the holder's own acquire) and a newer statement committed first and
+// moved the expiry later, now + ttl would move it back: the holder trusts
+// the newer answer, counted from when it sent it, and a rival could be
+// granted the lease before that trust ends. A chaos run on MariaDB recorded
+// a node's own acquire, given up by its client, re-grant its live term
+// with an expiry older than the term's grant, and a rival take the next
+// token within the node's trust (see the README and
+// TestStaleStatementNeverShortensALiveTerm). For a free or expired row the
+// row's expiry is at most now: this is now + ttl.
+const laterExpiry = `GREATEST(l.expires_at, {{now}} + INTERVAL ? MICROSECOND)`
+
 // The term is live while expires_at > now; it is expired (free to take)
 // once expires_at <= now. A NULL or empty holder is a free row.
 func newStatements(n names) statements {
@@ -122,7 +138,7 @@ VALUES (?, ?, LAST_INSERT_ID(? + 1), ` + expires + `, ?, ` + ttl + `, ? + 1)`)
 	}
 	return statements{
 		// args: floor, holder, ttl_us, metadata, ttl_us, floor, name, holder
-		acquire: grant(`{{now}} + INTERVAL ? MICROSECOND`, `?`),
+		acquire: grant(laterExpiry, `?`),
 		// args: floor, holder, metadata, floor, name, holder
 		acquireLock: grant(`{{free}}`, `NULL`),
 		// args: name, holder, floor, ttl_us, metadata, ttl_us, floor
@@ -132,7 +148,7 @@ VALUES (?, ?, LAST_INSERT_ID(? + 1), ` + expires + `, ?, ` + ttl + `, ? + 1)`)
 		// Renew names the exact term and never changes the epoch.
 		// args: ttl_us, ttl_us, name, holder, epoch
 		renew: r.Replace(`UPDATE {{t}} AS l SET
-	expires_at = {{now}} + INTERVAL ? MICROSECOND,
+	expires_at = ` + laterExpiry + `,
 	ttl_us = ?,
 	metadata = IF(l.meta_epoch <=> l.epoch, l.metadata, NULL),
 	meta_epoch = l.epoch
@@ -143,7 +159,7 @@ WHERE l.name = ? AND l.holder = ? AND l.epoch = ? AND l.expires_at > {{now}}`),
 		// The head of the batched renewal; the store appends the terms.
 		// args: ttl_us, ttl_us, then the names, then (name, holder, epoch)...
 		renewManyHead: r.Replace(`UPDATE {{t}} AS l SET
-	expires_at = {{now}} + INTERVAL ? MICROSECOND,
+	expires_at = ` + laterExpiry + `,
 	ttl_us = ?,
 	metadata = IF(l.meta_epoch <=> l.epoch, l.metadata, NULL),
 	meta_epoch = l.epoch

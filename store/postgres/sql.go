@@ -116,12 +116,23 @@ func newStatements(table, history string) statements {
 		// is free, expired, or this holder's own. The epoch (fencing token)
 		// is bumped on every grant and never reset. A negative epoch (a row
 		// edited by hand) is never granted from.
+		//
+		// No grant or renewal moves a live term's expiry back
+		// (greatest(l.expires_at, ...)): now() is when the statement's
+		// transaction began, and a statement that then waited for the row's
+		// lock runs with that old moment. A renewal, or the holder's own
+		// acquire, run so after a newer renewal committed would otherwise
+		// set an expiry earlier than the one its holder was promised, and a
+		// rival could take over while the holder still trusts its term (the
+		// MySQL store's chaos run found it there;
+		// TestStaleStatementNeverShortensALiveTerm). A free or expired
+		// row's expiry is at most now(), so a grant over one is unchanged.
 		acquire: r.Replace(`INSERT INTO {{t}} AS l (name, holder, epoch, expires_at, metadata, ttl, meta_epoch)
 VALUES ($1, $2, 1, now() + $3::float8 * interval '1 microsecond', $4, $3::float8 * interval '1 microsecond', 1)
 ON CONFLICT (name) DO UPDATE SET
 	holder = excluded.holder,
 	epoch = coalesce(l.epoch, 0) + 1,
-	expires_at = excluded.expires_at,
+	expires_at = greatest(l.expires_at, excluded.expires_at),
 	metadata = excluded.metadata,
 	ttl = excluded.ttl,
 	meta_epoch = coalesce(l.epoch, 0) + 1
@@ -130,7 +141,7 @@ WHERE coalesce(l.epoch, 0) >= 0
 RETURNING {{cols l}}`),
 		// Renew names the exact term and never bumps the epoch.
 		renew: r.Replace(`UPDATE {{t}} AS l SET
-	expires_at = now() + $4::float8 * interval '1 microsecond',
+	expires_at = greatest(l.expires_at, now() + $4::float8 * interval '1 microsecond'),
 	ttl = $4::float8 * interval '1 microsecond',
 	metadata = CASE WHEN l.meta_epoch = l.epoch THEN l.metadata END,
 	meta_epoch = l.epoch
@@ -150,7 +161,7 @@ RETURNING l.epoch`),
 	FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS r(name, holder, epoch, ord)
 )
 UPDATE {{t}} AS l SET
-	expires_at = now() + $4::float8 * interval '1 microsecond',
+	expires_at = greatest(l.expires_at, now() + $4::float8 * interval '1 microsecond'),
 	ttl = $4::float8 * interval '1 microsecond',
 	metadata = CASE WHEN l.meta_epoch = l.epoch THEN l.metadata END,
 	meta_epoch = l.epoch
