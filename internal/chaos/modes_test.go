@@ -115,9 +115,11 @@ func TestChaosModeBrokenIsCaught(t *testing.T) {
 			out := requireCaught(t, c, tc.checks...)
 			if tc.broken == brokenExtraSlot {
 				// Every slot on its own was held rightly: only the count
-				// across the semaphore is wrong.
+				// across the semaphore is wrong. (safe-until and failover,
+				// which judge timing, can still fire on a loaded machine.)
 				for _, v := range out.Result.Violations {
-					if v.Check != chkAtMostN {
+					switch v.Check {
+					case chkExclusive, chkUniqueToken, chkTokenOrder, chkMonotonic, chkWriteOwner, chkLinearizable:
 						t.Errorf("extra slot: %s", v)
 					}
 				}
