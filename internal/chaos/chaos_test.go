@@ -86,8 +86,8 @@ func seedFor(t testing.TB) uint64 {
 	return h%1_000_000 + 1
 }
 
-// run runs c and requires a clean result with real activity.
-func runClean(t *testing.T, c Config) *Outcome {
+// runLogged runs c and logs its summary and report.
+func runLogged(t *testing.T, c Config) *Outcome {
 	t.Helper()
 	out, err := Run(context.Background(), c)
 	if err != nil {
@@ -95,6 +95,13 @@ func runClean(t *testing.T, c Config) *Outcome {
 	}
 	t.Log(out.Summary)
 	t.Logf("report: %s", out.Report)
+	return out
+}
+
+// run runs c and requires a clean result with real activity.
+func runClean(t *testing.T, c Config) *Outcome {
+	t.Helper()
+	out := runLogged(t, c)
 	for _, v := range out.Result.Violations {
 		t.Errorf("violation: %s", v)
 	}
@@ -250,24 +257,29 @@ func TestChaosBrokenStoreIsCaught(t *testing.T) {
 				c.Faults = []string{faultBlackhole}
 				c.Duration = 5 * time.Second
 			}
-			out, err := Run(context.Background(), c)
-			if err != nil {
-				t.Fatalf("chaos run: %v", err)
-			}
-			t.Log(out.Summary)
-			t.Logf("report: %s", out.Report)
-			byCheck := map[string]int{}
-			for _, c := range out.Result.Checks {
-				byCheck[c.Name] = c.Violations
-			}
-			if byCheck[tc.check] == 0 {
-				t.Fatalf("with the store broken (%s), %s found nothing: %v", tc.mode, tc.check, byCheck)
-			}
-			if !strings.Contains(out.Summary, "FAIL") || !strings.Contains(out.Summary, "BROKEN-STORE "+tc.mode) {
-				t.Errorf("summary: %s", out.Summary)
-			}
+			requireCaught(t, c, tc.check)
 		})
 	}
+}
+
+// requireCaught runs c, a broken-store negative control, and requires
+// each of checks to find violations.
+func requireCaught(t *testing.T, c Config, checks ...string) *Outcome {
+	t.Helper()
+	out := runLogged(t, c)
+	byCheck := map[string]int{}
+	for _, c := range out.Result.Checks {
+		byCheck[c.Name] = c.Violations
+	}
+	for _, check := range checks {
+		if byCheck[check] == 0 {
+			t.Errorf("with the store broken (%s), %s found nothing: %v", c.BrokenStore, check, byCheck)
+		}
+	}
+	if !strings.Contains(out.Summary, "FAIL") || !strings.Contains(out.Summary, "BROKEN-STORE "+c.BrokenStore) {
+		t.Errorf("summary: %s", out.Summary)
+	}
+	return out
 }
 
 func TestRunRejectsAnUnknownBrokenStore(t *testing.T) {

@@ -51,20 +51,31 @@ const (
 	// answers they got, the harness's reads) is linearizable against the
 	// model of a fenced register, per resource (porcupine).
 	chkLinearizable = "linearizable"
+	// chkAtMostN (a semaphore): at no moment do more than Slots live
+	// processes run guarded work under the semaphore's slots (the live
+	// intervals of exclusive-work, over every slot).
+	chkAtMostN = "at-most-n"
+	// chkOncePerPeriod (a schedule): no period is run twice, across every
+	// node and incarnation.
+	chkOncePerPeriod = "once-per-period"
 )
 
-// checkNames lists the checks in the order checkHistory runs them.
+// checkNames lists the checks of an elector's run in the order
+// checkHistory runs them. A semaphore's and a schedule's run the same
+// checks per lease, failover last, then at-most-n or once-per-period.
 var checkNames = []string{chkMonotonic, chkUniqueToken, chkTokenOrder, chkWriteOwner, chkExclusive, chkSafeUntil, chkFailover, chkLinearizable}
 
 var checkTitles = map[string]string{
-	chkMonotonic:    "the resource never accepts an older term (a lower token, or the same token from another writer)",
-	chkUniqueToken:  "no token is ever granted to two holders",
-	chkTokenOrder:   "a grant observed after another has a higher token",
-	chkWriteOwner:   "every accepted write came from the term that owned its token",
-	chkExclusive:    "no two live processes run guarded work at once",
-	chkSafeUntil:    "no guarded work runs past its safeUntil (on its own clock), counted from the recorded send",
-	chkFailover:     "after each fault heals, a leader exists within leaseDuration + retryPeriod + slack",
-	chkLinearizable: "the fenced register is linearizable (porcupine, per resource)",
+	chkMonotonic:     "the resource never accepts an older term (a lower token, or the same token from another writer)",
+	chkUniqueToken:   "no token is ever granted to two holders",
+	chkTokenOrder:    "a grant observed after another has a higher token",
+	chkWriteOwner:    "every accepted write came from the term that owned its token",
+	chkExclusive:     "no two live processes run guarded work at once",
+	chkSafeUntil:     "no guarded work runs past its safeUntil (on its own clock), counted from the recorded send",
+	chkFailover:      "after each fault heals, a leader exists within leaseDuration + retryPeriod + slack",
+	chkLinearizable:  "the fenced register is linearizable (porcupine, per resource)",
+	chkAtMostN:       "at most N live processes run guarded work under a semaphore's N slots at once",
+	chkOncePerPeriod: "no period of a scheduled job runs twice",
 }
 
 // checkTitle is the one-line statement of a check.
@@ -109,6 +120,13 @@ type runStats struct {
 	Failovers     []time.Duration `json:"failovers"`
 	FailoverBound time.Duration   `json:"failover_bound"`
 	Linearizable  string          `json:"linearizable"` // Ok, Illegal or Unknown (timed out)
+	// MaxLive is the most guarded works seen live at once under a
+	// semaphore's slots; Runs and Periods count a schedule's runs and the
+	// distinct periods they ran, Skips the periods nodes tried and did not run.
+	MaxLive int `json:"max_live,omitempty"`
+	Runs    int `json:"runs,omitempty"`
+	Periods int `json:"periods,omitempty"`
+	Skips   int `json:"skips,omitempty"`
 }
 
 // Result is what the checker found.
@@ -147,18 +165,41 @@ func checkHistory(h *history, opts checkOptions) *Result {
 	if opts.MaxViolations <= 0 {
 		opts.MaxViolations = 50
 	}
+	if h.Mode == ModeSemaphore || h.Mode == ModeSchedule {
+		return checkLeases(h, opts)
+	}
+	return checkLease(h, opts, nil).res
+}
+
+// checkLease runs the checks of one lease over h, but those in skip.
+func checkLease(h *history, opts checkOptions, skip map[string]bool) *checker {
 	c := &checker{h: h, opts: opts, res: &Result{}}
 	c.index()
 	c.stats()
-	c.run(chkMonotonic, c.checkMonotonic)
-	c.run(chkUniqueToken, c.checkUniqueToken)
-	c.run(chkTokenOrder, c.checkTokenOrder)
-	c.run(chkWriteOwner, c.checkWriteOwner)
-	c.run(chkExclusive, c.checkExclusive)
-	c.run(chkSafeUntil, c.checkSafeUntil)
-	c.run(chkFailover, c.checkFailover)
-	c.run(chkLinearizable, c.checkLinearizable)
-	return c.res
+	for _, ck := range []struct {
+		name string
+		f    func() string
+	}{
+		{chkMonotonic, c.checkMonotonic},
+		{chkUniqueToken, c.checkUniqueToken},
+		{chkTokenOrder, c.checkTokenOrder},
+		{chkWriteOwner, c.checkWriteOwner},
+		{chkExclusive, c.checkExclusive},
+		{chkSafeUntil, c.checkSafeUntil},
+		{chkFailover, c.checkFailover},
+		{chkLinearizable, c.checkLinearizable},
+	} {
+		if !skip[ck.name] {
+			c.run(ck.name, ck.f)
+		}
+	}
+	return c
+}
+
+// failoverBound is the history's failover bound: a schedule's runs come
+// once a period, so it waits a period more.
+func (h *history) failoverBound() time.Duration {
+	return failoverBound(h.Timings, h.Slack+h.Every)
 }
 
 type grant struct {
@@ -286,7 +327,7 @@ func (c *checker) stats() {
 	}
 	s.Terms = len(c.grants)
 	s.Processes = len(c.byProc)
-	s.FailoverBound = failoverBound(c.h.Timings, c.h.Slack)
+	s.FailoverBound = c.h.failoverBound()
 	s.Failovers = c.failovers()
 }
 

@@ -461,7 +461,7 @@ func recovery(h *history, f fault) (time.Duration, bool) {
 }
 
 func (c *checker) checkFailover() string {
-	bound := int64(failoverBound(c.h.Timings, c.h.Slack))
+	bound := int64(c.h.failoverBound())
 	lead := leaderTimes(c.h)
 	n := 0
 	for _, ep := range faultEpisodes(c.h.Faults, bound) {

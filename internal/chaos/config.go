@@ -41,6 +41,19 @@ type Config struct {
 	// NodeEnv is added to the nodes' environment.
 	NodeEnv []string
 
+	// Mode is what each node runs: ModeElector (the default: an Elector
+	// on one lease), ModeSemaphore (a Semaphore of Slots slots; while a node
+	// holds a slot it writes to that slot's resource with the slot's token)
+	// or ModeSchedule (a Scheduler with period Every; each run writes with
+	// the run's token and records its period).
+	Mode string
+	// Slots is a semaphore's number of slots (ModeSemaphore; default 2,
+	// fewer than Nodes).
+	Slots int
+	// Every is a schedule's period (ModeSchedule; default 2 s, a whole
+	// number of seconds). Each run works for half of it.
+	Every time.Duration
+
 	// Nodes is the number of node processes (default 3, at most 9).
 	Nodes int
 	// Duration is how long faults are injected, after the first leader is
@@ -120,6 +133,13 @@ type Config struct {
 	// LinearizeTimeout bounds the porcupine search (default 30 s).
 	LinearizeTimeout time.Duration
 }
+
+// The modes of a run (Config.Mode).
+const (
+	ModeElector   = "elector"
+	ModeSemaphore = "semaphore"
+	ModeSchedule  = "schedule"
+)
 
 // defaultTimings are the chaos run's default lease timings.
 func defaultTimings() leasehold.Timings {
@@ -233,6 +253,44 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 	if c.Think < 0 || c.Think >= t.WindDown {
 		return bad("--think %v must be in [0, wind-down %v): a write prepared just before the work is told to stop must still land before safeUntil", c.Think, t.WindDown)
 	}
+	switch c.Mode {
+	case "", ModeElector:
+		c.Mode = ModeElector
+		if c.Slots != 0 || c.Every != 0 {
+			return bad("--slots needs a semaphore run and --every a schedule run (Mode %q)", c.Mode)
+		}
+	case ModeSemaphore:
+		if c.Slots == 0 {
+			c.Slots = 2
+		}
+		if c.Slots < 1 || c.Slots >= c.Nodes {
+			return bad("--slots %d: need 1 to --nodes - 1 (%d): with a slot for every node, nobody ever waits for one", c.Slots, c.Nodes-1)
+		}
+		if c.Every != 0 {
+			return bad("--every needs a schedule run, not a semaphore")
+		}
+		// One resource per slot: the register fences per slot (and one for
+		// the slot the extra-slot control adds).
+		c.Resources = c.Slots
+		if c.BrokenStore == brokenExtraSlot {
+			c.Resources++
+		}
+	case ModeSchedule:
+		if c.Every == 0 {
+			c.Every = 2 * time.Second
+		}
+		if c.Every < time.Second || c.Every%time.Second != 0 {
+			return bad("--every %v: want a whole number of seconds, at least 1s", c.Every)
+		}
+		if c.Slots != 0 {
+			return bad("--slots needs a semaphore run, not a schedule")
+		}
+		if c.Every/2 <= t.WindDown {
+			return bad("--every %v: a run works for half a period, which must exceed the wind-down %v", c.Every, t.WindDown)
+		}
+	default:
+		return bad("mode %q: want %s, %s or %s", c.Mode, ModeElector, ModeSemaphore, ModeSchedule)
+	}
 	if c.Resources == 0 {
 		c.Resources = 2
 	}
@@ -270,6 +328,9 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 		if err := validBroken(c.BrokenStore); err != nil {
 			return nil, nil, nil, err
 		}
+		if m := brokenMode[c.BrokenStore]; m != "" && m != c.Mode {
+			return bad("--broken-store %s needs a %s run", c.BrokenStore, m)
+		}
 	}
 	switch c.Register {
 	case "":
@@ -301,5 +362,6 @@ func Validate(c Config) ([]Planned, error) {
 }
 
 func (c *Config) planConfig() scheduleConfig {
-	return scheduleConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack, MaxDrift: c.MaxDrift, LeaderBias: c.LeaderBias, Overlap: c.Overlap}
+	// A schedule's quiet period waits a period more: its failover bound's.
+	return scheduleConfig{Seed: c.Seed, Faults: c.Faults, Span: c.Duration, Nodes: c.Nodes, Timings: c.timingsJSON(), Slack: c.Slack + c.Every, MaxDrift: c.MaxDrift, LeaderBias: c.LeaderBias, Overlap: c.Overlap}
 }

@@ -29,6 +29,13 @@
 // fault healed; and that the register is linearizable (porcupine, per
 // resource). It writes a one-line summary and an HTML report.
 //
+// Config.Mode runs each node on a leasehold.Semaphore (ModeSemaphore: each
+// slot's term writes to that slot's resource, the checks above run per slot,
+// and at-most-n checks that no more than Slots live works overlap) or a
+// leasehold.Scheduler on the node's skewed clock (ModeSchedule: each run
+// records its period and writes with the run lease's token, the checks run
+// on the run lease, and once-per-period checks that no period ran twice).
+//
 // # What is and is not guaranteed
 //
 // A passing run is evidence, not proof: it shows that the faults and timings

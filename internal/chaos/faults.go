@@ -128,6 +128,9 @@ func (h *harness) inject(ctx context.Context, p Planned) (f fault, ok bool, err 
 	}
 	if rec.Live() {
 		f.Token = rec.Token
+		if f.Leader && rec.Name != h.lease {
+			f.Lease = rec.Name
+		}
 	}
 	role := "standby"
 	if f.Leader {

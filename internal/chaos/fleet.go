@@ -164,18 +164,15 @@ func groupName(i int) string { return fmt.Sprintf("g%02d", i+1) }
 func mergeOutcomes(dir string, seed uint64, outs []*Outcome) *Outcome {
 	first := outs[0].History
 	h := &history{Store: first.Store, Seed: seed, Fenced: first.Fenced, BrokenStore: first.BrokenStore,
-		Timings: first.Timings, Slack: first.Slack, Start: first.Start, End: first.End, Resources: first.Resources, Groups: len(outs)}
-	res := &Result{}
-	s := &res.Stats
-	s.FaultsByKind = map[string]int{}
-	s.FailoverBound = outs[0].Result.Stats.FailoverBound
-	byName := map[string]*checkOutcome{}
-	checked := map[string][]string{}
-	lin := "Ok"
-	out := &Outcome{Dir: dir, Seed: seed, History: h, Result: res, Groups: outs}
+		Timings: first.Timings, Slack: first.Slack, Start: first.Start, End: first.End, Resources: first.Resources, Groups: len(outs),
+		Mode: first.Mode, Lease: first.Lease, Slots: first.Slots, Every: first.Every}
+	labels := make([]string, len(outs))
+	results := make([]*Result, len(outs))
+	out := &Outcome{Dir: dir, Seed: seed, History: h, Groups: outs}
 	for i, o := range outs {
 		g := groupName(i)
-		gh, gr := o.History, o.Result
+		labels[i], results[i] = g, o.Result
+		gh := o.History
 		h.Start, h.End = min(h.Start, gh.Start), max(h.End, gh.End)
 		for _, f := range gh.Faults {
 			if f.Echo {
@@ -186,6 +183,34 @@ func mergeOutcomes(dir string, seed uint64, outs []*Outcome) *Outcome {
 			}
 			h.Faults = append(h.Faults, f)
 		}
+		for _, e := range o.UnexpectedExits {
+			out.UnexpectedExits = append(out.UnexpectedExits, g+": "+e)
+		}
+	}
+	out.Result = mergeResults(labels, results, true)
+	sort.Slice(h.Faults, func(i, j int) bool { return h.Faults[i].Start < h.Faults[j].Start })
+	for _, o := range outs {
+		out.Plan = append(out.Plan, o.Plan...)
+	}
+	out.Summary = summaryLine(h, out.Result)
+	return out
+}
+
+// mergeResults adds up results, each labelled (a group, a semaphore's
+// slot): faults, writes, terms, processes, failovers and runs are summed
+// (the most live works at once is the most of any), violations listed with their label (and, if
+// procs, their process named with it), and a check fails if it failed in
+// any.
+func mergeResults(labels []string, results []*Result, procs bool) *Result {
+	res := &Result{}
+	s := &res.Stats
+	s.FaultsByKind = map[string]int{}
+	s.FailoverBound = results[0].Stats.FailoverBound
+	byName := map[string]*checkOutcome{}
+	checked := map[string][]string{}
+	lin := "Ok"
+	for i, gr := range results {
+		g := labels[i]
 		gs := gr.Stats
 		s.WritesAccepted += gs.WritesAccepted
 		s.WritesRefused += gs.WritesRefused
@@ -193,6 +218,10 @@ func mergeOutcomes(dir string, seed uint64, outs []*Outcome) *Outcome {
 		s.Reads += gs.Reads
 		s.Terms += gs.Terms
 		s.Processes += gs.Processes
+		s.MaxLive = max(s.MaxLive, gs.MaxLive)
+		s.Runs += gs.Runs
+		s.Periods += gs.Periods
+		s.Skips += gs.Skips
 		for k, n := range gs.FaultsByKind {
 			s.FaultsByKind[k] += n
 		}
@@ -217,14 +246,11 @@ func mergeOutcomes(dir string, seed uint64, outs []*Outcome) *Outcome {
 			}
 		}
 		for _, v := range gr.Violations {
-			if v.Proc != "" {
+			if v.Proc != "" && procs {
 				v.Proc = g + "/" + v.Proc
 			}
 			v.Msg = g + ": " + v.Msg
 			res.Violations = append(res.Violations, v)
-		}
-		for _, e := range o.UnexpectedExits {
-			out.UnexpectedExits = append(out.UnexpectedExits, g+": "+e)
 		}
 	}
 	for i := range res.Checks {
@@ -234,12 +260,7 @@ func mergeOutcomes(dir string, seed uint64, outs []*Outcome) *Outcome {
 	}
 	s.Linearizable = lin
 	sort.Slice(s.Failovers, func(i, j int) bool { return s.Failovers[i] < s.Failovers[j] })
-	sort.Slice(h.Faults, func(i, j int) bool { return h.Faults[i].Start < h.Faults[j].Start })
-	for _, o := range outs {
-		out.Plan = append(out.Plan, o.Plan...)
-	}
-	out.Summary = summaryLine(h, res)
-	return out
+	return res
 }
 
 // faultTotal is the number of faults a result counts.

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -262,22 +263,47 @@ func (h *harness) openRegister(ctx context.Context, runID string, resources []st
 	}
 }
 
-// leader returns the live term and the process holding it (nil if none).
+// leader returns the live term and the process holding it (nil if none):
+// the run's lease, or in a semaphore a slot held by a live node, chosen at
+// random.
 func (h *harness) leader(ctx context.Context) (store.Record, *proc) {
+	names := []string{h.lease}
+	if h.cfg.Mode == ModeSemaphore {
+		names = names[:0]
+		for _, i := range rand.Perm(h.cfg.Slots) {
+			names = append(names, leasehold.SlotName(h.lease, i))
+		}
+	}
 	gctx, cancel := context.WithTimeout(ctx, h.cfg.Timings.RenewDeadline)
 	defer cancel()
-	rec, err := h.st.Get(gctx, h.lease)
-	if err != nil || !rec.Live() {
-		return rec, nil
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, p := range h.all {
-		if p.holder == rec.Holder {
+	var first store.Record
+	for i, name := range names {
+		rec, err := h.st.Get(gctx, name)
+		if i == 0 {
+			first = rec
+		}
+		if err != nil || !rec.Live() {
+			continue
+		}
+		if p := h.holderProc(rec.Holder); p != nil {
 			return rec, p
 		}
 	}
-	return rec, nil
+	return first, nil
+}
+
+// holderProc is the process whose holder identity rec's holder is (an
+// elector's), or begins with (a semaphore's or a scheduler's holders add
+// a suffix per acquisition).
+func (h *harness) holderProc(holder string) *proc {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.all {
+		if p.holder == holder || (h.cfg.Mode != ModeElector && p.holder != "" && strings.HasPrefix(holder, p.holder+"-")) {
+			return p
+		}
+	}
+	return nil
 }
 
 func (h *harness) waitLeader(ctx context.Context, within time.Duration) error {
@@ -356,7 +382,7 @@ func (h *harness) collect(ctx context.Context, resources []string) (*history, er
 		Store: redact(h.u), Seed: h.cfg.Seed, Fenced: !h.cfg.Unfenced, BrokenStore: h.cfg.BrokenStore, Timings: h.cfg.timingsJSON(), Slack: h.cfg.Slack,
 		Start: h.start.UnixNano(), End: time.Now().UnixNano(),
 		Events: events, Register: log, RegisterLogsRefused: h.reg.LogsRefused(), Reads: reads, Faults: faults,
-		Resources: resources,
+		Resources: resources, Mode: h.cfg.Mode, Lease: h.lease, Slots: h.cfg.Slots, Every: h.cfg.Every,
 	}, nil
 }
 

@@ -30,6 +30,8 @@ const (
 	evRequest     = "request"       // the elector's Call (with Req, and Token for renew and release) is about to reach the store
 	evAnswer      = "answer"        // the store answered request Req: Token granted or renewed, or Err
 	evExit        = "exit"          // the process is exiting normally
+	evRun         = "run"           // a scheduled job's run began: Period (Unix s of its start) and Token of the run's lease
+	evSkip        = "skip"          // a scheduled period this node tried and did not run (Period, Err)
 	evStall       = "stall"         // the process was not run (CPU starvation, a GC pause, SIGSTOP) from StallFrom to StallTo (wall ns), written after it woke
 )
 
@@ -79,6 +81,12 @@ type event struct {
 	// Call names it (callAcquire, callRenew, callRelease).
 	Req  int64  `json:"req,omitempty"`
 	Call string `json:"call,omitempty"`
+	// Lease names the lease an event concerns, in the modes where a node
+	// uses more than one (a semaphore's slots; a schedule's run lease and
+	// period claims). Empty: the process as a whole (start, clock, exit).
+	Lease string `json:"lease,omitempty"`
+	// Period is the start (Unix seconds) of the period a run (evRun) ran.
+	Period int64 `json:"period,omitempty"`
 	// StallFrom and StallTo (evStall) bound, on the host's wall clock, a
 	// span in which the process's stall recorder was due to run and did not.
 	StallFrom int64 `json:"stall_from,omitempty"`
@@ -120,7 +128,10 @@ type fault struct {
 	Kind   string `json:"kind"`
 	Target string `json:"target,omitempty"` // the process (Event.Proc), or "store"
 	// Leader is true when the target held the lease when the fault began.
-	Leader bool   `json:"leader,omitempty"`
+	Leader bool `json:"leader,omitempty"`
+	// Lease is the lease the target held (a semaphore's slot), if not the
+	// run's one lease.
+	Lease  string `json:"lease,omitempty"`
 	Token  int64  `json:"token,omitempty"` // the live token when the fault began (0: none)
 	Start  int64  `json:"start"`
 	End    int64  `json:"end"`
@@ -153,6 +164,13 @@ type history struct {
 	Faults              []fault  `json:"faults"`
 	// Resources are the register's resources.
 	Resources []string `json:"resources"`
+	// Mode is the run's mode (Config.Mode; empty: an elector); Lease the
+	// lease (or semaphore, or job) name; Slots a semaphore's slots; Every a
+	// schedule's period.
+	Mode  string        `json:"mode,omitempty"`
+	Lease string        `json:"lease,omitempty"`
+	Slots int           `json:"slots,omitempty"`
+	Every time.Duration `json:"every,omitempty"`
 	// Groups is the number of lease groups a fleet's merged history adds up
 	// (0 or 1: one group, whose events these are).
 	Groups int `json:"groups,omitempty"`
@@ -178,6 +196,18 @@ type historyWriter struct {
 	start time.Time // real, monotonic
 	clock func() int64
 	err   error
+	// single is the run's one lease in the elector mode, whose events
+	// name no lease (leaseOf); empty in the other modes.
+	single string
+}
+
+// leaseOf is the lease an event names: empty for the elector's one lease
+// (its histories stay as they were), the name otherwise.
+func (w *historyWriter) leaseOf(name string) string {
+	if name == w.single {
+		return ""
+	}
+	return name
 }
 
 func (w *historyWriter) emit(e event) {

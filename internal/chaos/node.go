@@ -60,6 +60,9 @@ type nodeConfig struct {
 	clockOffset                              time.Duration
 	clockRate                                float64
 	broken                                   string
+	mode                                     string
+	slots                                    int
+	every                                    time.Duration
 }
 
 func parseNodeFlags(args []string) (*nodeConfig, error) {
@@ -89,6 +92,9 @@ func parseNodeFlags(args []string) (*nodeConfig, error) {
 	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "")
 	fs.Float64Var(&c.clockRate, "clock-rate", 1, "")
 	fs.StringVar(&c.broken, "broken-store", "", "break the store this way (negative control only)")
+	fs.StringVar(&c.mode, "mode", ModeElector, "elector, semaphore or schedule")
+	fs.IntVar(&c.slots, "slots", 0, "a semaphore's slots")
+	fs.DurationVar(&c.every, "every", 0, "a schedule's period")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -99,6 +105,12 @@ func parseNodeFlags(args []string) (*nodeConfig, error) {
 		return nil, fmt.Errorf("%w: --node, --identity, --store, --lease, --history and --register are required", ErrInvalid)
 	case c.writeInterval <= 0 || c.writeTimeout <= 0 || c.think < 0:
 		return nil, fmt.Errorf("%w: --write-interval and --write-timeout must be positive, --think not negative", ErrInvalid)
+	case c.mode == ModeSemaphore && (c.slots < 1 || len(c.resources) != c.slots+cond1(c.broken == brokenExtraSlot)):
+		return nil, fmt.Errorf("%w: a semaphore node needs --slots N and one resource per slot", ErrInvalid)
+	case c.mode == ModeSchedule && c.every <= 0:
+		return nil, fmt.Errorf("%w: a schedule node needs --every", ErrInvalid)
+	case c.mode != ModeElector && c.mode != ModeSemaphore && c.mode != ModeSchedule:
+		return nil, fmt.Errorf("%w: --mode %q", ErrInvalid, c.mode)
 	}
 	if c.broken != "" {
 		if err := validBroken(c.broken); err != nil {
@@ -135,6 +147,9 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	}
 	defer f.Close()
 	hw := &historyWriter{f: f, node: c.node, inc: c.inc, start: start, clock: func() int64 { return rel(clock.Now()) }}
+	if c.mode == ModeElector {
+		hw.single = c.lease
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -193,6 +208,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	var mu sync.Mutex
 	var acqLatency time.Duration
 	onEvent := func(ev leasehold.Event) {
+		lease := hw.leaseOf(ev.Name)
 		switch ev.Kind {
 		case leasehold.EventAcquireAttempt:
 			switch {
@@ -201,32 +217,44 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				acqLatency = ev.Latency
 				mu.Unlock()
 			case !errors.Is(ev.Err, store.ErrHeld):
-				hw.emit(event{Kind: evAcquireErr, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
+				hw.emit(event{Kind: evAcquireErr, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err), Lease: lease})
 			}
 		case leasehold.EventAcquired:
 			mu.Lock()
 			lat := acqLatency
 			mu.Unlock()
-			hw.emit(event{Kind: evAcquired, Holder: ev.Term.Holder, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(lat)})
+			hw.emit(event{Kind: evAcquired, Holder: ev.Term.Holder, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(lat), Lease: lease})
 		case leasehold.EventRenewed:
-			hw.emit(event{Kind: evRenewed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency)})
+			hw.emit(event{Kind: evRenewed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency), Lease: lease})
 		case leasehold.EventRenewFailed:
-			hw.emit(event{Kind: evRenewFailed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency), Err: errString(ev.Err)})
+			hw.emit(event{Kind: evRenewFailed, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Latency: int64(ev.Latency), Err: errString(ev.Err), Lease: lease})
 		case leasehold.EventLost:
-			hw.emit(event{Kind: evLost, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Reason: leasehold.LossReason(ev.Err), Err: errString(ev.Err)})
+			hw.emit(event{Kind: evLost, Token: ev.Term.Token, SafeUntil: rel(ev.SafeUntil), Reason: leasehold.LossReason(ev.Err), Err: errString(ev.Err), Lease: lease})
 		case leasehold.EventReleased:
-			hw.emit(event{Kind: evReleased, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err)})
+			hw.emit(event{Kind: evReleased, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err), Lease: lease})
 		}
 	}
-	e, err := leasehold.NewElector(st, c.lease, leasehold.Config{
-		Identity: c.identity, Timings: c.timings, Clock: clock, OnEvent: onEvent,
-	})
+	lcfg := leasehold.Config{Identity: c.identity, Timings: c.timings, Clock: clock, OnEvent: onEvent}
+	var identity string
+	var run func(context.Context, leasehold.WorkFunc) error
+	switch c.mode {
+	case ModeSemaphore:
+		run, identity, err = semaphoreNode(c, st, lcfg, hw)
+	case ModeSchedule:
+		run, identity, err = scheduleNode(c, st, lcfg, hw, clock)
+	default:
+		var e *leasehold.Elector
+		if e, err = leasehold.NewElector(st, c.lease, lcfg); err == nil {
+			identity = e.Identity()
+			run = e.Run
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	hw.emit(event{Kind: evStart, Identity: c.identity, Holder: e.Identity(), PID: os.Getpid(),
+	hw.emit(event{Kind: evStart, Identity: c.identity, Holder: identity, PID: os.Getpid(),
 		Detail: fmt.Sprintf("clock offset %v rate %v", c.clockOffset, c.clockRate)})
-	b, _ := json.Marshal(nodeReady{Holder: e.Identity(), PID: os.Getpid()})
+	b, _ := json.Marshal(nodeReady{Holder: identity, PID: os.Getpid()})
 	fmt.Fprintf(stdout, "%s\n", b)
 
 	var op int64
@@ -250,8 +278,14 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				cancel()
 			}()
 		}
-		hw.emit(event{Kind: evWorkStart, Token: tok, SafeUntil: rel(l.SafeUntil())})
-		defer func() { hw.emit(event{Kind: evWorkStop, Token: tok, SafeUntil: rel(l.SafeUntil())}) }()
+		lease := hw.leaseOf(l.Name())
+		resources := c.resources
+		if c.mode == ModeSemaphore {
+			// The slot's own resource: the register fences per slot.
+			resources = []string{c.resources[slotIndex(c.lease, l.Name())%len(c.resources)]}
+		}
+		hw.emit(event{Kind: evWorkStart, Token: tok, SafeUntil: rel(l.SafeUntil()), Lease: lease})
+		defer func() { hw.emit(event{Kind: evWorkStop, Token: tok, SafeUntil: rel(l.SafeUntil()), Lease: lease}) }()
 		pace := time.NewTimer(0)
 		defer pace.Stop()
 		for i := 0; ; i++ {
@@ -266,7 +300,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			if ctx.Err() != nil {
 				return nil
 			}
-			res := c.resources[i%len(c.resources)]
+			res := resources[i%len(resources)]
 			op++
 			value := fmt.Sprintf("%s#%d", procName(c.node, c.inc), op)
 			// The work between deciding to write and the write landing. It
@@ -277,7 +311,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				think := time.NewTimer(c.think)
 				<-think.C
 			}
-			hw.emit(event{Kind: evWriteCall, Op: op, Token: tok, Resource: res, Value: value, SafeUntil: rel(l.SafeUntil())})
+			hw.emit(event{Kind: evWriteCall, Op: op, Token: tok, Resource: res, Value: value, SafeUntil: rel(l.SafeUntil()), Lease: lease})
 			wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), c.writeTimeout)
 			ok, err := reg.Write(wctx, res, tok, value, procName(c.node, c.inc))
 			wcancel()
@@ -288,16 +322,24 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			case ok:
 				result = writeAccepted
 			}
-			hw.emit(event{Kind: evWriteReturn, Op: op, Token: tok, Resource: res, Value: value, Result: result, Err: errString(err)})
+			hw.emit(event{Kind: evWriteReturn, Op: op, Token: tok, Resource: res, Value: value, Result: result, Err: errString(err), Lease: lease})
 			pace.Reset(c.writeInterval)
 		}
 	}
-	err = e.Run(ctx, work)
+	err = run(ctx, work)
 	hw.emit(event{Kind: evExit, Err: errString(err)})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}
 	return nil
+}
+
+// cond1 is 1 if b, else 0.
+func cond1(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // retryOpen calls open until it succeeds or ctx ends: a node restarted while

@@ -119,6 +119,13 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 	if c.BrokenStore != "" {
 		args = append(args, "--broken-store", c.BrokenStore)
 	}
+	args = append(args, "--mode", c.Mode)
+	switch c.Mode {
+	case ModeSemaphore:
+		args = append(args, "--slots", strconv.Itoa(c.Slots))
+	case ModeSchedule:
+		args = append(args, "--every", c.Every.String())
+	}
 	cmd := exec.Command(c.NodeCommand[0], args...)
 	cmd.Env = append(os.Environ(), c.NodeEnv...)
 	setProcAttr(cmd)

@@ -49,7 +49,7 @@ func newRecStore(st store.Store, hw *historyWriter, mode string) (*recStore, err
 			return nil, fmt.Errorf("%w: broken store %s needs a store with ForceRelease", ErrInvalid, mode)
 		}
 		s.fr = fr
-	case brokenTokenDown, brokenNoFailover, brokenForgeToken, brokenOverrun:
+	case brokenTokenDown, brokenNoFailover, brokenForgeToken, brokenOverrun, brokenExtraSlot, brokenForgetClaims:
 	case brokenTokenRepeat:
 		s.real = map[int64]int64{}
 	default:
@@ -58,14 +58,14 @@ func newRecStore(st store.Store, hw *historyWriter, mode string) (*recStore, err
 	return s, nil
 }
 
-func (s *recStore) call(op string, token int64) int64 {
+func (s *recStore) call(op, name string, token int64) int64 {
 	n := s.seq.Add(1)
-	s.hw.emit(event{Kind: evRequest, Req: n, Call: op, Token: token})
+	s.hw.emit(event{Kind: evRequest, Req: n, Call: op, Token: token, Lease: s.hw.leaseOf(name)})
 	return n
 }
 
-func (s *recStore) answer(n int64, op string, token int64, err error) {
-	s.hw.emit(event{Kind: evAnswer, Req: n, Call: op, Token: token, Err: errString(err)})
+func (s *recStore) answer(n int64, op, name string, token int64, err error) {
+	s.hw.emit(event{Kind: evAnswer, Req: n, Call: op, Token: token, Err: errString(err), Lease: s.hw.leaseOf(name)})
 }
 
 // in and out map a term's token between the elector and the store.
@@ -119,31 +119,36 @@ func (s *recStore) acquire(ctx context.Context, name, holder string, ttl time.Du
 }
 
 func (s *recStore) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	n := s.call(callAcquire, 0)
+	n := s.call(callAcquire, name, 0)
 	rec, err := s.acquire(ctx, name, holder, ttl, metadata)
 	tok := int64(0)
 	if err == nil {
 		tok = rec.Token
 	}
-	s.answer(n, callAcquire, tok, err)
+	s.answer(n, callAcquire, name, tok, err)
 	return rec, err
 }
 
 func (s *recStore) Renew(ctx context.Context, t store.Term, ttl time.Duration) (store.Record, error) {
-	n := s.call(callRenew, t.Token)
+	n := s.call(callRenew, t.Name, t.Token)
 	rec, err := s.inner.Renew(ctx, s.in(t), ttl)
-	s.answer(n, callRenew, t.Token, err)
+	s.answer(n, callRenew, t.Name, t.Token, err)
 	return s.out(rec), err
 }
 
 func (s *recStore) Release(ctx context.Context, t store.Term) error {
-	n := s.call(callRelease, t.Token)
+	n := s.call(callRelease, t.Name, t.Token)
 	err := s.inner.Release(ctx, s.in(t))
-	s.answer(n, callRelease, t.Token, err)
+	s.answer(n, callRelease, t.Name, t.Token, err)
 	return err
 }
 
 func (s *recStore) Get(ctx context.Context, name string) (store.Record, error) {
+	if s.broken == brokenForgetClaims && strings.Contains(name, "/period-") {
+		// A store that forgot every period's claim: each node's check
+		// finds the period unclaimed.
+		return store.Record{}, store.ErrNotFound
+	}
 	rec, err := s.inner.Get(ctx, name)
 	return s.out(rec), err
 }
@@ -234,11 +239,25 @@ const (
 	// to stop and writes on for the wind-down and 300 ms more, past its
 	// safeUntil while it is not frozen. The safe-until check must catch it.
 	brokenOverrun = "overrun"
+	// brokenExtraSlot breaks a semaphore's node (ModeSemaphore): it uses
+	// one slot more than configured, a lease nobody else contends for, as
+	// a process configured with a different number of slots would. Every
+	// slot on its own is held rightly; the at-most-n check must catch N+1
+	// holders at work at once.
+	brokenExtraSlot = "extra-slot"
+	// brokenForgetClaims breaks the store of a schedule (ModeSchedule):
+	// its Get forgets every period's claim (answers ErrNotFound), so a
+	// node whose clock reaches a period after the first claim expired
+	// claims it again. The once-per-period check must catch it.
+	brokenForgetClaims = "forget-claims"
 )
 
-// BrokenStores lists the broken modes (of the store, or for forge-token
-// and overrun of the node's use of the library).
-var BrokenStores = []string{brokenEarlyGrant, brokenTokenDown, brokenTokenRepeat, brokenNoFailover, brokenForgeToken, brokenOverrun}
+// BrokenStores lists the broken modes (of the store, or for forge-token,
+// overrun and extra-slot of the node's use of the library).
+var BrokenStores = []string{brokenEarlyGrant, brokenTokenDown, brokenTokenRepeat, brokenNoFailover, brokenForgeToken, brokenOverrun, brokenExtraSlot, brokenForgetClaims}
+
+// brokenMode is the run mode a broken mode needs, if only one.
+var brokenMode = map[string]string{brokenExtraSlot: ModeSemaphore, brokenForgetClaims: ModeSchedule}
 
 func validBroken(mode string) error {
 	for _, m := range BrokenStores {

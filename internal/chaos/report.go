@@ -92,10 +92,17 @@ func summaryLine(h *history, r *Result) string {
 	if h.Groups > 1 {
 		groups = fmt.Sprintf("%d groups, ", h.Groups)
 	}
-	return fmt.Sprintf("leasehold verify: %s | %s%s seed %d | %s%d processes, %s | faults %s | writes %d accepted, %d refused, %d unknown | violations %s | failover %s | linearizable %s",
+	mode := ""
+	switch h.Mode {
+	case ModeSemaphore:
+		mode = fmt.Sprintf(" | semaphore of %d slots: at most %d live at once", h.Slots, s.MaxLive)
+	case ModeSchedule:
+		mode = fmt.Sprintf(" | schedule every %v: %d runs of %d periods, %d periods tried and not run", h.Every, s.Runs, s.Periods, s.Skips)
+	}
+	return fmt.Sprintf("leasehold verify: %s | %s%s seed %d | %s%d processes, %s | faults %s | writes %d accepted, %d refused, %d unknown | violations %s | failover %s | linearizable %s%s",
 		verdict, h.Store, fenced, h.Seed, groups, s.Processes, round(time.Duration(h.End-h.Start)),
 		faultCounts(s.FaultsByKind), s.WritesAccepted, s.WritesRefused, s.WritesUnknown,
-		violationCounts(r), fo, s.Linearizable)
+		violationCounts(r), fo, s.Linearizable, mode)
 }
 
 // term is one held term of one process, for the timeline.

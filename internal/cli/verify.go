@@ -25,10 +25,10 @@ type verifyCmd struct {
 
 type verifyFlags struct {
 	store, faults, out, register, brokenStore                string
-	nodes, resources, groups, overlap, untilFaults           int
+	nodes, resources, groups, overlap, untilFaults, slots    int
 	duration, slack, maxSkew, writeInterval, think           time.Duration
 	leaseDuration, renewDeadline, renewInterval, retryPeriod time.Duration
-	windDown                                                 time.Duration
+	windDown, every                                          time.Duration
 	jitter, maxDrift, leaderBias                             float64
 	seed                                                     uint64
 	unfenced, keep, plan, allowRemote                        bool
@@ -66,7 +66,10 @@ Examples:
   leasehold verify --store redis://127.0.0.1:6379/0 --faults pause,blackhole --plan
   leasehold verify --groups 12 --overlap 3 --lease-duration 1s --until-faults 10000 --duration 24h   # a soak
   leasehold verify --unfenced          # the negative control: must exit 1
-  leasehold verify --broken-store early-grant --faults kill   # a store that grants early: must exit 1`)
+  leasehold verify --broken-store early-grant --faults kill   # a store that grants early: must exit 1
+  leasehold verify --slots 2 --faults pause,kill,clock   # a semaphore of 2 slots on 3 nodes
+  leasehold verify --every 2s --faults pause,kill,clock  # a job run at most once per 2 s period
+  leasehold verify --every 2s --broken-store forget-claims --faults kill   # must exit 1`)
 	fs.StringVar(&f.store, "store", "", "the lease store `URL` to verify (default: $"+StoreEnv+", else a new SQLite file in --out)")
 	fs.IntVar(&f.nodes, "nodes", 3, "node processes (of each lease group)")
 	fs.IntVar(&f.groups, "groups", 1, "independent lease groups run at once, each with its own --nodes nodes, lease,\nregister and fault schedule; the summary adds them up")
@@ -90,6 +93,8 @@ Examples:
 	fs.IntVar(&f.resources, "resources", 2, "register resources the leader writes in turn")
 	fs.StringVar(&f.register, "register", "", "the fenced register: http, postgres or sqlite (default: postgres for a\nPostgreSQL store, sqlite for SQLite, http otherwise)")
 	fs.BoolVar(&f.unfenced, "unfenced", false, "turn the register's token check off: the negative control, which must fail")
+	fs.IntVar(&f.slots, "slots", 0, "run a semaphore of `N` slots on every node instead of an elector (1 to --nodes - 1): each holder\nwrites to its slot's resource with its slot's token; checks per slot, and at most N at work at once")
+	fs.DurationVar(&f.every, "every", 0, "run a scheduled job of period `D` (whole seconds) on every node instead of an elector,\non each node's skewed clock: each run writes with its token; checks at most one run per period")
 	fs.StringVar(&f.brokenStore, "broken-store", "", "`MODE` runs every node on a deliberately broken wrapper of the store (or, for\nforge-token and overrun, a node that misuses the library): "+strings.Join(chaos.BrokenStores, ", ")+";\na negative control for the checks that judge the store and the nodes, which must fail")
 	fs.StringVar(&f.out, "out", "", "`DIR` for the histories and report.html (default: a new temporary directory)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the PostgreSQL register tables")
@@ -139,8 +144,17 @@ Examples:
 	if f.faults == "all" {
 		faults = nil // every kind the store supports: a store without a proxy has no network faults
 	}
+	mode := chaos.ModeElector
+	switch {
+	case f.slots != 0 && f.every != 0:
+		return usagef("--slots and --every: a run is a semaphore or a schedule, not both")
+	case f.slots != 0:
+		mode = chaos.ModeSemaphore
+	case f.every != 0:
+		mode = chaos.ModeSchedule
+	}
 	cfg := chaos.Config{
-		StoreURL: storeURL, AllowRemote: f.allowRemote,
+		StoreURL: storeURL, AllowRemote: f.allowRemote, Mode: mode, Slots: f.slots, Every: f.every,
 		Open:        registry.Open,
 		NodeCommand: []string{self, chaosNodeCommand},
 		Nodes:       f.nodes, Groups: f.groups, Overlap: f.overlap, UntilFaults: f.untilFaults, Duration: f.duration, Seed: f.seed, Faults: faults, LeaderBias: f.leaderBias,

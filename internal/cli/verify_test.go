@@ -27,6 +27,13 @@ func TestVerifyFlags(t *testing.T) {
 		{[]string{"--until-faults", "-1", "--plan"}, ExitUsage, "--until-faults -1 is negative"},
 		{[]string{"--overlap", "3", "--seed", "5", "--plan"}, ExitOK, "fault schedule of seed 5"},
 		{[]string{"--seed", "42", "--plan"}, ExitOK, "fault schedule of seed 42"},
+		{[]string{"--slots", "2", "--every", "2s", "--plan"}, ExitUsage, "a semaphore or a schedule, not both"},
+		{[]string{"--slots", "3", "--plan"}, ExitUsage, "--slots 3: need 1 to --nodes - 1 (2)"},
+		{[]string{"--every", "1500ms", "--plan"}, ExitUsage, "--every 1.5s: want a whole number of seconds"},
+		{[]string{"--broken-store", "forget-claims", "--plan"}, ExitUsage, "--broken-store forget-claims needs a schedule run"},
+		{[]string{"--broken-store", "extra-slot", "--every", "2s", "--plan"}, ExitUsage, "--broken-store extra-slot needs a semaphore run"},
+		{[]string{"--slots", "2", "--seed", "7", "--plan"}, ExitOK, "fault schedule of seed 7"},
+		{[]string{"--every", "2s", "--seed", "7", "--plan"}, ExitOK, "fault schedule of seed 7"},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer
