@@ -149,6 +149,21 @@ type Watcher interface {
 	Watch(ctx context.Context, name string) (<-chan struct{}, error)
 }
 
+// GrantWatcher is an optional capability of a Watcher whose watch also wakes
+// on every grant of the name, not only on its releases (memstore, etcd,
+// PostgreSQL, NATS, MySQL's poller; Redis publishes releases only). The
+// holder of a lease uses it to learn of a hand-over request (a grant of
+// NAME.handover) from the watch alone, instead of reading the request name
+// once per renew interval. A wrapper that may drop events (a fault injector)
+// must not report true.
+type GrantWatcher interface {
+	Watcher
+	// WatchesGrants reports whether Watch's channel wakes soon after every
+	// grant of the watched name (an Acquire of a free, released, expired or
+	// never granted name, and a Transfer), as it does after a release.
+	WatchesGrants() bool
+}
+
 // BatchRenewer is an optional capability of a Store that holds many leases
 // for one process: it renews many terms in one round trip. Each term is still
 // renewed exactly as Renew would, and each answer stands alone.

@@ -83,6 +83,7 @@ func Run(t *testing.T, h Harness) {
 		{"CloseIdempotent", testCloseIdempotent},
 		{"Watch", testWatch},
 		{"WatchHonoursContext", testWatchHonoursContext},
+		{"WatchGrants", testWatchGrants},
 		{"RenewMany", testRenewMany},
 		{"List", testList},
 		{"ForceRelease", testForceRelease},
