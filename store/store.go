@@ -103,6 +103,14 @@ type Store interface {
 	// is replaced by the new term: this is how a caller whose earlier Acquire
 	// answer was lost gets a term it knows.
 	//
+	// The returned Record's Remaining is the time the new term has left on
+	// the store's clock when it answered, at most ttl. A store may grant
+	// less than ttl (etcd backing the term with an etcd lease it already
+	// holds, without a keep-alive), but at least half of it; the term must
+	// then live at least Remaining. The core counts Remaining from the
+	// request's send time on its own monotonic clock, never from the answer:
+	// a grant short of ttl shortens the holder's trust by the shortfall.
+	//
 	// If another holder's term is live, Acquire changes nothing and returns
 	// that term's Record with an error matching ErrHeld.
 	// It returns ErrInvalid for a bad name, holder, ttl or metadata.

@@ -68,6 +68,7 @@ func Run(t *testing.T, h Harness) {
 		{"HeldReturnsRecord", testHeldReturnsRecord},
 		{"RaceOneWinnerPerTerm", testRaceOneWinner},
 		{"TokenRisesAcrossHolders", testTokenRises},
+		{"GrantLastsItsRemaining", testGrantLastsItsRemaining},
 		{"RenewKeepsTokenAndExtends", testRenewKeepsToken},
 		{"StaleRenewNotHeld", testStaleRenew},
 		{"StaleReleaseKeepsNewerTerm", testStaleRelease},

@@ -25,6 +25,13 @@ func (b broken) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	switch b.bug {
 	case "token-stuck":
 		rec.Token = 1
+	case "remaining-overstated":
+		// Grants half the ttl and says nine tenths.
+		if err == nil {
+			b.Store.Release(ctx, rec.Term)
+			rec, err = b.Store.Acquire(ctx, name, holder, ttl/2, md)
+			rec.Remaining = ttl * 9 / 10
+		}
 	case "two-winners":
 		if err != nil && rec.Holder != "" {
 			return store.Record{Term: store.Term{Name: name, Holder: holder, Token: rec.Token}, Remaining: ttl}, nil
@@ -126,6 +133,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		"transfer-ignores-term":     "Transfer",
 		"transfer-reserves-nothing": "Transfer",
 		"watch-misses-grants":       "WatchGrants",
+		"remaining-overstated":      "GrantLastsItsRemaining",
 	}
 	for bug, wantFailing := range cases {
 		t.Run(bug, func(t *testing.T) {
