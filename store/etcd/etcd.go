@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -53,6 +54,9 @@ type Store struct {
 	// their key and etcd lease are, to spare a read. It is only a hint: every
 	// use is checked against etcd.
 	termsMu sync.Mutex
+	// acquireKeepAlives counts the keep-alives Acquire sent for pooled
+	// leases (for tests).
+	acquireKeepAlives atomic.Int64
 	terms   map[store.Term]termInfo
 	// leases are the etcd leases this handle granted (leases.go), and pool
 	// those of them that carry no key and may back the next grant, by the

@@ -377,6 +377,7 @@ type kaConn struct {
 // is one; otherwise it sends on a stream of its own (keepAlive) and opens the
 // shared stream in the background for the next call.
 func (s *Store) startKeepAlive(ctx context.Context, id clientv3.LeaseID) func() keepAliveResult {
+	s.acquireKeepAlives.Add(1)
 	ch := make(chan keepAliveResult, 1)
 	c := s.kaConnection()
 	go func() {
