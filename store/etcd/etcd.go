@@ -53,11 +53,11 @@ type Store struct {
 	// terms remembers, for terms this handle acquired or looked up, where
 	// their key and etcd lease are, to spare a read. It is only a hint: every
 	// use is checked against etcd.
-	termsMu sync.Mutex
 	// acquireKeepAlives counts the keep-alives Acquire sent for pooled
 	// leases (for tests).
 	acquireKeepAlives atomic.Int64
-	terms   map[store.Term]termInfo
+	termsMu           sync.Mutex
+	terms             map[store.Term]termInfo
 	// leases are the etcd leases this handle granted (leases.go), and pool
 	// those of them that carry no key and may back the next grant, by the
 	// TTL asked for in whole seconds, most recently refreshed last.
