@@ -50,14 +50,15 @@ type Store struct {
 	// waits for (storekit.Lifecycle.Go).
 	life storekit.Lifecycle
 
-	// terms remembers, for terms this handle acquired or looked up, where
-	// their key and etcd lease are, to spare a read. It is only a hint: every
-	// use is checked against etcd.
 	// acquireKeepAlives counts the keep-alives Acquire sent for pooled
 	// leases (for tests).
 	acquireKeepAlives atomic.Int64
-	termsMu           sync.Mutex
-	terms             map[store.Term]termInfo
+
+	// terms remembers, for terms this handle acquired or looked up, where
+	// their key and etcd lease are, to spare a read. It is only a hint: every
+	// use is checked against etcd.
+	termsMu sync.Mutex
+	terms   map[store.Term]termInfo
 	// leases are the etcd leases this handle granted (leases.go), and pool
 	// those of them that carry no key and may back the next grant, by the
 	// TTL asked for in whole seconds, most recently refreshed last.
