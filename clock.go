@@ -44,6 +44,18 @@ const suspendCheck = time.Second
 // the other, not a suspend, and are ignored so Now stays exact.
 const suspendFloor = 10 * time.Millisecond
 
+// afterFuncClock is a Clock that can also call a function when a timer
+// fires, as time.AfterFunc does, with no goroutine waiting meanwhile. A term
+// that is not renewed (a Lock without KeepAlive) needs only its deadline, and
+// on such a clock keeps no goroutine of its own; on any other Clock a
+// goroutine waits on the timer's channel.
+type afterFuncClock interface {
+	Clock
+	// AfterFunc calls f in its own goroutine d from now on this clock,
+	// unless the returned timer is stopped first. Its C is nil.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
 type suspendAwareClock struct {
 	read func() time.Duration // time suspended since start, or 0 if unknown
 
@@ -76,13 +88,22 @@ func (c *suspendAwareClock) NewTimer(d time.Duration) Timer {
 	return t
 }
 
+// AfterFunc implements afterFuncClock: f runs when the clock reaches the
+// deadline, a suspend included, as NewTimer's channel would fire.
+func (c *suspendAwareClock) AfterFunc(d time.Duration, f func()) Timer {
+	t := &suspendAwareTimer{clock: c, fn: f}
+	t.Reset(d)
+	return t
+}
+
 // suspendAwareTimer fires when its clock reaches the deadline. It sleeps on
 // Go's timers in steps of at most suspendCheck, checking the clock at each,
 // so a suspend that crosses the deadline is seen within a step of resuming.
 // Like time.Timer since Go 1.23, Stop and Reset discard an unread fire.
 type suspendAwareTimer struct {
 	clock *suspendAwareClock
-	c     chan time.Time
+	c     chan time.Time // nil for AfterFunc
+	fn    func()         // AfterFunc's function, or nil
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -108,9 +129,11 @@ func (t *suspendAwareTimer) stopLocked() {
 		t.step.Stop()
 		t.step = nil
 	}
-	select {
-	case <-t.c:
-	default:
+	if t.c != nil {
+		select {
+		case <-t.c:
+		default:
+		}
 	}
 }
 
@@ -132,18 +155,26 @@ func (t *suspendAwareTimer) armLocked(left time.Duration) {
 
 func (t *suspendAwareTimer) check(gen uint64) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if gen != t.gen || !t.active {
+		t.mu.Unlock()
 		return
 	}
 	now := t.clock.Now()
 	if left := t.deadline.Sub(now); left > 0 {
 		t.armLocked(left)
+		t.mu.Unlock()
 		return
 	}
 	t.active = false
-	select {
-	case t.c <- now:
-	default:
+	fn := t.fn
+	if fn == nil {
+		select {
+		case t.c <- now:
+		default:
+		}
+	}
+	t.mu.Unlock()
+	if fn != nil {
+		fn() // on time.AfterFunc's goroutine, as time.AfterFunc would
 	}
 }

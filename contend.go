@@ -59,7 +59,7 @@ func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
 	switch {
 	case err == nil:
 		c.unknown = false
-		if !granted(t, sent).trusted(t, c.clock.Now()) {
+		if !granted(t, sent, rec.Remaining).trusted(t, c.clock.Now()) {
 			c.release(ctx, rec.Term)
 			return store.Record{}, sent, errTooSlow
 		}

@@ -22,10 +22,14 @@ import (
 //     down, the successor and the preference window. The store's clock
 //     expires it: a request to a dead holder blocks nothing, and the lease
 //     itself expires on its own as it always would.
-//  2. The holder's Elector reads that request name once per RenewInterval
-//     while it leads (one small read beside each renewal), and at once when
-//     the store's watch says it changed (where the watch pushes grants as
-//     well as releases, as memstore's does; Redis's pushes releases only). A live
+//  2. The holder's Elector learns of that request from the store's watch
+//     on the request name where the watch wakes on grants as well as
+//     releases (a store.GrantWatcher: memstore, etcd, PostgreSQL, NATS,
+//     MySQL's poller): it reads the request name when it starts leading and
+//     then only when the watch wakes, no read per renewal. On other stores
+//     (Redis publishes releases only; ZooKeeper and Kubernetes do not
+//     promise grant wake-ups) it reads the request name once per
+//     RenewInterval while it leads, and at once when the watch wakes. A live
 //     request naming its exact term cancels the work's context with
 //     ErrHandedOver. A request for another term is ignored.
 //  3. The Elector waits for the work to return (for `leasehold run`: the

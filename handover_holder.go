@@ -50,16 +50,25 @@ func (w *handoverWatch) loop(ctx context.Context, c *contender, h *holding, reqN
 	t := c.timings
 	// The request name's own contender, for its bounded Watch subscription.
 	rc := &contender{holdConfig: c.holdConfig, watcher: c.watcher, name: reqName, holder: c.holder}
+	// A watch that wakes on grants tells of every request (a request is a
+	// grant): while it is up, the request name is read only when it wakes.
+	// Otherwise it is read once per RenewInterval: a store.Watcher must push
+	// releases but need not push grants (Redis publishes releases only).
+	gw, _ := c.watcher.(store.GrantWatcher)
+	grantsPushed := gw != nil && gw.WatchesGrants()
+	_, preferred := c.store.(store.PreferredHolderReader)
 	var wake <-chan struct{}
 	stopWatch := func() {}
 	defer func() { stopWatch() }()
 	var noWatchUntil time.Time
+	read := true // the first pass reads, and every pass without a pushing watch
 	for {
 		if wake == nil && rc.watcher != nil && !c.clock.Now().Before(noWatchUntil) {
 			// Subscribe first, then read: a request written in between is
 			// read, one written later wakes the watch.
 			if ch, cancel, err := rc.subscribe(ctx); err == nil {
 				wake, stopWatch = ch, cancel
+				read = true
 			} else {
 				noWatchUntil = c.clock.Now().Add(t.RetryPeriod)
 			}
@@ -67,38 +76,53 @@ func (w *handoverWatch) loop(ctx context.Context, c *contender, h *holding, reqN
 		if req, ok := preferredElsewhere(c.store, h.term); ok {
 			return req, true
 		}
-		gctx, cancel := context.WithTimeout(ctx, t.RetryPeriod)
-		rec, err := c.store.Get(gctx, reqName)
-		cancel()
-		if err == nil && rec.Live() {
-			if req, perr := parseHandoverRequest(rec.Metadata); perr == nil && req.token == h.term.Token {
-				return req, true
+		pushed := grantsPushed && wake != nil
+		var err error
+		if read || !pushed {
+			gctx, cancel := context.WithTimeout(ctx, t.RetryPeriod)
+			var rec store.Record
+			rec, err = c.store.Get(gctx, reqName)
+			cancel()
+			if err == nil && rec.Live() {
+				if req, perr := parseHandoverRequest(rec.Metadata); perr == nil && req.token == h.term.Token {
+					return req, true
+				}
 			}
 		}
+		read = false
 		if ctx.Err() != nil {
 			return handoverRequest{}, false
 		}
-		// Read the request once per RenewInterval (a retry period after an
-		// error), and at once when the watch fires. The reading is what
-		// every store guarantees: a store.Watcher must push releases, but
-		// need not push grants (Redis publishes releases only), and a
-		// request is a grant.
-		d := t.RenewInterval
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			d = min(d, t.RetryPeriod)
+		// Wait for the watch; without a pushing watch, read again after
+		// RenewInterval (a retry period after an error). A pushing watch
+		// needs no timer, except to look at a store.PreferredHolderReader's
+		// record (no request) and to read again after a failed read.
+		failed := err != nil && !errors.Is(err, store.ErrNotFound)
+		var timer Timer
+		var timerC <-chan time.Time
+		if !pushed || preferred || failed {
+			d := t.RenewInterval
+			if failed {
+				d = min(d, t.RetryPeriod)
+				read = true
+			}
+			timer = c.clock.NewTimer(d)
+			timerC = timer.C()
 		}
-		timer := c.clock.NewTimer(d)
 		select {
 		case <-ctx.Done():
-		case <-timer.C():
+		case <-timerC:
 		case _, open := <-wake:
+			read = true
 			if !open {
 				wake = nil
 				stopWatch()
 				noWatchUntil = c.clock.Now().Add(t.RetryPeriod)
 			}
 		}
-		timer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -316,5 +318,67 @@ func TestHandoverBadInput(t *testing.T) {
 	}
 	if _, err := leasehold.Handover(ctx, st, "sweeper", leasehold.HandoverOptions{}); !errors.Is(err, store.ErrNotHeld) {
 		t.Errorf("Handover of a free lease = %v, want ErrNotHeld", err)
+	}
+}
+
+// getCounter counts Get calls per name on a memstore handle, and says its
+// watch wakes on grants (memstore's does) only if grants is set.
+type getCounter struct {
+	*memstore.Store
+	grants bool
+	mu     sync.Mutex
+	gets   map[string]int
+}
+
+func (g *getCounter) Get(ctx context.Context, name string) (store.Record, error) {
+	g.mu.Lock()
+	g.gets[name]++
+	g.mu.Unlock()
+	return g.Store.Get(ctx, name)
+}
+
+func (g *getCounter) WatchesGrants() bool { return g.grants }
+
+func (g *getCounter) count(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.gets[name]
+}
+
+// A leader on a store whose watch wakes on grants reads its hand-over request
+// name once, when it starts leading, and then only when the watch wakes: no
+// read per renew interval. The control, the same store not promising grant
+// wake-ups, reads it once per renew interval. Both hand over at once.
+func TestHandoverRequestReadOnlyOnWake(t *testing.T) {
+	for _, grants := range []bool{true, false} {
+		t.Run(fmt.Sprintf("grants=%v", grants), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memstore.NewBackend(nil)
+				st := &getCounter{Store: memstore.Open(b), grants: grants, gets: map[string]int{}}
+				a := newElector(t, st, "node-a", nil, nil)
+				workA, termsA := worker(0)
+				stopA, _ := running(a, workA)
+				synctest.Wait()
+				lead := 10 * leasehold.DefaultTimings().RenewInterval
+				time.Sleep(lead)
+				reads := st.count("sweeper.handover")
+				switch {
+				case grants && reads != 1:
+					t.Errorf("request name read %d times in %v of leading, want once", reads, lead)
+				case !grants && reads < 10:
+					t.Errorf("control: request name read %d times in %v of leading, want one per renew interval", reads, lead)
+				}
+				asked := time.Now()
+				ans := <-handoverAsync(memstore.Open(b), leasehold.HandoverOptions{})
+				if ans.err != nil {
+					t.Fatalf("Handover: %v", ans.err)
+				}
+				stopA()
+				ga := termsA()
+				if len(ga) == 0 || !ga[0].stopped.Equal(asked) || !errors.Is(ga[0].cause, leasehold.ErrHandedOver) {
+					t.Fatalf("node-a's first term = %+v, want cancelled with ErrHandedOver at the request", ga)
+				}
+			})
+		})
 	}
 }

@@ -46,7 +46,7 @@ type holding struct {
 	mu sync.Mutex
 	tr trust
 
-	stopc    chan struct{}
+	stopc    chan struct{} // nil for a timed holding
 	stopOnce sync.Once
 	done     chan struct{} // closed by loop when it has ended
 	cause    error         // why it ended; written by loop before done closes
@@ -62,9 +62,13 @@ type renewResult struct {
 // startHolding begins holding the term of rec, granted by a request sent at
 // sentAt, and reports EventAcquired before anything else of the term. The
 // term's context derives from parent.
+//
+// A term that is renewed (keepAlive) has one goroutine, loop. A term that is
+// not has none on the system clock: a timer cancels it at its deadline, and
+// context.AfterFunc ends it (see timed).
 func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sentAt time.Time) *holding {
 	ctx, cancel := context.WithCancelCause(parent)
-	tr := granted(cfg.timings, sentAt)
+	tr := granted(cfg.timings, sentAt, rec.Remaining)
 	tr.capHold(sentAt, cfg.maxHold)
 	h := &holding{
 		cfg:    cfg,
@@ -72,12 +76,40 @@ func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sen
 		ctx:    ctx,
 		cancel: cancel,
 		tr:     tr,
-		stopc:  make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 	cfg.emit(Event{Kind: EventAcquired, Name: rec.Name, Term: rec.Term, Record: rec, SafeUntil: h.tr.safeUntil})
+	if afc, ok := cfg.clock.(afterFuncClock); ok && !cfg.keepAlive {
+		h.timed(afc)
+		return h
+	}
+	h.stopc = make(chan struct{})
 	go h.loop()
 	return h
+}
+
+// timed holds a term that is not renewed without a goroutine of its own: its
+// trust never changes, so one timer cancels the term's context at cancelAt,
+// and whatever cancels that context (the timer, stop, the parent, end) ends
+// the holding once, on context.AfterFunc's goroutine, as loop would.
+func (h *holding) timed(afc afterFuncClock) {
+	t := h.cfg.timings
+	tr := h.tr
+	deadline := afc.AfterFunc(tr.cancelAt(t).Sub(afc.Now()), func() {
+		// Stop trusting the term now. At the hold cap the term ends by
+		// release once the work returns, or by expiry.
+		if tr.holdCapped(t) {
+			h.cancel(ErrMaxHold)
+		} else {
+			h.cancel(ErrSafeUntilPassed)
+		}
+	})
+	context.AfterFunc(h.ctx, func() {
+		deadline.Stop()
+		h.cause = context.Cause(h.ctx)
+		h.cfg.emit(Event{Kind: EventLost, Name: h.term.Name, Term: h.term, SafeUntil: tr.safeUntil, Err: h.cause})
+		close(h.done)
+	})
 }
 
 // SafeUntil is the current local deadline of the term.
@@ -100,7 +132,13 @@ func (h *holding) end(cause error) { h.cancel(cause) }
 // stop ends the holding (cancelling its context with ErrReleased if it is
 // still live), waits for its goroutine, and returns why it ended.
 func (h *holding) stop() error {
-	h.stopOnce.Do(func() { close(h.stopc) })
+	h.stopOnce.Do(func() {
+		if h.stopc == nil {
+			h.cancel(ErrReleased) // timed: context.AfterFunc ends it
+		} else {
+			close(h.stopc)
+		}
+	})
 	<-h.done
 	return h.cause
 }

@@ -14,15 +14,16 @@ import (
 
 // BenchmarkHeldLeaseFootprint: the heap bytes and goroutines per held lease
 // in one process, at 10,000 and 100,000 leases, for one Keeper holding them
-// all against one Elector per lease (each leading, its work blocked) and one
-// Lock per lease with KeepAlive. The store is memstore in the same process,
+// all against one Elector per lease (each leading, its work blocked), one
+// Lock per lease with KeepAlive, and one Lock per lease without it (a term
+// that is not renewed keeps a timer, no goroutine). The store is memstore in the same process,
 // so the bytes include its record of each lease (the same for every form).
 // Default timings (15 s lease): no renewal falls inside the measurement.
 //
 //	go test -run '^$' -bench HeldLeaseFootprint -benchtime 1x .
 func BenchmarkHeldLeaseFootprint(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
-		for _, form := range []string{"keeper", "elector", "lock"} {
+		for _, form := range []string{"keeper", "elector", "lock", "lock-nokeepalive"} {
 			b.Run(fmt.Sprintf("%s/leases=%d", form, n), func(b *testing.B) {
 				for b.Loop() {
 					bytes, gs := heldFootprint(b, form, n)
@@ -64,9 +65,9 @@ func heldFootprint(b *testing.B, form string, n int) (float64, float64) {
 			}
 			release = append(release, func() { l.Release(ctx) })
 		}
-	case "lock":
+	case "lock", "lock-nokeepalive":
 		for i := range n {
-			lk, err := leasehold.NewLock(st, fmt.Sprintf("shard-%d", i), leasehold.Config{Identity: "node", KeepAlive: true})
+			lk, err := leasehold.NewLock(st, fmt.Sprintf("shard-%d", i), leasehold.Config{Identity: "node", KeepAlive: form == "lock"})
 			if err != nil {
 				b.Fatal(err)
 			}

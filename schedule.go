@@ -275,7 +275,7 @@ func (s *Scheduler) claim(ctx context.Context, p time.Time) error {
 		case err == nil:
 			// Trusted only if granted within RenewDeadline of sending the Get:
 			// then any other grant since the Get was answered is still live.
-			if !granted(t, sent).trusted(t, clock.Now()) {
+			if !granted(t, sent, t.LeaseDuration).trusted(t, clock.Now()) {
 				return fmt.Errorf("%w: %s granted (token %d) too late after its check", ErrPeriodUncertain, name, rec.Token)
 			}
 			return nil

@@ -191,7 +191,7 @@ func (k *Keeper) Acquire(ctx context.Context, name string) (*Lease, error) {
 func (k *Keeper) add(ctx context.Context, c *contender, rec store.Record, sent time.Time) (*Lease, error) {
 	t := k.cfg.Timings
 	kctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	kp := &kept{k: k, c: c, term: rec.Term, cancel: cancel, tr: granted(t, sent)}
+	kp := &kept{k: k, c: c, term: rec.Term, cancel: cancel, tr: granted(t, sent, rec.Remaining)}
 	k.mu.Lock()
 	delete(k.acquiring, c.name)
 	if k.closed {

@@ -21,9 +21,20 @@ type trust struct {
 	holdEnd   time.Time // zero: no cap
 }
 
-// granted is the trust of a term whose acquire request was sent at sentAt.
-func granted(t Timings, sentAt time.Time) trust {
-	return trust{safeUntil: sentAt.Add(t.RenewDeadline), nextRenew: sentAt.Add(t.RenewInterval)}
+// granted is the trust of a term whose acquire request was sent at sentAt
+// and whose grant the store said has remaining left (store.Record.Remaining,
+// on the store's clock when it answered). A store may grant a term shorter
+// than LeaseDuration (etcd backing it with a lease it already holds): the
+// shortfall LeaseDuration - remaining comes off both safeUntil and the next
+// renewal, so the margin LeaseDuration - RenewDeadline stays whole, counted
+// from the send time. A remaining of zero or less than the margin leaves no
+// trust at all. A remaining above LeaseDuration changes nothing: safeUntil
+// never counts from the store's answer.
+func granted(t Timings, sentAt time.Time, remaining time.Duration) trust {
+	short := max(t.LeaseDuration-remaining, 0)
+	safe := max(t.RenewDeadline-short, 0)
+	renew := max(t.RenewInterval-short, 0)
+	return trust{safeUntil: sentAt.Add(safe), nextRenew: sentAt.Add(renew)}
 }
 
 // capHold caps the term at maxHold after its acquire request was sent at

@@ -31,7 +31,7 @@ func TestTrustTable(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tr := granted(tm, t0)
+			tr := granted(tm, t0, tm.LeaseDuration)
 			for _, s := range c.steps {
 				switch s.op {
 				case "renewed":
@@ -64,7 +64,7 @@ func TestTrustTable(t *testing.T) {
 func TestTrustHoldCap(t *testing.T) {
 	tm := Timings{WindDown: time.Second}.WithDefaults()
 	t0 := time.Unix(1000, 0)
-	tr := granted(tm, t0)
+	tr := granted(tm, t0, tm.LeaseDuration)
 	tr.capHold(t0, 12*time.Second)
 	if got := tr.cancelAt(tm).Sub(t0); got != 9*time.Second || tr.holdCapped(tm) {
 		t.Fatalf("before any renewal: cancelAt +%v capped %v, want +9s (safeUntil - WindDown), not capped", got, tr.holdCapped(tm))
@@ -77,10 +77,42 @@ func TestTrustHoldCap(t *testing.T) {
 		t.Error("trust does not end exactly at the cap")
 	}
 	// Negative control: no cap, and the same renewal extends trust past it.
-	free := granted(tm, t0)
+	free := granted(tm, t0, tm.LeaseDuration)
 	free.capHold(t0, 0)
 	free.renewed(tm, t0.Add(5*time.Second))
 	if got := free.cancelAt(tm).Sub(t0); got != 14*time.Second || free.holdCapped(tm) {
 		t.Fatalf("without a cap: cancelAt +%v, want +14s", got)
+	}
+}
+
+// A grant the store says is shorter than LeaseDuration (store.Record.Remaining)
+// loses its shortfall from safeUntil and from the next renewal, counted from
+// the send time; one longer than LeaseDuration gains nothing; one shorter
+// than the margin LeaseDuration - RenewDeadline is not trusted at all.
+func TestTrustShortGrant(t *testing.T) {
+	tm := Timings{WindDown: time.Second}.WithDefaults()
+	t0 := time.Unix(1000, 0)
+	cases := []struct {
+		remaining            time.Duration
+		safeUntil, nextRenew time.Duration
+	}{
+		{tm.LeaseDuration, 10 * time.Second, 5 * time.Second},             // the full lease: as before
+		{tm.LeaseDuration + time.Hour, 10 * time.Second, 5 * time.Second}, // never counts from the answer
+		{13 * time.Second, 8 * time.Second, 3 * time.Second},              // 2 s short
+		{8 * time.Second, 3 * time.Second, 0},                             // renew at once
+		{5 * time.Second, 0, 0},                                           // within the margin: no trust
+		{0, 0, 0},
+	}
+	for _, c := range cases {
+		tr := granted(tm, t0, c.remaining)
+		if got := tr.safeUntil.Sub(t0); got != c.safeUntil {
+			t.Errorf("remaining %v: safeUntil = +%v, want +%v", c.remaining, got, c.safeUntil)
+		}
+		if got := tr.nextRenew.Sub(t0); got != c.nextRenew {
+			t.Errorf("remaining %v: nextRenew = +%v, want +%v", c.remaining, got, c.nextRenew)
+		}
+		if c.safeUntil == 0 && tr.trusted(tm, t0) {
+			t.Errorf("remaining %v: trusted at the send time", c.remaining)
+		}
 	}
 }

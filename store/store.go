@@ -103,6 +103,14 @@ type Store interface {
 	// is replaced by the new term: this is how a caller whose earlier Acquire
 	// answer was lost gets a term it knows.
 	//
+	// The returned Record's Remaining is the time the new term has left on
+	// the store's clock when it answered, at most ttl. A store may grant
+	// less than ttl (etcd backing the term with an etcd lease it already
+	// holds, without a keep-alive), but at least half of it; the term must
+	// then live at least Remaining. The core counts Remaining from the
+	// request's send time on its own monotonic clock, never from the answer:
+	// a grant short of ttl shortens the holder's trust by the shortfall.
+	//
 	// If another holder's term is live, Acquire changes nothing and returns
 	// that term's Record with an error matching ErrHeld.
 	// It returns ErrInvalid for a bad name, holder, ttl or metadata.
@@ -147,6 +155,21 @@ type Watcher interface {
 	// missed change is not, while the channel is open. Callers subscribe only
 	// after an acquire was refused, then try once more at once.
 	Watch(ctx context.Context, name string) (<-chan struct{}, error)
+}
+
+// GrantWatcher is an optional capability of a Watcher whose watch also wakes
+// on every grant of the name, not only on its releases (memstore, etcd,
+// PostgreSQL, NATS, MySQL's poller; Redis publishes releases only). The
+// holder of a lease uses it to learn of a hand-over request (a grant of
+// NAME.handover) from the watch alone, instead of reading the request name
+// once per renew interval. A wrapper that may drop events (a fault injector)
+// must not report true.
+type GrantWatcher interface {
+	Watcher
+	// WatchesGrants reports whether Watch's channel wakes soon after every
+	// grant of the watched name (an Acquire of a free, released, expired or
+	// never granted name, and a Transfer), as it does after a release.
+	WatchesGrants() bool
 }
 
 // BatchRenewer is an optional capability of a Store that holds many leases

@@ -22,9 +22,12 @@ import (
 //
 // The term's key is put on an etcd lease from this handle's pool when one of
 // the same TTL is there (the lease of a term this handle released, or of an
-// attempt of this handle that was refused): a keep-alive for it is sent
-// alongside the transaction, so that a grant is one write and its Remaining is
-// the TTL that keep-alive restored. Otherwise a new lease is granted first.
+// attempt of this handle that was refused). A pooled lease that has lost at
+// most an eighth of its TTL backs the grant as it is: one write, no
+// keep-alive, and the grant's Remaining is what the lease has left (the core
+// shortens the term by the shortfall). An older one gets a keep-alive sent
+// alongside the transaction, and the grant's Remaining is the TTL that
+// keep-alive restored. Otherwise a new lease is granted first.
 // A refused attempt puts its lease back in the pool. See "Reusing etcd
 // leases" in the package doc.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
@@ -63,10 +66,14 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 	var grantedSecs int64
 	var kaWait func() keepAliveResult // set when using a pooled lease
 	pooled := false
+	var poolAlive time.Time // the pooled lease's known expiry, when no keep-alive is sent
 	if usePool {
-		lease, pooled = s.takePooled(secs, sent)
+		lease, poolAlive, pooled = s.takePooled(secs, sent)
 	}
-	if pooled {
+	if pooled && poolAlive.Sub(sent) >= ttl-freshSlack(ttl) {
+		// Fresh enough: the grant is what the lease has left, no keep-alive.
+	} else if pooled {
+		poolAlive = time.Time{}
 		kaWait = s.startKeepAlive(rctx(ctx), lease)
 	} else {
 		g, err := s.cli.Grant(rctx(ctx), secs)
@@ -96,6 +103,9 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 	defer func() {
 		keptAlive()
 		aliveUntil := sent.Add(time.Duration(grantedSecs) * time.Second)
+		if !poolAlive.IsZero() {
+			aliveUntil = poolAlive
+		}
 		switch {
 		case granted:
 			s.bindLease(lease, term, aliveUntil, !kaClean)
@@ -152,6 +162,10 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			}
 			term = store.Term{Name: name, Holder: holder, Token: resp.Header.Revision}
 			s.remember(term, termInfo{key: myKey, lease: lease, metadata: metadata})
+			if !poolAlive.IsZero() {
+				// No keep-alive: the term lives as long as the pooled lease.
+				return store.Record{Term: term, Remaining: time.Until(poolAlive), TTL: time.Duration(secs) * time.Second, Metadata: metadata}, nil
+			}
 			grantedTTL := time.Duration(grantedSecs) * time.Second
 			return store.Record{Term: term, Remaining: grantedTTL - time.Since(sent), TTL: grantedTTL, Metadata: metadata}, nil
 		}

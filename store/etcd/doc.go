@@ -46,10 +46,15 @@
 // handle keeps the etcd leases it granted and uses them again: a lease whose
 // term was released through the handle, or whose attempt was refused, goes to
 // the handle's pool, and the handle's next Acquire with the same TTL in whole
-// seconds (any name, any holder) puts its key on it, sending a keep-alive in
-// the same step; the grant is counted only if that keep-alive was answered,
-// and its Remaining is the TTL the keep-alive restored. A lock and an unlock
-// are then two raft writes. Pooled leases carry no key; they are revoked when
+// seconds (any name, any holder) puts its key on it. A pooled lease that has
+// lost at most an eighth of its TTL (its expiry known from the send time of
+// its last answered grant or keep-alive) backs the grant as it is, and the
+// grant's Remaining is what it has left: the core shortens the term by the
+// shortfall, counted from its own send time (store.Store's Acquire). An older
+// one gets a keep-alive sent in the same step; the grant is counted only if
+// that keep-alive was answered, and its Remaining is the TTL the keep-alive
+// restored. A lock and an unlock are then two raft writes, and a keep-alive
+// only once per eighth of the TTL of reuse. Pooled leases carry no key; they are revoked when
 // found too close to expiry to be used, on Close, or when the pool is full
 // (128), and otherwise expire on their own. The rules that keep this safe:
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -48,6 +49,10 @@ type Store struct {
 	// stream), and the watch forwarders and background revocations that Close
 	// waits for (storekit.Lifecycle.Go).
 	life storekit.Lifecycle
+
+	// acquireKeepAlives counts the keep-alives Acquire sent for pooled
+	// leases (for tests).
+	acquireKeepAlives atomic.Int64
 
 	// terms remembers, for terms this handle acquired or looked up, where
 	// their key and etcd lease are, to spare a read. It is only a hint: every

@@ -65,6 +65,13 @@ const (
 	poolMinLeft = time.Second
 )
 
+// freshSlack is how much of its TTL a pooled lease may have lost and still
+// back a grant without a keep-alive: the grant's Remaining is then what the
+// lease has left (the core shortens the term by the shortfall), and one
+// keep-alive every freshSlack of reuse restores it. An eighth of the TTL, at
+// least 100 ms.
+func freshSlack(ttl time.Duration) time.Duration { return max(ttl/8, 100*time.Millisecond) }
+
 // trackLease records a lease this handle just granted for an acquire.
 func (s *Store) trackLease(id clientv3.LeaseID, secs int64, aliveUntil time.Time) {
 	s.termsMu.Lock()
@@ -81,7 +88,7 @@ func (s *Store) trackLease(id clientv3.LeaseID, secs int64, aliveUntil time.Time
 
 // takePooled removes and returns the most recently pooled lease for secs
 // that has enough life left; the ones it finds too old are revoked.
-func (s *Store) takePooled(secs int64, now time.Time) (clientv3.LeaseID, bool) {
+func (s *Store) takePooled(secs int64, now time.Time) (clientv3.LeaseID, time.Time, bool) {
 	s.termsMu.Lock()
 	var stale []clientv3.LeaseID
 	defer func() {
@@ -105,10 +112,10 @@ func (s *Store) takePooled(secs int64, now time.Time) (clientv3.LeaseID, bool) {
 		}
 		l.pooled = false
 		s.setPool(secs, ids)
-		return id, true
+		return id, l.aliveUntil, true
 	}
 	s.setPool(secs, ids)
-	return 0, false
+	return 0, time.Time{}, false
 }
 
 func (s *Store) setPool(secs int64, ids []clientv3.LeaseID) {
@@ -370,6 +377,7 @@ type kaConn struct {
 // is one; otherwise it sends on a stream of its own (keepAlive) and opens the
 // shared stream in the background for the next call.
 func (s *Store) startKeepAlive(ctx context.Context, id clientv3.LeaseID) func() keepAliveResult {
+	s.acquireKeepAlives.Add(1)
 	ch := make(chan keepAliveResult, 1)
 	c := s.kaConnection()
 	go func() {

@@ -411,3 +411,45 @@ func TestReuseRaces(t *testing.T) {
 		st.Release(ctx, old.Term) // if the race left it live
 	}
 }
+
+// TestFreshPooledLeaseNoKeepAlive: acquire-and-release cycles on one handle
+// reuse one pooled lease, and while it has lost at most an eighth of its TTL
+// no keep-alive is sent: a grant is the transaction alone, its Remaining what
+// the lease has left (at most ttl). The control: a pooled lease older than
+// that gets a keep-alive with the next grant.
+func TestFreshPooledLeaseNoKeepAlive(t *testing.T) {
+	m := shared(t)
+	st := openStore(t, uniquePrefix("fresh"), m.clientURL)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 2 * time.Second // an eighth: 250 ms
+	cycle := func() store.Record {
+		t.Helper()
+		rec, err := st.Acquire(ctx, "job", "node-a", ttl, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Release(ctx, rec.Term); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	cycle() // a new lease, granted: no keep-alive
+	before := st.acquireKeepAlives.Load()
+	start := time.Now()
+	n := 0
+	for time.Since(start) < 100*time.Millisecond {
+		rec := cycle()
+		n++
+		if rec.Remaining > ttl || rec.Remaining < ttl-freshSlack(ttl)-time.Since(start) {
+			t.Fatalf("grant %d on a fresh pooled lease: Remaining %v, want at most %v and at least what the lease has left", n, rec.Remaining, ttl)
+		}
+	}
+	if got := st.acquireKeepAlives.Load() - before; got != 0 {
+		t.Fatalf("%d cycles within 100 ms on a fresh pooled lease sent %d keep-alives, want none", n, got)
+	}
+	time.Sleep(freshSlack(ttl) + 50*time.Millisecond)
+	cycle()
+	if got := st.acquireKeepAlives.Load() - before; got != 1 {
+		t.Fatalf("control: a grant on a pooled lease older than an eighth of its TTL sent %d keep-alives, want 1", got)
+	}
+}

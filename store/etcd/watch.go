@@ -11,6 +11,10 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
+// WatchesGrants implements store.GrantWatcher: a grant puts a contender key
+// under the watched prefix, which wakes the watch as a delete does.
+func (s *Store) WatchesGrants() bool { return true }
+
 // Watch implements store.Watcher. It watches the name's contender prefix and
 // wakes on every key created or deleted there: a grant, a release, an etcd
 // tool queueing, and the delete etcd makes when a crashed holder's lease

@@ -229,6 +229,10 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	return b.record(name, l, b.now()), nil
 }
 
+// WatchesGrants implements store.GrantWatcher: every grant wakes the
+// watchers of its name, as every release does.
+func (s *Store) WatchesGrants() bool { return true }
+
 // Watch implements store.Watcher: the channel receives a value after each
 // grant and each release of name (not after renewals), and after each place
 // that leaves name's queue (queue.go).

@@ -44,6 +44,11 @@ func newPoller(s *Store) *poller {
 	return &poller{s: s, state: map[string]leaseState{}, quit: make(chan struct{}), done: make(chan struct{})}
 }
 
+// WatchesGrants implements store.GrantWatcher: the poller compares each
+// watched lease's state, which a grant changes as a release does. With
+// Options.NoWatch there is no watch.
+func (s *Store) WatchesGrants() bool { return !s.opts.NoWatch }
+
 // Watch implements store.Watcher. It reads the lease's state at once (the
 // baseline against which the poller compares), so no change after Watch
 // returns is missed; a change since the caller's own last read wakes the

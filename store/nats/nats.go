@@ -567,6 +567,10 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 	return out, nil
 }
 
+// WatchesGrants implements store.GrantWatcher: a grant writes the name's key,
+// which the KV watch reports as it reports a release.
+func (s *Store) WatchesGrants() bool { return true }
+
 // Watch wakes on every message stored on name's key after the call:
 // grants, renewals, releases, and the server's expiry markers. It is a
 // JetStream ordered consumer (the KV watch), which follows the server

@@ -72,6 +72,10 @@ func permanent(err error) bool {
 	return errors.Is(err, ErrNotMigrated) || errors.Is(err, errNoSessionConfig)
 }
 
+// WatchesGrants implements store.GrantWatcher: the table's trigger NOTIFYs on
+// every grant as on every release. With Options.NoWatch there is no watch.
+func (s *Store) WatchesGrants() bool { return !s.opts.NoWatch }
+
 // Watch implements store.Watcher over LISTEN/NOTIFY: the channel receives a
 // value after every grant and release of name, by leasehold or any other
 // client (the table's trigger sends the NOTIFY), and after the listener

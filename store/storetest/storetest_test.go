@@ -25,6 +25,13 @@ func (b broken) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	switch b.bug {
 	case "token-stuck":
 		rec.Token = 1
+	case "remaining-overstated":
+		// Grants half the ttl and says nine tenths.
+		if err == nil {
+			b.Store.Release(ctx, rec.Term)
+			rec, err = b.Store.Acquire(ctx, name, holder, ttl/2, md)
+			rec.Remaining = ttl * 9 / 10
+		}
 	case "two-winners":
 		if err != nil && rec.Holder != "" {
 			return store.Record{Term: store.Term{Name: name, Holder: holder, Token: rec.Token}, Remaining: ttl}, nil
@@ -75,6 +82,30 @@ func (b broken) Get(ctx context.Context, name string) (store.Record, error) {
 	return rec, err
 }
 
+// Watch, with bug "watch-misses-grants", passes on only the wake-ups after
+// which the lease is free, as a watch that publishes releases only would,
+// while the store still says it wakes on grants.
+func (b broken) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	ch, err := b.Store.Watch(ctx, name)
+	if err != nil || b.bug != "watch-misses-grants" {
+		return ch, err
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		defer close(out)
+		for range ch {
+			if r, err := b.Store.Get(context.Background(), name); err == nil && r.Live() {
+				continue
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out, nil
+}
+
 // TestBrokenStoreHelper runs the suite against a broken store when asked to
 // by TestSuiteCatchesBrokenStores; on its own it does nothing.
 func TestBrokenStoreHelper(t *testing.T) {
@@ -101,6 +132,8 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		// Negative controls of the hand-over cases.
 		"transfer-ignores-term":     "Transfer",
 		"transfer-reserves-nothing": "Transfer",
+		"watch-misses-grants":       "WatchGrants",
+		"remaining-overstated":      "GrantLastsItsRemaining",
 	}
 	for bug, wantFailing := range cases {
 		t.Run(bug, func(t *testing.T) {

@@ -345,3 +345,31 @@ func testGetNotFound(s *suite) {
 		s.t.Fatalf("Get of a name never granted: err = %v, want ErrNotFound", err)
 	}
 }
+
+// A grant's Remaining is a promise the core relies on: the term is live for
+// at least that long, counted from when the Acquire was sent. (A store may
+// grant less than ttl, as etcd does on a pooled lease; the core shortens the
+// term by the shortfall.) A Get answered before sent + Remaining finds the
+// term live.
+func testGrantLastsItsRemaining(s *suite) {
+	st := s.store()
+	ttl := max(s.h.MinTTL, time.Second)
+	for try := 0; try < 3; try++ {
+		name := fmt.Sprintf("job-%d", try)
+		sent := time.Now()
+		rec := s.acquire(st, name, "node-a", ttl)
+		if rec.Remaining > ttl || rec.Remaining <= 0 {
+			s.t.Fatalf("Acquire Remaining = %v, want in (0, ttl %v]", rec.Remaining, ttl)
+		}
+		time.Sleep(time.Until(sent.Add(rec.Remaining * 3 / 4)))
+		got, err := st.Get(s.ctx(), name)
+		if !time.Now().Before(sent.Add(rec.Remaining)) {
+			continue // answered too late to say (a loaded machine): try again
+		}
+		if err != nil || got.Term != rec.Term || !got.Live() {
+			s.t.Fatalf("Get %v after sending the Acquire (Remaining %v) = %+v, %v: want the term still live", time.Since(sent), rec.Remaining, got, err)
+		}
+		return
+	}
+	s.t.Skip("every Get was answered after the grant's Remaining had passed: the machine is too slow to tell")
+}

@@ -44,6 +44,34 @@ func testWatch(s *suite) {
 	}
 }
 
+// A store.GrantWatcher that says its watch wakes on grants wakes it on the
+// first grant of a name and on a grant after a release: a holder learns of a
+// hand-over request (a grant) from that watch alone and reads nothing else.
+func testWatchGrants(s *suite) {
+	a, b := s.store(), s.store()
+	gw, ok := b.(store.GrantWatcher)
+	if !ok || !gw.WatchesGrants() {
+		s.t.Skip("store's watch does not promise to wake on grants; holders read hand-over requests")
+	}
+	ttl := s.longTTL()
+	ctx, cancel := context.WithCancel(s.ctx())
+	defer cancel()
+	ch, err := gw.Watch(ctx, "job")
+	if err != nil {
+		s.t.Fatalf("Watch: %v", err)
+	}
+	drain(ch)
+	held := s.acquire(a, "job", "node-a", ttl)
+	expectWake(s.t, ch, "the first grant of the name")
+	if err := a.Release(s.ctx(), held.Term); err != nil {
+		s.t.Fatalf("Release: %v", err)
+	}
+	expectWake(s.t, ch, "release")
+	drain(ch)
+	s.acquire(a, "job", "node-b", ttl)
+	expectWake(s.t, ch, "a grant after a release")
+}
+
 // A Watch call returns, and its channel closes, soon after its context ends,
 // whether the context ended before the call or while it was subscribed: the
 // caller bounds a subscription by its context (and gives up on one that
