@@ -103,9 +103,26 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	waitText := func(sel, want string) {
 		t.Helper()
-		run("waiting for "+sel+" to read "+want, chromedp.Poll[chromedp.Void](
-			`(() => { const e = document.querySelector(`+jsString(sel)+`); return e !== null && e.textContent.includes(`+jsString(want)+`); })()`,
-			chromedp.WithPollingTimeout(30*time.Second)))
+		// Asked from Go every 50 ms, each time in a fresh evaluation, not
+		// with chromedp.Poll: with Debian's Chromium 156 a Poll begun right
+		// after the Enter that opens the timeline sometimes never answered
+		// (on a page that already read want) and timed out.
+		expr := `(() => { const e = document.querySelector(` + jsString(sel) + `); return e !== null && e.textContent.includes(` + jsString(want) + `); })()`
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+			if err != nil {
+				t.Fatalf("waiting for %s to read %s: %v", sel, want, err)
+			}
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s to read %s: not within 30s\npage:\n%s", sel, want, eval("reading the page", `document.querySelector("main").outerHTML`))
+			}
+			tick := time.NewTimer(50 * time.Millisecond)
+			<-tick.C
+		}
 	}
 
 	run("opening the page", chromedp.Navigate(s.url+"/"))

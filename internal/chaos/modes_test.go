@@ -25,15 +25,20 @@ func TestChaosModes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
-	var wg sync.WaitGroup
-	for _, mode := range []string{ModeSemaphore, ModeSchedule} {
-		for _, st := range []string{"sqlite", "redis"} {
-			// Not t.Parallel, which -parallel (GOMAXPROCS, here 2) would
-			// cap: the four runs must overlap to keep the package's time.
-			wg.Go(func() { t.Run(mode+"/"+st, func(t *testing.T) { modeRun(t, mode, st) }) })
+	// Two waves of overlapping runs: the stores with their own small
+	// servers, then those whose servers weigh more (a PostgreSQL cluster, an
+	// etcd member, a kube-apiserver with its etcd).
+	for _, wave := range [][]string{{"sqlite", "redis"}, {"postgres", "etcd", "kubernetes"}} {
+		var wg sync.WaitGroup
+		for _, mode := range []string{ModeSemaphore, ModeSchedule} {
+			for _, st := range wave {
+				// Not t.Parallel, which -parallel (GOMAXPROCS, here 2) would
+				// cap: the runs must overlap to keep the package's time.
+				wg.Go(func() { t.Run(mode+"/"+st, func(t *testing.T) { modeRun(t, mode, st) }) })
+			}
 		}
+		wg.Wait()
 	}
-	wg.Wait()
 }
 
 // modeRun is one of TestChaosModes's runs.
@@ -50,7 +55,16 @@ func modeRun(t *testing.T, mode, storeName string) {
 		c.StoreControl = r // a real restart (SIGKILL, AOF), drawn by the first group
 		c.Faults = []string{faultPause, faultKill, faultClock, faultBlackhole, faultReset, faultStoreRestart}
 	default:
-		t.Fatalf("no mode run on %s", storeName)
+		// The store's own CI configuration (storeRuns): its server, faults
+		// and timings.
+		for _, r := range storeRuns {
+			if r.name == storeName {
+				c = r.setup(t, modeSpan)
+			}
+		}
+		if c.StoreURL == "" {
+			t.Fatalf("no mode run on %s", storeName)
+		}
 	}
 	c.Mode = mode
 	switch mode {
