@@ -134,6 +134,12 @@ func (c *checker) checkAtMostN(parts []*checker, labels []string) string {
 	var edges []edge
 	for i, p := range parts {
 		for _, iv := range p.workIntervals() {
+			if iv.to <= iv.from {
+				// No length (a process killed as its work began): it
+				// overlaps nothing, and its end, sorted before its start,
+				// would leave it live for the rest of the run.
+				continue
+			}
 			edges = append(edges, edge{iv.from, +1, len(ivs)}, edge{iv.to, -1, len(ivs)})
 			ivs = append(ivs, slotWork{iv, labels[i]})
 		}

@@ -122,3 +122,30 @@ func TestCheckOncePerPeriod(t *testing.T) {
 		})
 	}
 }
+
+// A process killed right after its work began leaves an interval of no
+// length (its last line is the work-start). It overlaps nothing: later
+// holders of both slots are not three at once. (The end of such an interval
+// once sorted before its start, so it stayed live for the rest of the run:
+// an etcd semaphore run reported at-most-n five times for it.)
+func TestCheckAtMostNEmptyInterval(t *testing.T) {
+	b := modeHistory(ModeSemaphore)
+	b.h.Slots = 2
+	b.term("n1.1", "sem.slot-0", 1, 0.1, 1.0)
+	// n3.1: granted slot 1 and killed as its work began.
+	n := len(b.h.Events)
+	b.granted("n3.1", 1.2, evAcquired, "n3.1-h", 1, 0.005)
+	b.ev("n3.1", 1.2, event{Kind: evWorkStart, Token: 1, SafeUntil: sec(1.2 - 0.005 + 1.4)})
+	for i := n; i < len(b.h.Events); i++ {
+		b.h.Events[i].Lease = "sem.slot-1"
+	}
+	b.term("n1.1", "sem.slot-0", 2, 3.0, 4.0)
+	b.term("n2.1", "sem.slot-1", 2, 3.1, 4.1)
+	r := checkHistory(b.h, checkOptions{})
+	if got := checkCount(r, chkAtMostN); got != 0 {
+		t.Fatalf("at-most-n found %d violations, want 0: %v", got, r.Violations)
+	}
+	if r.Stats.MaxLive != 2 {
+		t.Errorf("MaxLive %d, want 2", r.Stats.MaxLive)
+	}
+}
