@@ -176,6 +176,12 @@ func (s *recStore) RenewMany(ctx context.Context, terms []store.Term, ttl time.D
 	return recs, errs, nil
 }
 
+// WatchesGrants forwards whether the store's watch also wakes on grants.
+func (s *recStore) WatchesGrants() bool {
+	g, ok := s.inner.(store.GrantWatcher)
+	return ok && g.WatchesGrants()
+}
+
 // Queues, Enqueue and Dequeue forward the store's fair queue (a place in
 // it grants nothing, so the recorder does not log them).
 func (s *recStore) Queues() bool {

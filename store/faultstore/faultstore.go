@@ -232,6 +232,14 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	return muted, nil
 }
 
+// WatchesGrants passes through whether the inner store's watch also wakes
+// on grants. A Mute fault hides those wakes as it hides a release's: that
+// is what it injects.
+func (s *Store) WatchesGrants() bool {
+	g, ok := s.inner.(store.GrantWatcher)
+	return ok && g.WatchesGrants()
+}
+
 // RenewMany passes through to the inner store's BatchRenewer, or renews one
 // by one without one.
 func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Duration) ([]store.Record, []error, error) {

@@ -133,7 +133,21 @@ type proc struct {
 // coordination.k8s.io/v1beta1 API on) on free loopback ports and waits until
 // /readyz answers.
 // Stop the server with Stop.
-func Start(opts Options) (_ *Server, err error) {
+//
+// The ports are free when chosen, but another process may take one before
+// etcd or kube-apiserver binds it (tests start servers concurrently): a
+// start that fails with "address already in use" is tried again, on new
+// ports, up to three times.
+func Start(opts Options) (*Server, error) {
+	for attempt := 1; ; attempt++ {
+		s, err := start(opts)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return s, err
+		}
+	}
+}
+
+func start(opts Options) (_ *Server, err error) {
 	if opts.BinDir == "" {
 		if opts.BinDir, err = BinDir(); err != nil {
 			return nil, err
