@@ -119,13 +119,19 @@ func testSemaphoreRace(s *suite) {
 // RaceSemaphore races 2×handles holders (two per handle, each handle opened
 // by open) for a semaphore of slots slots, three acquisitions each, and
 // returns what a SlotChecker of limit found wrong. With limit < slots it is a
-// negative control: it must find violations.
+// negative control: it must find violations, so each holder then keeps its
+// slot until the checker has caught one (or 30 s pass) instead of for a
+// moment: the first limit+1 grants overlap however slowly the store answers.
 func RaceSemaphore(t *testing.T, open func() (store.Store, error), slots, limit, handles int) []string {
 	t.Helper()
 	const perHandle, rounds = 2, 3
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	check := NewSlotChecker(limit)
+	work := 50 * time.Millisecond
+	if limit < slots {
+		work = 30 * time.Second
+	}
 	var wg sync.WaitGroup
 	for h := 0; h < handles; h++ {
 		st, err := open()
@@ -148,7 +154,7 @@ func RaceSemaphore(t *testing.T, open func() (store.Store, error), slots, limit,
 						t.Errorf("Acquire: %v", err)
 						return
 					}
-					check.Work(l, 50*time.Millisecond)
+					check.Work(l, work)
 					if err := l.Release(context.Background()); err != nil && !errors.Is(err, store.ErrNotHeld) {
 						t.Errorf("Release %v: %v", l.Term(), err)
 					}
@@ -172,15 +178,17 @@ type SlotChecker struct {
 	n          int                     // terms working now
 	last       map[string]int64        // slot -> last token worked under
 	violations []string
+	caught     chan struct{} // closed at the first violation
 }
 
 // NewSlotChecker returns a checker of at most limit terms at once.
 func NewSlotChecker(limit int) *SlotChecker {
-	return &SlotChecker{limit: limit, working: map[string][]store.Term{}, last: map[string]int64{}}
+	return &SlotChecker{limit: limit, working: map[string][]store.Term{}, last: map[string]int64{}, caught: make(chan struct{})}
 }
 
-// Work does a moment of work under l: d long, or until l's context ends.
-// Work is begun only while l is trusted.
+// Work does a moment of work under l: d long, until l's context ends, or
+// until the checker has caught a violation. Work is begun only while l is
+// trusted.
 func (c *SlotChecker) Work(l *leasehold.Lease, d time.Duration) {
 	if l.Context().Err() != nil {
 		return // no longer trusted: no work
@@ -191,6 +199,8 @@ func (c *SlotChecker) Work(l *leasehold.Lease, d time.Duration) {
 	case <-timer.C:
 	case <-l.Context().Done():
 		timer.Stop()
+	case <-c.caught:
+		timer.Stop()
 	}
 	c.exit(l.Term())
 }
@@ -198,6 +208,12 @@ func (c *SlotChecker) Work(l *leasehold.Lease, d time.Duration) {
 func (c *SlotChecker) enter(t store.Term) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	before := len(c.violations)
+	defer func() {
+		if before == 0 && len(c.violations) > 0 {
+			close(c.caught)
+		}
+	}()
 	if others := c.working[t.Name]; len(others) > 0 {
 		c.violations = append(c.violations, fmt.Sprintf("slot %s granted twice: %v works while %v still works", t.Name, t, others[0]))
 	}
