@@ -153,10 +153,10 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Time in which the OS did not run this process is recorded, so that
-	// the checker can tell a node that overran its safeUntil because it was
-	// not run from one that ran on regardless.
-	go recordStalls(ctx, hw, stallPeriod, stallThreshold)
+	// Time in which the OS did not run this process while it worked is
+	// recorded, so that the checker can tell a node that overran its
+	// safeUntil because it was not run from one that ran on regardless.
+	stalls := newStallRecorder(hw, stallPeriod, stallThreshold)
 	// The harness controls the node through stdin; EOF means it is gone.
 	go func() {
 		defer cancel()
@@ -284,6 +284,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			// The slot's own resource: the register fences per slot.
 			resources = []string{c.resources[slotIndex(c.lease, l.Name())%len(c.resources)]}
 		}
+		defer stalls.workStarted()() // deferred first: it records until the work's last event is written
 		hw.emit(event{Kind: evWorkStart, Token: tok, SafeUntil: rel(l.SafeUntil()), Lease: lease})
 		defer func() { hw.emit(event{Kind: evWorkStop, Token: tok, SafeUntil: rel(l.SafeUntil()), Lease: lease}) }()
 		pace := time.NewTimer(0)

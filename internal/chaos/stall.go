@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -11,6 +12,57 @@ const (
 	stallPeriod    = 10 * time.Millisecond
 	stallThreshold = 50 * time.Millisecond
 )
+
+// stallRecorder looks for stalls only while guarded work runs in the
+// process: the checker needs them only there (safe-until's exemption counts
+// stalls from when a work was told to stop to its late event). A recorder in
+// every process, standbys too, woke each of a CI run's 114 node processes
+// every 10 ms; that starved the Kubernetes run's API server (accepted writes
+// fell from 10,600 to about 1,000, and failovers came late).
+type stallRecorder struct {
+	hw                *historyWriter
+	period, threshold time.Duration
+
+	mu   sync.Mutex
+	n    int                // works running
+	stop context.CancelFunc // ends the recording goroutine; nil when none runs
+	done chan struct{}      // closed when it has returned
+}
+
+func newStallRecorder(hw *historyWriter, period, threshold time.Duration) *stallRecorder {
+	return &stallRecorder{hw: hw, period: period, threshold: threshold}
+}
+
+// workStarted records stalls until the matching call of the function it
+// returns; works may overlap (a semaphore's slots), one goroutine records for
+// all of them, so no stall is written twice.
+func (r *stallRecorder) workStarted() (workStopped func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	if r.n == 1 {
+		if r.done != nil {
+			<-r.done // the last one has been told to stop; let it finish
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		r.stop, r.done = cancel, make(chan struct{})
+		go func(done chan struct{}) {
+			defer close(done)
+			recordStalls(ctx, r.hw, r.period, r.threshold)
+		}(r.done)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.n--
+			if r.n == 0 {
+				r.stop()
+			}
+		})
+	}
+}
 
 // recordStalls wakes every period on the real monotonic clock (not the
 // node's injected clock) and, when a wake-up comes more than threshold after
