@@ -91,7 +91,7 @@ func runLogged(t *testing.T, c Config) *Outcome {
 	t.Helper()
 	out, err := Run(context.Background(), c)
 	if err != nil {
-		if out != nil { // the groups that did not fail were still added up
+		if out != nil { // what the run recorded before its error, checked
 			t.Log(out.Summary)
 			t.Logf("report: %s", out.Report)
 		}
@@ -167,7 +167,7 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 	c.LeaderBias = 1
 	out, err := Run(context.Background(), c)
 	if err != nil {
-		if out != nil { // the groups that did not fail were still added up
+		if out != nil { // what the run recorded before its error, checked
 			t.Log(out.Summary)
 			t.Logf("report: %s", out.Report)
 		}
