@@ -143,7 +143,10 @@ func (h *harness) inject(ctx context.Context, p Planned) (f fault, ok bool, err 
 		f.Detail = fmt.Sprintf("SIGSTOP for %v", p.Duration.Round(time.Millisecond))
 		if err = signalStop(target.cmd.Process); err == nil {
 			sleepCtx(ctx, p.Duration)
-			err = signalCont(target.cmd.Process)
+			if err = signalCont(target.cmd.Process); err != nil && target.gone(err) {
+				err = nil // another fault ended it meanwhile (a twin stopped)
+				f.Detail += "; the process ended before it was continued"
+			}
 		}
 	case faultKill:
 		h.progress("chaos: %s kill %s (%s), restart after %v", h.elapsed(), target.name, role, p.Duration.Round(time.Millisecond))

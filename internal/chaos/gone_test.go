@@ -21,6 +21,9 @@ func TestProcGone(t *testing.T) {
 	if !running.gone(werr) {
 		t.Errorf("a write to a closed stdin (%v) is not taken for a stopped process", werr)
 	}
+	if !running.gone(os.ErrProcessDone) {
+		t.Error("a signal to a finished process is not taken for a stopped process")
+	}
 	if running.gone(errors.New("disk full")) {
 		t.Error("another error on a running process is taken for a stopped process: a real injection failure would be hidden")
 	}

@@ -36,9 +36,9 @@ type proc struct {
 }
 
 // gone reports whether err, from a write to p's stdin, says that p was
-// stopped (its stdin closed) or has exited.
+// stopped (its stdin closed) or has exited; so does a signal's.
 func (p *proc) gone(err error) bool {
-	if errors.Is(err, os.ErrClosed) || errors.Is(err, syscall.EPIPE) {
+	if errors.Is(err, os.ErrClosed) || errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
 	select {
