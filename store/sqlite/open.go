@@ -62,6 +62,7 @@ type Store struct {
 	table   string
 	hist    string
 	high    string // the high-water table: the highest epoch of each name ever granted
+	queue   string // the fair queue's table (queue.go)
 	created bool
 	limit   int
 	life    storekit.Lifecycle
@@ -155,7 +156,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	db.SetMaxIdleConns(2)
 	db.SetConnMaxIdleTime(time.Minute)
-	s := &Store{db: db, path: abs, table: opts.Table, hist: opts.Table + "_history", high: opts.Table + "_high_water", created: created, limit: opts.HistoryLimit}
+	s := &Store{db: db, path: abs, table: opts.Table, hist: opts.Table + "_history", high: opts.Table + "_high_water", queue: opts.Table + "_queue", created: created, limit: opts.HistoryLimit}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, kit.Wrap("open "+abs, err)
