@@ -38,6 +38,8 @@ func grantLeasePrivileges(t *testing.T, db, user string) {
 		`GRANT SELECT, INSERT, UPDATE ON %[1]s.leader_lease TO '%[2]s'@'%%'`,
 		`GRANT SELECT ON %[1]s.leader_lease_history TO '%[2]s'@'%%'`,
 		`GRANT SELECT ON %[1]s.leader_lease_epochs TO '%[2]s'@'%%'`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.leader_lease_queue TO '%[2]s'@'%%'`,
+		`GRANT SELECT, INSERT, UPDATE ON %[1]s.leader_lease_qseq TO '%[2]s'@'%%'`,
 	} {
 		mustExec(t, admin, fmt.Sprintf(q, db, user))
 	}

@@ -48,7 +48,8 @@ func grantLeasePrivileges(t *testing.T, schema, role string) {
 		GRANT USAGE ON SCHEMA {s} TO {r};
 		GRANT SELECT, INSERT, UPDATE ON {s}.leader_lease TO {r};
 		GRANT SELECT ON {s}.leader_lease_history TO {r};
-		GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.leader_lease_queue, {s}.leader_lease_qseq TO {r};`)); err != nil {
+		GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.leader_lease_queue TO {r};
+		GRANT SELECT, INSERT, UPDATE ON {s}.leader_lease_qseq TO {r};`)); err != nil {
 		t.Fatalf("grant: %v", err)
 	}
 }

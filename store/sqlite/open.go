@@ -74,6 +74,7 @@ var (
 	_ store.ForceReleaser = (*Store)(nil)
 	_ store.Migrator      = (*Store)(nil)
 	_ store.Historian     = (*Store)(nil)
+	_ store.Queuer        = (*Store)(nil)
 )
 
 // ValidateTable checks a table name: a plain SQL identifier (the one rule
