@@ -69,8 +69,9 @@ func TestLeastPrivilege(t *testing.T) {
 				return lhmysql.Open(context.Background(), userConfig(t, db, user, pass), lhmysql.Options{})
 			}
 		},
-		MinTTL: harnessMinTTL,
-		Losses: mysqlLosses()[2:3], // TRUNCATE by the admin: the user's next grant reads the mark
+		MinTTL:   harnessMinTTL,
+		QueueTTL: harnessQueueTTL,
+		Losses:   mysqlLosses()[2:3], // TRUNCATE by the admin: the user's next grant reads the mark
 	})
 
 	t.Run("Capabilities", func(t *testing.T) {

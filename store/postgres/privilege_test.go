@@ -74,7 +74,8 @@ func TestLeastPrivilege(t *testing.T) {
 				return postgres.Open(context.Background(), roleDSN, postgres.Options{Schema: schema})
 			}
 		},
-		MinTTL: harnessMinTTL,
+		MinTTL:   harnessMinTTL,
+		QueueTTL: harnessQueueTTL,
 	})
 
 	t.Run("Capabilities", func(t *testing.T) {
