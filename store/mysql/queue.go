@@ -46,7 +46,8 @@ ON DUPLICATE KEY UPDATE expires_at = GREATEST(expires_at, VALUES(expires_at))`),
 WHERE o.name = ? AND o.seq < me.seq AND o.expires_at > {{now}}`)
 }
 
-// Enqueue implements store.Queuer (see above).
+// Enqueue implements store.Queuer (see above): two statements for a
+// waiter whose place is live, the transaction above for a new place.
 func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return 0, err
@@ -57,8 +58,31 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	}
 	bump, drop, place, count := s.enqueueSQL()
 	var ahead, dropped int64
+	s.qmu.Lock()
+	if s.queued == nil {
+		s.queued = map[string]bool{}
+	}
+	s.queued[name] = true
+	s.qmu.Unlock()
+	// The fast path: a waiter whose place is live refreshes it and counts
+	// the places before it, two autocommit statements without the
+	// counter's lock. Every place before it was queued by an enqueue that
+	// held the counter's lock before this place's did, and so committed
+	// before this place existed: the count sees it.
+	n, _, err := exec(ctx, s.db, s.n.replacer().Replace(`UPDATE {{q}} SET expires_at = GREATEST(expires_at, {{now}} + INTERVAL ? MICROSECOND)
+WHERE name = ? AND holder = ? AND expires_at > {{now}}`), ttlMicros(ttl), name, holder)
+	if err != nil {
+		return 0, s.opErr(op, err)
+	}
+	if n == 1 {
+		err := query(ctx, s.db, count, []any{holder, name}, func(r *sql.Rows) error { return r.Scan(&ahead) })
+		if err != nil {
+			return 0, s.opErr(op, err)
+		}
+		return int(ahead), nil
+	}
 	// A deadlock rolls the whole transaction back: it is sent again whole.
-	err := retry(ctx, func() error {
+	err = retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -92,12 +116,6 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	if err != nil {
 		return 0, s.opErr(op, err)
 	}
-	s.qmu.Lock()
-	if s.queued == nil {
-		s.queued = map[string]bool{}
-	}
-	s.queued[name] = true
-	s.qmu.Unlock()
 	if dropped > 0 {
 		s.hub.Notify(name)
 	}

@@ -46,6 +46,30 @@ func (s *Store) queueNames() (places, counter string) {
 	return ident(s.schema, s.table+"_queue"), ident(s.schema, s.table+"_qseq")
 }
 
+// refreshSQL is Enqueue's fast path, one statement: a waiter whose place
+// is live refreshes it and counts the live places before it, without the
+// counter's lock. Every place before it was queued by an enqueue that held
+// the counter's lock before this place's did, and so committed before this
+// place existed: any later snapshot sees it. It also drops the expired
+// places of the name (and NOTIFYs if it did). No row: the waiter has no
+// live place, and takes the slow path.
+func (s *Store) refreshSQL() string {
+	q, _ := s.queueNames()
+	return strings.NewReplacer("{{q}}", q, "{{chan}}", strings.ReplaceAll(channelSQL, "$tbl", "$4")).Replace(`WITH c AS MATERIALIZED (SELECT clock_timestamp() AS t),
+me AS (
+	UPDATE {{q}} AS p SET expires_at = greatest(p.expires_at, c.t + $3::float8 * interval '1 microsecond')
+	FROM c WHERE p.name = $1 AND p.holder = $2 AND p.expires_at > c.t
+	RETURNING p.seq
+),
+dead AS (
+	DELETE FROM {{q}} AS d USING c WHERE d.name = $1 AND d.holder <> $2 AND d.expires_at <= c.t RETURNING 1
+)
+SELECT
+	(SELECT count(*) FROM {{q}} AS o, me, c WHERE o.name = $1 AND o.holder <> $2 AND o.seq < me.seq AND o.expires_at > c.t),
+	(SELECT count(pg_notify(ch.chan, $1)) FROM (SELECT 1 FROM dead LIMIT 1) AS x, ({{chan}}) AS ch(chan))
+FROM me`)
+}
+
 func (s *Store) enqueueSQL() (bump, place string) {
 	q, c := s.queueNames()
 	r := strings.NewReplacer("{{q}}", q, "{{s}}", c, "{{chan}}", strings.ReplaceAll(channelSQL, "$tbl", "$5"))
@@ -69,8 +93,9 @@ SELECT
 	return bump, place
 }
 
-// Enqueue implements store.Queuer (see above): one transaction, on the
-// server's clock.
+// Enqueue implements store.Queuer (see above), on the server's clock: one
+// statement for a waiter whose place is live (refreshSQL), the transaction
+// above for a new place.
 func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return 0, err
@@ -78,15 +103,26 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	if err := kit.CheckEnqueue(name, holder, ttl); err != nil {
 		return 0, err
 	}
-	bump, place := s.enqueueSQL()
-	var ahead int64
+	var ahead, notified int64
+	refreshed := false
 	err := s.retry(ctx, func() error {
+		var err error
+		refreshed, err = queryOne(ctx, s.q, s.refreshSQL(), []any{name, holder, ttlMicros(ttl), s.qtable}, &ahead, &notified)
+		return err
+	})
+	if err != nil {
+		return 0, s.opErr("enqueue", strconv.Quote(name), err)
+	}
+	if refreshed {
+		return int(ahead), nil
+	}
+	bump, place := s.enqueueSQL()
+	err = s.retry(ctx, func() error {
 		return s.q.inTx(ctx, func(q querier) error {
 			var seq int64
 			if _, err := queryOne(ctx, q, bump, []any{name}, &seq); err != nil {
 				return err
 			}
-			var notified int64
 			_, err := queryOne(ctx, q, place, []any{name, holder, seq, ttlMicros(ttl), s.qtable}, &ahead, &notified)
 			return err
 		})
