@@ -91,6 +91,8 @@ func TestBadInputs(t *testing.T) {
 		{"doctor samples", []string{"doctor", "--samples", "0"}, ExitUsage, "--samples 0", ""},
 		{"doctor lease 10ms", []string{"doctor", "--lease-duration", "10ms"}, ExitUsage, "--lease-duration 10ms", ""},
 		{"migrate arguments", []string{"migrate", "extra"}, ExitUsage, "takes no arguments", ""},
+		{"fair with slots", []string{"run", "--lease", "x", "--fair", "--slots", "2", "--", "true"}, ExitUsage, "--fair does not go with --slots", ""},
+		{"fair with every", []string{"run", "--lease", "x", "--fair", "--every", "1h", "--", "true"}, ExitUsage, "--fair does not go with --every", ""},
 		{"unknown command", []string{"rn", "--lease", "x"}, ExitUsage, `unknown command "rn"`, ""},
 	}
 	if len(cases) < 40 {

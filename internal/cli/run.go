@@ -36,6 +36,7 @@ type runCmd struct {
 	logFormat    string
 	logLevel     string
 	maxHold      time.Duration
+	fair         bool // --fair: wait in the store's first-come, first-served queue (Config.Fair)
 	sched        scheduleFlags
 
 	// Set while running.
@@ -80,6 +81,12 @@ When the command exits on its own, run releases the lease and exits with the com
 code (128+N if it died of signal N), unless --restart runs it again. After losing the
 lease, run stops the command and contends again, unless --stop-on-loss.
 
+With --fair, the nodes waiting for the lease queue in the store, first come, first
+served: only the node first in the queue tries to take the lease, so none waits for ever
+behind luckier ones. Every node of a lease should then run with --fair (one without it
+still competes whenever the lease is free). The store must keep a queue (SQLite,
+PostgreSQL, MySQL/MariaDB, Redis, ZooKeeper); run refuses --fair on another.
+
 With --slots N, NAME is a semaphore of N slots: up to N nodes run CMD at once, each in a
 slot of its own (the lease NAME.slot-I), with that slot's token; LEASEHOLD_LEASE is the
 slot's lease name, the key a fenced resource keeps its last token under.
@@ -109,6 +116,7 @@ func newRunCmd(env *Env) Command {
 	fs.StringVar(&r.httpAddr, "http", "", "serve the status page, /healthz, /leader (with --slots /slots, with --every /schedule) and /metrics on `ADDR` (such as 127.0.0.1:9090)")
 	fs.StringVar(&r.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&r.fair, "fair", false, "wait in a first-come, first-served queue kept in the store, so that no node starves (not with --slots or --every)")
 	fs.DurationVar(&r.maxHold, "max-hold", 0, "stop the command and stop renewing `D` after the term began, so a stuck command cannot keep the lease (0: no cap; with --every, the period)")
 	r.sched.register(fs)
 	return r
@@ -142,6 +150,12 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	}
 	if err := r.checkSlots(); err != nil {
 		return err
+	}
+	switch {
+	case r.fair && r.slots > 0:
+		return usagef("--fair does not go with --slots: a semaphore's slots have no queue")
+	case r.fair && r.sched.every > 0:
+		return usagef("--fair does not go with --every: a scheduled job runs once per period, whoever is first")
 	}
 	tm, termGrace, killMargin, err := r.timings.resolve()
 	if err != nil {
@@ -177,6 +191,9 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	if err := checkLimits(tm, st.Store, st.Name); err != nil {
 		return err
 	}
+	if err := checkFair(r.fair, st); err != nil {
+		return err
+	}
 	if err := st.probe(ctx, r.lease, r.store.timeout); err != nil {
 		return err
 	}
@@ -202,6 +219,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 		Timings:    tm,
 		MaxHold:    r.maxHold,
 		StopOnLoss: r.stopOnLoss,
+		Fair:       r.fair,
 		OnEvent: func(ev leasehold.Event) {
 			r.metrics.observe(ev)
 			if r.terms != nil {
@@ -276,7 +294,7 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	e := r.elector
 	r.log.Info("contending", "store", st.Name, "holder", e.Identity(),
 		"lease_duration", tm.LeaseDuration.String(), "renew_deadline", tm.RenewDeadline.String(),
-		"renew_interval", tm.RenewInterval.String(), "retry_period", tm.RetryPeriod.String(),
+		"renew_interval", tm.RenewInterval.String(), "retry_period", tm.RetryPeriod.String(), "fair", r.fair,
 		"term_grace", termGrace.String(), "kill_margin", killMargin.String(),
 		"command", strings.Join(argv, " "))
 	if r.sem != nil {
@@ -476,4 +494,17 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// checkFair refuses --fair on a store without a queue (store.AsQueuer, which
+// also sees through a wrapper that reports what it wraps), naming the store,
+// before anything is written.
+func checkFair(fair bool, st *openedStore) error {
+	if !fair {
+		return nil
+	}
+	if _, ok := store.AsQueuer(st.Store); !ok {
+		return usagef("--fair: the store %s keeps no first-come, first-served queue (%T has no store.Queuer); run without --fair, or use a store that queues: SQLite, PostgreSQL, MySQL/MariaDB, Redis or ZooKeeper", st.Name, st.Store)
+	}
+	return nil
 }

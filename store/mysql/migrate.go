@@ -26,7 +26,10 @@ import (
 //     epoch, and lift a grant that would not exceed its name's high-water
 //     mark above it; and two AFTER INSERT and UPDATE, which raise the mark
 //     and write the history on every grant and release, by leasehold or by
-//     any other client.
+//     any other client;
+//   - the fair queue's tables <table>_queue (each waiter's place) and
+//     <table>_qseq (each name's position counter), see queue.go; a database
+//     migrated before they existed gets them from Migrate.
 //
 // TRUNCATE fires no trigger in MySQL: it empties the lease table, and the
 // high-water table is what keeps the tokens (see the README). The DDL is
@@ -110,8 +113,8 @@ func (s *Store) migrate(ctx context.Context, c *sql.Conn, db string, ddl bool) e
 		return nil
 	}
 	tables := map[string]string{} // name -> comment
-	rows, err := c.QueryContext(ctx, `SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME IN (?, ?, ?)`,
-		db, s.table, s.table+"_history", s.table+"_epochs")
+	rows, err := c.QueryContext(ctx, `SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME IN (?, ?, ?, ?, ?)`,
+		db, s.table, s.table+"_history", s.table+"_epochs", s.table+"_queue", s.table+"_qseq")
 	if err != nil {
 		return err
 	}
@@ -172,6 +175,16 @@ func (s *Store) migrate(ctx context.Context, c *sql.Conn, db string, ddl bool) e
 	}
 	if _, ok := tables[s.table+"_epochs"]; !ok {
 		if err := run(sqlCreateEpochs); err != nil {
+			return err
+		}
+	}
+	if _, ok := tables[s.table+"_queue"]; !ok {
+		if err := run(sqlCreateQueue); err != nil {
+			return err
+		}
+	}
+	if _, ok := tables[s.table+"_qseq"]; !ok {
+		if err := run(sqlCreateQueueSeq); err != nil {
 			return err
 		}
 	}

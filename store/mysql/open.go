@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -56,7 +57,7 @@ type Options struct {
 const DefaultWatchInterval = 25 * time.Millisecond
 
 // Store is the MySQL/MariaDB lease store. It implements store.Store and the
-// optional store.Watcher, store.BatchRenewer, store.Lister,
+// optional store.Watcher, store.BatchRenewer, store.Queuer, store.Lister,
 // store.ForceReleaser, store.Migrator, store.Historian and store.Limiter.
 // It is safe for concurrent use.
 type Store struct {
@@ -74,11 +75,17 @@ type Store struct {
 	life storekit.Lifecycle
 	hub  storekit.Hub
 	poll *poller
+
+	qmu sync.Mutex
+	// queued: the names with a place queued through this Store, ever (one
+	// entry per name): the poller reads their queue's head while watched.
+	queued map[string]bool
 }
 
 var (
 	_ store.Store         = (*Store)(nil)
 	_ store.Watcher       = (*Store)(nil)
+	_ store.Queuer        = (*Store)(nil)
 	_ store.BatchRenewer  = (*Store)(nil)
 	_ store.Lister        = (*Store)(nil)
 	_ store.ForceReleaser = (*Store)(nil)

@@ -38,6 +38,8 @@ func grantLeasePrivileges(t *testing.T, db, user string) {
 		`GRANT SELECT, INSERT, UPDATE ON %[1]s.leader_lease TO '%[2]s'@'%%'`,
 		`GRANT SELECT ON %[1]s.leader_lease_history TO '%[2]s'@'%%'`,
 		`GRANT SELECT ON %[1]s.leader_lease_epochs TO '%[2]s'@'%%'`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.leader_lease_queue TO '%[2]s'@'%%'`,
+		`GRANT SELECT, INSERT, UPDATE ON %[1]s.leader_lease_qseq TO '%[2]s'@'%%'`,
 	} {
 		mustExec(t, admin, fmt.Sprintf(q, db, user))
 	}
@@ -67,8 +69,9 @@ func TestLeastPrivilege(t *testing.T) {
 				return lhmysql.Open(context.Background(), userConfig(t, db, user, pass), lhmysql.Options{})
 			}
 		},
-		MinTTL: harnessMinTTL,
-		Losses: mysqlLosses()[2:3], // TRUNCATE by the admin: the user's next grant reads the mark
+		MinTTL:   harnessMinTTL,
+		QueueTTL: harnessQueueTTL,
+		Losses:   mysqlLosses()[2:3], // TRUNCATE by the admin: the user's next grant reads the mark
 	})
 
 	t.Run("Capabilities", func(t *testing.T) {

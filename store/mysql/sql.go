@@ -47,6 +47,7 @@ const (
 // names are the SQL names of one lease table and its companions, quoted.
 type names struct {
 	table, hist, epochs string // quoted table names
+	queue, qseq         string // the fair queue's places and counters, quoted (queue.go)
 	// trigger names, unquoted (plain identifiers).
 	trBI, trBU, trBD, trAI, trAU string
 }
@@ -56,6 +57,8 @@ func newNames(table string) names {
 		table:  quote(table),
 		hist:   quote(table + "_history"),
 		epochs: quote(table + "_epochs"),
+		queue:  quote(table + "_queue"),
+		qseq:   quote(table + "_qseq"),
 		trBI:   table + "_lh_bi",
 		trBU:   table + "_lh_bu",
 		trBD:   table + "_lh_bd",
@@ -70,7 +73,7 @@ func (n names) triggers() []string { return []string{n.trBI, n.trBU, n.trBD, n.t
 func quote(ident string) string { return "`" + ident + "`" }
 
 func (n names) replacer() *strings.Replacer {
-	return strings.NewReplacer("{{t}}", n.table, "{{h}}", n.hist, "{{w}}", n.epochs, "{{now}}", now, "{{free}}", freeExpiry,
+	return strings.NewReplacer("{{t}}", n.table, "{{h}}", n.hist, "{{w}}", n.epochs, "{{q}}", n.queue, "{{qs}}", n.qseq, "{{now}}", now, "{{free}}", freeExpiry,
 		"{{bi}}", quote(n.trBI), "{{bu}}", quote(n.trBU), "{{bd}}", quote(n.trBD), "{{ai}}", quote(n.trAI), "{{au}}", quote(n.trAU),
 		"{{version}}", schemaVersion, "{{highwater}}", msgHighWater)
 }
@@ -224,6 +227,21 @@ const (
 	// row lost past the guard (TRUNCATE, which fires no trigger; the
 	// triggers dropped; a row restored from an old copy; the table dropped
 	// and migrated again).
+	// The fair queue (queue.go): each waiter's place, and each name's last
+	// position given out.
+	sqlCreateQueue = `CREATE TABLE IF NOT EXISTS {{q}} (
+	name       VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+	holder     VARCHAR(253) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+	seq        BIGINT NOT NULL COMMENT 'the place''s position, from the _qseq counter',
+	expires_at DATETIME(6) NOT NULL COMMENT 'UTC, judged against UTC_TIMESTAMP(6)',
+	PRIMARY KEY (name, holder),
+	KEY order_of_places (name, seq)
+) ENGINE=InnoDB COMMENT='fair queue: each waiter''s place; a place grants nothing (leasehold)'`
+	sqlCreateQueueSeq = `CREATE TABLE IF NOT EXISTS {{qs}} (
+	name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+	n    BIGINT NOT NULL,
+	PRIMARY KEY (name)
+) ENGINE=InnoDB COMMENT='fair queue: the last position given out per lease name (leasehold)'`
 	sqlCreateEpochs = `CREATE TABLE IF NOT EXISTS {{w}} (
 	name  VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
 	epoch BIGINT NOT NULL,

@@ -26,6 +26,10 @@ type leaseState struct {
 	holder string
 	epoch  int64
 	live   bool
+	// qhead is the position of the first live place of the lease's fair
+	// queue (0: none), read only for names queued through this Store: a
+	// waiter learns it moved up when the place ahead of it leaves.
+	qhead int64
 }
 
 type poller struct {
@@ -174,6 +178,7 @@ func (p *poller) run() {
 // readStates reads the state of names, 500 at most per query.
 func (s *Store) readStates(ctx context.Context, names []string) (map[string]leaseState, error) {
 	out := make(map[string]leaseState, len(names))
+	all := names
 	for len(names) > 0 {
 		chunk := names[:min(len(names), 500)]
 		names = names[len(chunk):]
@@ -197,6 +202,9 @@ func (s *Store) readStates(ctx context.Context, names []string) (map[string]leas
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := s.readQueueHeads(ctx, all, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -42,6 +42,11 @@
 //     statement fail with a serialization failure, which the store retries.
 //     A serialization failure is never reported as a lost lease.
 //   - Clients that speak plain SQL share the table (see below).
+//   - The fair queue of Config.Fair (store.Queuer) is two more tables,
+//     <table>_queue and <table>_qseq: a new place takes its position from the
+//     name's counter row, whose lock orders the enqueues of one name; places
+//     expire on clock_timestamp(); a place that leaves NOTIFYs the lease's
+//     channel. The queue only orders who tries: Acquire never reads it.
 //
 // What is not guaranteed: a lease alone is not mutual exclusion. A holder can
 // pause (GC, a stopped VM) past its lease and wake believing it still leads;

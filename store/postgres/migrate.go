@@ -29,7 +29,10 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //     each name, seeded from the lease rows and the history), and the guard
 //     <table>_guard() with its four triggers, which refuse DELETE,
 //     TRUNCATE, renaming a row and lowering an epoch, and lift any grant
-//     that would not exceed the name's high-water mark above it.
+//     that would not exceed the name's high-water mark above it;
+//   - the fair queue's tables <table>_queue (one row per waiter's place)
+//     and <table>_qseq (each name's position counter), see queue.go. A
+//     schema migrated before they existed gets them from Migrate.
 //
 // A table migrated by an earlier version (schema 1, without the guard) is
 // upgraded by running Migrate again; so is one whose triggers were dropped
@@ -144,6 +147,17 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 	}
 	if !hasEpochs {
 		if err := q.exec(ctx, r.Replace(sqlCreateEpochs)); err != nil {
+			return err
+		}
+	}
+	queue := ident(nsp, s.table+"_queue")
+	var hasQueue bool
+	if _, err := queryOne(ctx, q, `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL`, []any{queue, ident(nsp, s.table+"_qseq")}, &hasQueue); err != nil {
+		return err
+	}
+	if !hasQueue {
+		qr := strings.NewReplacer("{{q}}", queue, "{{s}}", ident(nsp, s.table+"_qseq"), "{{qi}}", pgx.Identifier{s.table + "_qidx"}.Sanitize())
+		if err := q.exec(ctx, qr.Replace(sqlCreateQueue)); err != nil {
 			return err
 		}
 	}

@@ -38,7 +38,7 @@ var (
 )
 
 // Store is the PostgreSQL lease store. It implements store.Store and the
-// optional store.Watcher, store.BatchRenewer, store.Lister,
+// optional store.Watcher, store.BatchRenewer, store.Queuer, store.Lister,
 // store.ForceReleaser, store.Migrator and store.Historian. It is safe for
 // concurrent use.
 type Store struct {

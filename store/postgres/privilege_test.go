@@ -47,14 +47,17 @@ func grantLeasePrivileges(t *testing.T, schema, role string) {
 	if _, err := adminConn(t).Exec(ctxFor(t), strings.NewReplacer("{s}", schema, "{r}", role).Replace(`
 		GRANT USAGE ON SCHEMA {s} TO {r};
 		GRANT SELECT, INSERT, UPDATE ON {s}.leader_lease TO {r};
-		GRANT SELECT ON {s}.leader_lease_history TO {r};`)); err != nil {
+		GRANT SELECT ON {s}.leader_lease_history TO {r};
+		GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.leader_lease_queue TO {r};
+		GRANT SELECT, INSERT, UPDATE ON {s}.leader_lease_qseq TO {r};`)); err != nil {
 		t.Fatalf("grant: %v", err)
 	}
 }
 
 // TestLeastPrivilege runs the conformance suite as a role that has only the
 // privileges the README lists (USAGE on the schema; SELECT, INSERT, UPDATE
-// on the lease table; SELECT on the history table), then the optional
+// on the lease table; SELECT on the history table; the fair queue's two
+// tables), then the optional
 // capabilities, a Lock hand-off through LISTEN/NOTIFY, and a no-op Migrate.
 func TestLeastPrivilege(t *testing.T) {
 	role, roleDSN := leaseRole(t)
@@ -71,7 +74,8 @@ func TestLeastPrivilege(t *testing.T) {
 				return postgres.Open(context.Background(), roleDSN, postgres.Options{Schema: schema})
 			}
 		},
-		MinTTL: harnessMinTTL,
+		MinTTL:   harnessMinTTL,
+		QueueTTL: harnessQueueTTL,
 	})
 
 	t.Run("Capabilities", func(t *testing.T) {

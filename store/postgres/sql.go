@@ -342,6 +342,23 @@ CREATE TRIGGER ` + triggerUpdate + ` AFTER UPDATE ON {{t}} FOR EACH ROW
 COMMENT ON FUNCTION {{f}}() IS '` + schemaVersion + `'`
 )
 
+// The fair queue (queue.go). {{q}} is the places table, {{s}} the counter
+// table, {{qi}} the places index's bare name.
+const sqlCreateQueue = `CREATE TABLE IF NOT EXISTS {{s}} (
+	name text PRIMARY KEY,
+	n    bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {{q}} (
+	name       text NOT NULL,
+	holder     text NOT NULL,
+	seq        bigint NOT NULL,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (name, holder)
+);
+CREATE INDEX IF NOT EXISTS {{qi}} ON {{q}} (name, seq);
+COMMENT ON TABLE {{q}} IS 'fair queue: each waiter''s place (seq: its position; expires_at on clock_timestamp()). A place grants nothing (leasehold)';
+COMMENT ON TABLE {{s}} IS 'fair queue: the last position given out per lease name (leasehold)'`
+
 // textArray encodes strings as a PostgreSQL array literal, so that arrays
 // cross every driver as one text parameter.
 func textArray(ss []string) string {

@@ -62,4 +62,9 @@
 // between processes, and polling PRAGMA data_version would only be a poll by
 // another name. Waiters wake when a holder's term expires (the core reads
 // Record.Remaining) and poll every retry period for releases.
+//
+// The store implements store.Queuer, the fair queue of Config.Fair, in the
+// table <table>_queue (see the README): a place's position is an
+// AUTOINCREMENT key, its expiry is on SQLite's clock, and Enqueue runs
+// under BEGIN IMMEDIATE. A fair waiter polls its place each retry period.
 package sqlite

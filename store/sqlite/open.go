@@ -62,6 +62,7 @@ type Store struct {
 	table   string
 	hist    string
 	high    string // the high-water table: the highest epoch of each name ever granted
+	queue   string // the fair queue's table (queue.go)
 	created bool
 	limit   int
 	life    storekit.Lifecycle
@@ -73,6 +74,7 @@ var (
 	_ store.ForceReleaser = (*Store)(nil)
 	_ store.Migrator      = (*Store)(nil)
 	_ store.Historian     = (*Store)(nil)
+	_ store.Queuer        = (*Store)(nil)
 )
 
 // ValidateTable checks a table name: a plain SQL identifier (the one rule
@@ -155,7 +157,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	db.SetMaxIdleConns(2)
 	db.SetConnMaxIdleTime(time.Minute)
-	s := &Store{db: db, path: abs, table: opts.Table, hist: opts.Table + "_history", high: opts.Table + "_high_water", created: created, limit: opts.HistoryLimit}
+	s := &Store{db: db, path: abs, table: opts.Table, hist: opts.Table + "_history", high: opts.Table + "_high_water", queue: opts.Table + "_queue", created: created, limit: opts.HistoryLimit}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, kit.Wrap("open "+abs, err)

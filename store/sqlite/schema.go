@@ -19,7 +19,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.life.Check(ctx); err != nil {
 		return err
 	}
-	t, h, hw := quote(s.table), quote(s.hist), quote(s.high)
+	t, h, hw, qu := quote(s.table), quote(s.hist), quote(s.high), quote(s.queue)
 	// raise keeps the high-water mark of a name at the highest epoch granted.
 	raise := `INSERT INTO ` + hw + `(name, epoch) VALUES (NEW.name, NEW.epoch)
 			ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch WHERE excluded.epoch > epoch;`
@@ -42,6 +42,19 @@ func (s *Store) Migrate(ctx context.Context) error {
 			metadata TEXT NOT NULL DEFAULT ''
 		) STRICT`,
 		`CREATE INDEX IF NOT EXISTS ` + quote(s.hist+"_name") + ` ON ` + h + `(name, id)`,
+		// The fair queue (store.Queuer): one row per waiter's place. seq is
+		// the place's position: AUTOINCREMENT never hands a value out twice,
+		// so a later place always has a higher one. expires_at is SQLite's
+		// clock in ms. Added by a later version: CREATE IF NOT EXISTS adds it
+		// to a file made before, at its next Open.
+		`CREATE TABLE IF NOT EXISTS ` + qu + ` (
+			seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+			name       TEXT NOT NULL,
+			holder     TEXT NOT NULL,
+			expires_at INTEGER NOT NULL,
+			UNIQUE (name, holder)
+		) STRICT`,
+		`CREATE INDEX IF NOT EXISTS ` + quote(s.queue+"_order") + ` ON ` + qu + `(name, seq)`,
 		// The high-water table outlives a lease row that is removed anyway
 		// (an INSERT OR REPLACE deletes the row it replaces without firing
 		// delete triggers, unless the connection set recursive_triggers; a

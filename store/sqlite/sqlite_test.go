@@ -50,7 +50,11 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		MinTTL: 50 * time.Millisecond,
-		Losses: sqliteLosses(),
+		// A place of 50 ms expired before the next waiter's Enqueue (a
+		// BEGIN IMMEDIATE transaction, waiting for the file's lock) counted
+		// it, at load 20: the queue cases wait on places of a second.
+		QueueTTL: time.Second,
+		Losses:   sqliteLosses(),
 	})
 }
 

@@ -1,0 +1,129 @@
+package main_test
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFairRunSQLite: `leasehold run --fair` on the default kind of store.
+// a holds the lease; b and then c start and queue behind it (their places
+// are seen in the store's queue table, in that order); when a's command
+// ends, b runs before c, each with a higher token, and the queue is empty
+// at the end.
+func TestFairRunSQLite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "leases.db")
+	url := "sqlite://" + path
+	order := filepath.Join(dir, "order")
+	release := filepath.Join(dir, "go")
+	// Each command appends its identity and token; a's waits for the go file.
+	script := `echo "$LEASEHOLD_HOLDER $LEASEHOLD_TOKEN" >> "$ORDER"; while [ -n "$WAIT" ] && [ ! -e "$WAIT" ]; do sleep 0.05; done`
+	type proc struct {
+		cmd  *exec.Cmd
+		done chan struct{} // closed once the process has exited
+		err  error
+		out  strings.Builder
+	}
+	start := func(name string, wait string) *proc {
+		args := append([]string{"run", "--fair", "--store", url, "--lease", "fair-job", "--identity", name}, timingArgs...)
+		args = append(args, "--", "sh", "-c", script)
+		p := &proc{cmd: exec.Command(leaseholdBin, args...), done: make(chan struct{})}
+		p.cmd.Env = append(os.Environ(), "LEASEHOLD_STORE=", "ORDER="+order, "WAIT="+wait)
+		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			p.err = p.cmd.Wait()
+			close(p.done)
+		}()
+		t.Cleanup(func() {
+			select {
+			case <-p.done:
+			default:
+				p.cmd.Process.Kill()
+				<-p.done
+			}
+		})
+		return p
+	}
+	lines := func() []string {
+		b, _ := os.ReadFile(order)
+		return strings.Fields(strings.ReplaceAll(string(b), "\n", " "))
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	queued := func() []string {
+		rows, err := db.Query(`SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' ORDER BY seq`)
+		if err != nil {
+			return nil // the table is made by the first run's Open
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var h string
+			rows.Scan(&h)
+			out = append(out, h[:strings.IndexByte(h, '-')])
+		}
+		return out
+	}
+	a := start("a", release)
+	waitUntil(t, 30*time.Second, "a to hold the lease", func() bool { return len(lines()) == 2 })
+	b := start("b", "")
+	waitUntil(t, 30*time.Second, "b to queue", func() bool { return fmt.Sprint(queued()) == "[b]" })
+	c := start("c", "")
+	waitUntil(t, 30*time.Second, "c to queue behind b", func() bool { return fmt.Sprint(queued()) == "[b c]" })
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*proc{a, b, c} {
+		select {
+		case <-p.done:
+			if p.err != nil {
+				t.Fatalf("%v: %v\n%s", p.cmd.Args[:8], p.err, p.out.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%v did not finish\n%s", p.cmd.Args[:8], p.out.String())
+		}
+	}
+	got := lines()
+	if len(got) != 6 {
+		t.Fatalf("order file %q, want three holders with tokens", got)
+	}
+	var who []string
+	for i := 0; i < 6; i += 2 {
+		who = append(who, got[i][:strings.IndexByte(got[i], '-')])
+	}
+	if fmt.Sprint(who) != "[a b c]" || !(got[1] < got[3] && got[3] < got[5]) {
+		t.Fatalf("held in the order %v with tokens %s %s %s, want a, b, c (first come, first served) with rising tokens", who, got[1], got[3], got[5])
+	}
+	if q := queued(); len(q) != 0 {
+		t.Fatalf("places left in the queue: %v", q)
+	}
+}
+
+// TestFairRefusedOnStoreWithoutQueue: run --fair on a store that keeps no
+// queue (NATS) exits with a usage error that names the store, before it
+// writes anything; the same run without --fair works.
+func TestFairRefusedOnStoreWithoutQueue(t *testing.T) {
+	url := "nats://" + embeddedNATS(t) + "/lh-fair"
+	args := append([]string{"run", "--fair", "--store", url, "--lease", "fair-job"}, timingArgs...)
+	code, stdout, stderr := leasehold(t, nil, append(args, "--", "true")...)
+	if code != 2 || !strings.Contains(stderr, "--fair: the store "+url) || !strings.Contains(stderr, "no first-come, first-served queue") {
+		t.Fatalf("exit %d, want 2 and a message naming %s and its missing queue; stdout %q stderr:\n%s", code, url, stdout, stderr)
+	}
+	plain := append([]string{"run"}, args[2:]...)
+	code, _, stderr = leasehold(t, nil, append(plain, "--", "true")...)
+	if code != 0 {
+		t.Fatalf("the same run without --fair: exit %d\n%s", code, stderr)
+	}
+}
