@@ -89,9 +89,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	where := strings.Join(cfg.Endpoints, ",")
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	// Authenticating and the first request each get DialTimeout, as with
+	// clientv3 (whose New authenticates within DialTimeout).
+	actx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
-	cli, err := etcdwire.New(pctx, etcdwire.Config{
+	cli, err := etcdwire.New(actx, etcdwire.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		Username:    cfg.Username,
@@ -110,6 +112,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.own = true
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
 	// A read of the prefix checks the connection, the credentials and the
 	// read permission in one request.
 	op := etcdapi.GetPrefix(cfg.Prefix + recordDir)

@@ -9,6 +9,7 @@ package etcdapi
 import (
 	"context"
 	"errors"
+	"strings"
 )
 
 // LeaseID is an etcd lease ID; NoLease is none.
@@ -219,10 +220,13 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is matches the sentinels below: the same code and message.
+// Is matches the sentinels below: the same code and message. (etcd's watch
+// stream ends with the message of the error in gRPC's own rendering, "rpc
+// error: code = ... desc = MESSAGE".)
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Err == nil && t.Code == e.Code && t.Message == e.Message
+	return ok && t.Err == nil && t.Code == e.Code &&
+		(t.Message == e.Message || strings.HasSuffix(e.Message, "desc = "+t.Message))
 }
 
 // The errors of etcd the store and its tests tell apart (etcd's rpctypes).
@@ -243,4 +247,15 @@ func CodeOf(err error) Code {
 		return e.Code
 	}
 	return Unknown
+}
+
+// ErrorFromText is the error of a message etcd sent as text (a watch's
+// cancel reason): with the code of the sentinel it ends with, else Unknown.
+func ErrorFromText(msg string) error {
+	for _, e := range []*Error{ErrLeaseNotFound, ErrPermissionDenied, ErrAuthFailed, ErrUserEmpty, ErrInvalidAuthToken, ErrCompacted, ErrNoLeader} {
+		if strings.HasSuffix(msg, e.Message) {
+			return &Error{Code: e.Code, Message: msg}
+		}
+	}
+	return &Error{Code: Unknown, Message: msg}
 }

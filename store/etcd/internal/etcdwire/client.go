@@ -51,6 +51,8 @@ type Client struct {
 	mu    sync.Mutex
 	cur   int    // the endpoint requests go to; the next one after a failure
 	token string // the auth token, when authenticated
+	// authMu makes one goroutine at a time renew the token (renewToken).
+	authMu sync.Mutex
 
 	ctx    context.Context // ended by Close: ends every stream
 	cancel context.CancelFunc
@@ -172,6 +174,20 @@ func (c *Client) authenticate(ctx context.Context) error {
 	return nil
 }
 
+// renewToken authenticates again after etcd refused the token used (it
+// expired), unless another goroutine already replaced it.
+func (c *Client) renewToken(ctx context.Context, used string) error {
+	c.authMu.Lock()
+	defer c.authMu.Unlock()
+	c.mu.Lock()
+	current := c.token
+	c.mu.Unlock()
+	if current != used {
+		return nil
+	}
+	return c.authenticate(ctx)
+}
+
 // call makes a unary call. A request that never left (the connection could
 // not be made) is sent again to the next endpoint, as is one a member
 // refused for having no leader; safe requests (reads, and writes that may be
@@ -195,7 +211,7 @@ func (c *Client) call(ctx context.Context, method string, req []byte, safe, with
 		switch {
 		case withToken && c.user != "" && !reauthed && errors.Is(err, etcdapi.ErrInvalidAuthToken):
 			reauthed = true
-			if err := c.authenticate(ctx); err != nil {
+			if err := c.renewToken(ctx, token); err != nil {
 				return nil, err
 			}
 			continue
@@ -386,3 +402,18 @@ func (c *Client) unary(ctx context.Context, ep, method string, msg []byte, token
 
 // Endpoints returns the client's endpoint URLs.
 func (c *Client) Endpoints() []string { return append([]string(nil), c.eps...) }
+
+// Token returns the auth token in use (for tests).
+func (c *Client) Token() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.token
+}
+
+// RangeWithToken sends one Range with the given auth token, once, to the
+// endpoint in use (for tests: it neither renews the token nor retries).
+func (c *Client) RangeWithToken(ctx context.Context, token string, op etcdapi.Op) error {
+	_, ep, _ := c.endpoint()
+	_, _, err := c.unary(ctx, ep, "etcdserverpb.KV/Range", encodeRange(op), token)
+	return err
+}

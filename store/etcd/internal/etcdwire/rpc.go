@@ -87,6 +87,7 @@ func (c *Client) TimeToLive(ctx context.Context, id etcdapi.LeaseID) (int64, int
 type stream struct {
 	c      *Client
 	ep     int
+	token  string // the auth token it was opened with
 	ctx    context.Context
 	cancel context.CancelFunc
 	pw     *io.PipeWriter
@@ -114,7 +115,7 @@ func (c *Client) openStream(ctx context.Context, method string) (*stream, error)
 		cancel()
 		return nil, err
 	}
-	s := &stream{c: c, ep: i, ctx: sctx, cancel: cancel, pw: pw, done: make(chan struct{})}
+	s := &stream{c: c, ep: i, token: token, ctx: sctx, cancel: cancel, pw: pw, done: make(chan struct{})}
 	go func() {
 		resp, err := c.hc.Do(req)
 		if err == nil {
@@ -154,8 +155,21 @@ func (s *stream) send(msg []byte) error {
 }
 
 // recv returns the next message; at the stream's end, its status as an
-// error (io.EOF for OK).
+// error (io.EOF for OK). A stream etcd ended for an expired auth token gets
+// a new token for the next stream, and the error is Unavailable (to be tried
+// again).
 func (s *stream) recv() ([]byte, error) {
+	m, err := s.recvMessage()
+	if err != nil && s.c.user != "" && errors.Is(err, etcdapi.ErrInvalidAuthToken) {
+		if aerr := s.c.renewToken(s.ctx, s.token); aerr != nil {
+			return nil, aerr
+		}
+		return nil, &etcdapi.Error{Code: etcdapi.Unavailable, Message: "etcdwire: the auth token had expired; authenticated again", Err: err}
+	}
+	return m, err
+}
+
+func (s *stream) recvMessage() ([]byte, error) {
 	select {
 	case <-s.done:
 	case <-s.ctx.Done():
@@ -258,6 +272,13 @@ func (c *Client) Watch(ctx context.Context, prefix string) (<-chan etcdapi.Watch
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx, err)
 		}
+		if c.user != "" && attempt == 0 && errors.Is(err, etcdapi.ErrInvalidAuthToken) {
+			// The token expired: get a new one and watch again at once.
+			if aerr := c.renewToken(ctx, s.token); aerr != nil {
+				return nil, aerr
+			}
+			continue
+		}
 		if s.err == nil || etcdapi.CodeOf(s.err) != etcdapi.Unavailable {
 			return nil, err
 		}
@@ -289,7 +310,7 @@ func (c *Client) watchOn(s *stream, req []byte) (<-chan etcdapi.WatchEvent, erro
 		if reason == "" {
 			reason = "etcdwire: watch not created"
 		}
-		return nil, &etcdapi.Error{Code: etcdapi.Unknown, Message: reason}
+		return nil, etcdapi.ErrorFromText(reason)
 	}
 	out := make(chan etcdapi.WatchEvent, 16)
 	go func() {
@@ -313,7 +334,7 @@ func (c *Client) watchOn(s *stream, req []byte) (<-chan etcdapi.WatchEvent, erro
 				case compact != 0:
 					ev.Err = etcdapi.ErrCompacted
 				case reason != "":
-					ev.Err = &etcdapi.Error{Code: etcdapi.Unknown, Message: reason}
+					ev.Err = etcdapi.ErrorFromText(reason)
 				}
 			}
 			select {
