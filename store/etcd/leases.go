@@ -313,21 +313,8 @@ func (s *Store) keepAlive(ctx context.Context, id etcdapi.LeaseID) (ttl int64, c
 // keepAliveAttempt sends one keep-alive request on its own stream and waits
 // for its answer. sent reports whether the request may have left.
 func (s *Store) keepAliveAttempt(ctx context.Context, id etcdapi.LeaseID) (ttl int64, sent bool, err error) {
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := s.cli.KeepAlive(cctx)
-	if err != nil {
-		return 0, false, err
-	}
-	if err := stream.Send(id); err != nil {
-		return 0, true, err
-	}
-	_, ttl, err = stream.Recv()
-	if err != nil {
-		return 0, true, err
-	}
-	stream.CloseSend() //nolint:errcheck // the answer is in
-	return ttl, true, nil
+	ttl, err = s.cli.KeepAliveOnce(ctx, id)
+	return ttl, !errors.Is(err, etcdapi.ErrNotSent), err
 }
 
 // pooledLeases takes every lease out of the pool and the table (for Close).

@@ -163,6 +163,11 @@ type Client interface {
 	TimeToLive(ctx context.Context, id LeaseID) (ttl, granted int64, err error)
 	// KeepAlive opens a LeaseKeepAlive stream, ended with ctx.
 	KeepAlive(ctx context.Context) (KeepAliveStream, error)
+	// KeepAliveOnce sends one keep-alive on a stream of its own and returns
+	// etcd's answer (the TTL, <= 0 for a lease etcd does not know). An error
+	// matches ErrNotSent if the request surely did not leave; any other
+	// error leaves open whether etcd got it.
+	KeepAliveOnce(ctx context.Context, id LeaseID) (int64, error)
 	// Watch watches the keys under prefix from the revision after the
 	// server's current one, and returns once the server created the watch;
 	// the channel closes when ctx ends or the watch breaks.
@@ -239,6 +244,10 @@ var (
 	ErrCompacted        = &Error{Code: OutOfRange, Message: "etcdserver: mvcc: required revision has been compacted"}
 	ErrNoLeader         = &Error{Code: Unavailable, Message: "etcdserver: no leader"}
 )
+
+// ErrNotSent is matched by an error of a request that surely never reached
+// etcd (no connection could be made).
+var ErrNotSent = errors.New("the request was not sent: no connection to etcd")
 
 // CodeOf returns err's status code (Unknown when it has none).
 func CodeOf(err error) Code {

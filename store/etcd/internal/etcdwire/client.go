@@ -89,15 +89,18 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		tc = cfg.TLS.Clone()
 	}
+	dialer := coalescingDialer{&net.Dialer{Timeout: dt, KeepAlive: 5 * time.Second}}
 	c.tr = &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: dt, KeepAlive: 5 * time.Second}).DialContext,
+		DialContext:         dialer.DialContext,
 		TLSClientConfig:     tc,
 		TLSHandshakeTimeout: dt,
 		Protocols:           &protos,
 		DisableCompression:  true,
-		// Find a dead connection in about 10 s even when idle, as clientv3
-		// with the store's keep-alive settings did.
-		HTTP2: &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
+		// Find a dead connection in about 11 s even when idle (clientv3 with
+		// the store's keep-alive settings took about 10 s). A ping goes out
+		// after 6 s without a frame: etcd's server counts pings closer than
+		// its --grpc-keepalive-min-time (5 s) apart as abuse.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: 6 * time.Second, PingTimeout: 5 * time.Second},
 	}
 	c.hc = &http.Client{Transport: c.tr}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -195,7 +198,7 @@ func (c *Client) renewToken(ctx context.Context, used string) error {
 // until ctx ends. An invalid (expired) auth token is renewed once.
 func (c *Client) call(ctx context.Context, method string, req []byte, safe, withToken bool) ([]byte, error) {
 	var last error
-	reauthed := false
+	reauthed, anySent := false, false
 	for attempt := 0; ; attempt++ {
 		i, ep, token := c.endpoint()
 		if !withToken {
@@ -205,8 +208,9 @@ func (c *Client) call(ctx context.Context, method string, req []byte, safe, with
 		if err == nil {
 			return resp, nil
 		}
+		anySent = anySent || sent
 		if ctx.Err() != nil {
-			return nil, ctxError(ctx, err)
+			return nil, markNotSent(ctxError(ctx, err), anySent)
 		}
 		switch {
 		case withToken && c.user != "" && !reauthed && errors.Is(err, etcdapi.ErrInvalidAuthToken):
@@ -225,16 +229,24 @@ func (c *Client) call(ctx context.Context, method string, req []byte, safe, with
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctxError(ctx, last)
+			return nil, markNotSent(ctxError(ctx, last), anySent)
 		case <-c.ctx.Done():
 			t.Stop()
-			return nil, errClosed
+			return nil, markNotSent(errClosed, anySent)
 		case <-t.C:
 		}
 	}
 }
 
 var errClosed = errors.New("etcdwire: client closed")
+
+// markNotSent marks err with etcdapi.ErrNotSent unless a request may have left.
+func markNotSent(err error, anySent bool) error {
+	if anySent {
+		return err
+	}
+	return errors.Join(err, etcdapi.ErrNotSent)
+}
 
 // ctxError is ctx's error, with the last failure that made the call wait.
 func ctxError(ctx context.Context, last error) error {
@@ -416,4 +428,16 @@ func (c *Client) RangeWithToken(ctx context.Context, token string, op etcdapi.Op
 	_, ep, _ := c.endpoint()
 	_, _, err := c.unary(ctx, ep, "etcdserverpb.KV/Range", encodeRange(op), token)
 	return err
+}
+
+// coalescingDialer dials TCP connections that send a request's HEADERS and
+// DATA together (coalescingConn).
+type coalescingDialer struct{ d *net.Dialer }
+
+func (d coalescingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := d.d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return newCoalescingConn(c), nil
 }

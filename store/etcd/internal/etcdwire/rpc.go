@@ -82,6 +82,21 @@ func (c *Client) TimeToLive(ctx context.Context, id etcdapi.LeaseID) (int64, int
 	return v[3], v[4], nil
 }
 
+// KeepAliveOnce implements etcdapi.Client: the request is the whole body of
+// its stream (a client stream of one message, ended at once), so it leaves
+// with its headers in one segment and the stream needs no reset afterwards.
+func (c *Client) KeepAliveOnce(ctx context.Context, id etcdapi.LeaseID) (int64, error) {
+	resp, err := c.call(ctx, "etcdserverpb.Lease/LeaseKeepAlive", appendIntField(nil, 1, int64(id)), false, true)
+	if err != nil {
+		return 0, err
+	}
+	v, _, err := decodeInts(resp, 0)
+	if err != nil {
+		return 0, err
+	}
+	return v[3], nil
+}
+
 // stream is a gRPC stream: a request body that stays open for the messages
 // sent, and the response body the answers come on.
 type stream struct {

@@ -201,6 +201,27 @@ func (a *adapter) KeepAlive(ctx context.Context) (etcdapi.KeepAliveStream, error
 	return kaStream{s}, nil
 }
 
+// KeepAliveOnce sends one request on a raw stream of its own (clientv3's
+// KeepAliveOnce retries out of sight).
+func (a *adapter) KeepAliveOnce(ctx context.Context, id etcdapi.LeaseID) (int64, error) {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lc := pb.NewLeaseClient(a.cli.ActiveConnection())
+	s, err := lc.LeaseKeepAlive(a.ctx(cctx), grpc.WaitForReady(true))
+	if err != nil {
+		return 0, errors.Join(etcdapi.ErrNotSent, convert(err))
+	}
+	if err := s.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
+		return 0, convert(err)
+	}
+	r, err := s.Recv()
+	if err != nil {
+		return 0, convert(err)
+	}
+	s.CloseSend() //nolint:errcheck // the answer is in
+	return r.TTL, nil
+}
+
 type kaStream struct{ s pb.Lease_LeaseKeepAliveClient }
 
 func (k kaStream) Send(id etcdapi.LeaseID) error {
