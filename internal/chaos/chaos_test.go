@@ -91,6 +91,10 @@ func runLogged(t *testing.T, c Config) *Outcome {
 	t.Helper()
 	out, err := Run(context.Background(), c)
 	if err != nil {
+		if out != nil { // what the run recorded before its error, checked
+			t.Log(out.Summary)
+			t.Logf("report: %s", out.Report)
+		}
 		t.Fatalf("chaos run: %v", err)
 	}
 	t.Log(out.Summary)
@@ -163,6 +167,10 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 	c.LeaderBias = 1
 	out, err := Run(context.Background(), c)
 	if err != nil {
+		if out != nil { // what the run recorded before its error, checked
+			t.Log(out.Summary)
+			t.Logf("report: %s", out.Report)
+		}
 		t.Fatalf("chaos run: %v", err)
 	}
 	t.Log(out.Summary)

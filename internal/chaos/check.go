@@ -134,10 +134,23 @@ type Result struct {
 	Checks     []checkOutcome `json:"checks"`
 	Violations []Violation    `json:"violations"`
 	Stats      runStats       `json:"stats"`
+	// GroupErrors are the lease groups whose run ended in an error (no
+	// leader at the start, the store not opened, a node that would not
+	// start), each with its error. What such a group recorded until then
+	// was checked and counted with the rest; a group that recorded
+	// nothing adds only its error. Either way the run failed.
+	GroupErrors []GroupError `json:"group_errors,omitempty"`
 }
 
-// OK reports whether no check found a violation.
-func (r *Result) OK() bool { return len(r.Violations) == 0 }
+// GroupError is a lease group whose run ended in an error.
+type GroupError struct {
+	Group string `json:"group"` // g01, g02, ...; empty in a run of one group
+	Error string `json:"error"`
+}
+
+// OK reports whether every group ran to its end and no check found a
+// violation.
+func (r *Result) OK() bool { return len(r.Violations) == 0 && len(r.GroupErrors) == 0 }
 
 // checkOptions tune checkHistory.
 type checkOptions struct {

@@ -668,3 +668,48 @@ func TestSafeUntilExemptsOnlyAStallAsLongAsTheOverrun(t *testing.T) {
 		})
 	}
 }
+
+// TestFailoverAllowsTheStoresSlowness: a leader later than the bound is a
+// violation, unless a store call sent after the heal by an unfaulted
+// process took at least as long as the lateness (the store, or the
+// machine, was slow); a faster call excuses nothing.
+func TestFailoverAllowsTheStoresSlowness(t *testing.T) {
+	late := func(callTook float64) *Result {
+		h := cleanHistory()
+		var keep []event
+		for _, e := range h.Events {
+			if e.Kind == evRenewed && e.Wall > at(6) {
+				continue
+			}
+			keep = append(keep, e)
+		}
+		h.Events = keep
+		h.End = at(14)
+		// Healed at 6.5 s; the bound (3.36 s) ends at 9.86 s; n1 leads
+		// again at 11 s, 1.14 s late.
+		h.Faults = append(h.Faults, fault{Kind: faultBlackhole, Target: "n2.1", Leader: true, Token: 2, Start: at(6.1), End: at(6.5)})
+		b := &histBuilder{h: h, reqN: 100}
+		b.ev("n1.1", 7.0, event{Kind: evRequest, Req: 101, Call: callAcquire})
+		b.ev("n1.1", 7.0+callTook, event{Kind: evAnswer, Req: 101, Call: callAcquire, Err: "held"})
+		b.granted("n1.1", 11.0, evAcquired, "n1-aaaa", 3, 0.005)
+		sortEvents(h.Events)
+		return checkHistory(h, checkOptions{})
+	}
+	if r := late(1.5); violationsOf(r)[chkFailover] != 0 {
+		t.Errorf("a leader 1.14 s late after a 1.5 s store call: %v, want it allowed", r.Violations)
+	} else if c := outcome(r, chkFailover); !strings.Contains(c.Checked, "1 leaders later than the bound") {
+		t.Errorf("failover's summary %q does not count the late leader", c.Checked)
+	}
+	if r := late(0.5); violationsOf(r)[chkFailover] != 1 {
+		t.Errorf("a leader 1.14 s late after a 0.5 s store call: violations %v, want one failover", violationsOf(r))
+	}
+}
+
+func outcome(r *Result, name string) checkOutcome {
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	return checkOutcome{}
+}

@@ -54,6 +54,10 @@ func (m *etcdMember) Start(ctx context.Context) error {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.TickMs = 100
 	cfg.ElectionMs = 600 // etcd's minimum lease TTL becomes 1 s
+	// The store-restart fault kills and restarts the member's process, not
+	// the machine: the page cache survives, so fsync protects nothing here,
+	// and its waits behind other tests' disk writes timed acquires out.
+	cfg.UnsafeNoFsync = true
 	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", m.clientPort))
 	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", m.peerPort))
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}

@@ -2,7 +2,7 @@ package chaos
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -139,28 +139,53 @@ func runFleet(ctx context.Context, c Config) (*Outcome, error) {
 		}()
 	}
 	wg.Wait()
-	for i, err := range errs {
-		if err != nil && outs[i] == nil {
-			return nil, fmt.Errorf("group %s: %w", groupName(i), err)
+	return finishFleet(dir, c.Seed, outs, errs)
+}
+
+// finishFleet adds up the groups' outcomes (outs[i] and errs[i] are group
+// i's) and writes the run's history, result and report. A group that
+// failed is reported in the summary and the result with its error, and the
+// run with it: its history, if it recorded one, is counted with the
+// others'; one that recorded nothing adds only its error. The returned
+// error names every group that failed.
+func finishFleet(dir string, seed uint64, outs []*Outcome, errs []error) (*Outcome, error) {
+	var failed []error
+	var lost []GroupError // failed groups with no outcome to carry their error
+	var done []*Outcome
+	for i, o := range outs {
+		g := groupName(i)
+		if errs[i] != nil {
+			failed = append(failed, fmt.Errorf("group %s: %w", g, errs[i]))
 		}
+		if o == nil {
+			if errs[i] != nil {
+				lost = append(lost, GroupError{Group: g, Error: errs[i].Error()})
+			}
+			continue
+		}
+		o.Group = g
+		done = append(done, o)
 	}
-	out := mergeOutcomes(dir, c.Seed, outs)
+	if len(done) == 0 {
+		return nil, errors.Join(failed...)
+	}
+	out := mergeOutcomes(dir, seed, done)
+	out.History.Groups = len(outs)
+	out.Result.GroupErrors = append(out.Result.GroupErrors, lost...)
+	sort.Slice(out.Result.GroupErrors, func(i, j int) bool { return out.Result.GroupErrors[i].Group < out.Result.GroupErrors[j].Group })
+	out.Summary = summaryLine(out.History, out.Result)
 	if err := writeFleetOutputs(out); err != nil {
-		return nil, err
+		return nil, errors.Join(append(failed, err)...)
 	}
-	for i, err := range errs {
-		if err != nil {
-			return out, fmt.Errorf("group %s: %w", groupName(i), err)
-		}
-	}
-	return out, nil
+	return out, errors.Join(failed...)
 }
 
 func groupName(i int) string { return fmt.Sprintf("g%02d", i+1) }
 
 // mergeOutcomes adds up the groups' outcomes: faults (each once), writes,
-// terms, processes and failovers are summed, violations listed with their
-// group, and a check fails if it failed in any group.
+// terms, processes and failovers are summed, violations and errors listed
+// with their group, and a check fails if it failed in any group. Each
+// outcome's Group names it (groupName of its index if empty).
 func mergeOutcomes(dir string, seed uint64, outs []*Outcome) *Outcome {
 	first := outs[0].History
 	h := &history{Store: first.Store, Seed: seed, Fenced: first.Fenced, BrokenStore: first.BrokenStore,
@@ -170,7 +195,10 @@ func mergeOutcomes(dir string, seed uint64, outs []*Outcome) *Outcome {
 	results := make([]*Result, len(outs))
 	out := &Outcome{Dir: dir, Seed: seed, History: h, Groups: outs}
 	for i, o := range outs {
-		g := groupName(i)
+		g := o.Group
+		if g == "" {
+			g = groupName(i)
+		}
 		labels[i], results[i] = g, o.Result
 		gh := o.History
 		h.Start, h.End = min(h.Start, gh.Start), max(h.End, gh.End)
@@ -244,6 +272,12 @@ func mergeResults(labels []string, results []*Result, procs bool) *Result {
 			if ck.Inconclusive != "" {
 				m.Inconclusive = strings.TrimPrefix(m.Inconclusive+"; "+g+": "+ck.Inconclusive, "; ")
 			}
+		}
+		for _, e := range gr.GroupErrors {
+			if e.Group == "" {
+				e.Group = g
+			}
+			res.GroupErrors = append(res.GroupErrors, e)
 		}
 		for _, v := range gr.Violations {
 			if v.Proc != "" && procs {

@@ -40,8 +40,11 @@ type Outcome struct {
 	// Groups are the outcomes of the lease groups of a run with
 	// Config.Groups > 1, each in its own subdirectory of Dir; the fields
 	// above then add them up (History holds the faults of every group, not
-	// their events).
+	// their events). A group that failed before it recorded anything has
+	// no outcome here, only its error in Result.GroupErrors.
 	Groups []*Outcome
+	// Group names the group of an outcome in Groups (g01, g02, ...).
+	Group string
 }
 
 type harness struct {
@@ -207,19 +210,32 @@ func runGroup(ctx context.Context, c Config, fl *fleet, group string) (*Outcome,
 	stopReads()
 	<-readDone
 	h.stopAll(context.WithoutCancel(ctx))
-	if runErr != nil && ctx.Err() == nil {
-		return nil, runErr
-	}
-
+	// A run that ended in an error (no first leader, a node that would not
+	// start, a fault the harness could not make) still has its history
+	// checked and written: what it recorded until then counts, and in a
+	// fleet the other groups' results are added up with it.
+	failed := runErr != nil && ctx.Err() == nil
 	hist, err := h.collect(context.WithoutCancel(ctx), resources)
 	if err != nil {
+		if failed {
+			return nil, fmt.Errorf("%w (and collecting what it recorded: %v)", runErr, err)
+		}
 		return nil, err
 	}
 	res := checkHistory(hist, checkOptions{LinearizeTimeout: c.LinearizeTimeout})
+	if failed {
+		res.GroupErrors = []GroupError{{Group: group, Error: runErr.Error()}}
+	}
 	out := &Outcome{Dir: dir, Seed: c.Seed, Plan: plan, History: hist, Result: res, UnexpectedExits: h.unexpectedExits()}
 	out.Summary = summaryLine(hist, res)
 	if err := h.writeOutputs(out); err != nil {
+		if failed {
+			return nil, fmt.Errorf("%w (and writing what it recorded: %v)", runErr, err)
+		}
 		return nil, err
+	}
+	if failed {
+		return out, runErr
 	}
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("leasehold/chaos: run interrupted: %w", ctx.Err())

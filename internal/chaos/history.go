@@ -228,6 +228,20 @@ func (w *historyWriter) emit(e event) {
 	}
 	if _, err := w.f.Write(b); err != nil {
 		w.err = err
+		return
+	}
+	// A write held up by the disk (or by another goroutine's) holds up
+	// whatever emitted it, a node's work too: time the harness itself did
+	// not let the process go on is a stall, recorded as one. (A soak at
+	// load 94 saw a node write nothing for 940 ms and its work return past
+	// safeUntil with no stall recorded.)
+	if d := time.Since(now); d > stallThreshold && e.Kind != evStall {
+		to := now.Add(d).UnixNano()
+		st, _ := json.Marshal(event{Kind: evStall, StallFrom: now.UnixNano(), StallTo: to, Wall: to,
+			Mono: int64(now.Add(d).Sub(w.start)), Clock: w.clock(), Node: w.node, Inc: w.inc})
+		if _, err := w.f.Write(append(st, '\n')); err != nil {
+			w.err = err
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -31,6 +33,20 @@ type proc struct {
 	killed   bool // by a kill fault
 	forced   bool // killed because it did not stop when asked
 	errLog   string
+}
+
+// gone reports whether err, from a write to p's stdin, says that p was
+// stopped (its stdin closed) or has exited; so does a signal's.
+func (p *proc) gone(err error) bool {
+	if errors.Is(err, os.ErrClosed) || errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
 }
 
 // slotProxies returns the proxies of a slot, creating them on first use.

@@ -99,11 +99,42 @@ func summaryLine(h *history, r *Result) string {
 	case ModeSchedule:
 		mode = fmt.Sprintf(" | schedule every %v: %d runs of %d periods, %d periods tried and not run", h.Every, s.Runs, s.Periods, s.Skips)
 	}
-	return fmt.Sprintf("leasehold verify: %s | %s%s seed %d | %s%d processes, %s | faults %s | writes %d accepted, %d refused, %d unknown | violations %s | failover %s | linearizable %s%s",
+	return fmt.Sprintf("leasehold verify: %s | %s%s seed %d | %s%d processes, %s | faults %s | writes %d accepted, %d refused, %d unknown | violations %s | failover %s | linearizable %s%s%s",
 		verdict, h.Store, fenced, h.Seed, groups, s.Processes, round(time.Duration(h.End-h.Start)),
 		faultCounts(s.FaultsByKind), s.WritesAccepted, s.WritesRefused, s.WritesUnknown,
-		violationCounts(r), fo, s.Linearizable, mode)
+		violationCounts(r), fo, s.Linearizable, mode, groupErrors(r.GroupErrors))
 }
+
+// groupErrors is the summary's part for groups that ended in an error:
+// the first three with their errors (result.json has them all).
+func groupErrors(es []GroupError) string {
+	if len(es) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	if len(es) == 1 && es[0].Group == "" {
+		return " | run ended in an error: " + oneLine(es[0].Error)
+	}
+	if len(es) == 1 {
+		b.WriteString(" | 1 group ended in an error: ")
+	} else {
+		fmt.Fprintf(&b, " | %d groups ended in an error: ", len(es))
+	}
+	for i, e := range es {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more (result.json lists them)", len(es)-3)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", e.Group, oneLine(e.Error))
+	}
+	return b.String()
+}
+
+// oneLine keeps an error to one line of the summary.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // term is one held term of one process, for the timeline.
 type term struct {
@@ -251,6 +282,7 @@ func writeReport(w io.Writer, h *history, r *Result) error {
 	fmt.Fprintf(&b, "<p class=\"facts\">store <code>%s</code> · seed <code>%d</code> · %s · %s run · lease %v, renew deadline %v, renew interval %v, retry period %v, wind-down %v · failover bound %v</p>\n",
 		esc(h.Store), h.Seed, fenced, round(dur), t.LeaseDuration, t.RenewDeadline, t.RenewInterval, t.RetryPeriod, t.WindDown, r.Stats.FailoverBound)
 	fmt.Fprintf(&b, "<div class=\"summary\">%s</div>\n", esc(summaryLine(h, r)))
+	writeGroupErrors(&b, r.GroupErrors)
 
 	writeVolume(&b, h, r)
 
@@ -537,4 +569,20 @@ svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 .note{color:#55606b;font-size:12.5px;max-width:1100px}
 </style></head><body>
 `)
+}
+
+// writeGroupErrors lists the groups whose run ended in an error.
+func writeGroupErrors(b *strings.Builder, es []GroupError) {
+	if len(es) == 0 {
+		return
+	}
+	b.WriteString("<h2>Groups that ended in an error</h2>\n<p class=\"note\">Each ran until its error; what it recorded until then is checked and counted above.</p>\n<table><tr><th>group</th><th>error</th></tr>\n")
+	for _, e := range es {
+		g := e.Group
+		if g == "" {
+			g = "the run"
+		}
+		fmt.Fprintf(b, "<tr class=\"viol\"><td>%s</td><td><pre>%s</pre></td></tr>\n", html.EscapeString(g), html.EscapeString(e.Error))
+	}
+	b.WriteString("</table>\n")
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 )
@@ -93,14 +94,24 @@ func recordStalls(ctx context.Context, hw *historyWriter, period, threshold time
 	}
 }
 
-// stallSpans are the stalls a process recorded, [from, to] in wall ns, in
-// the order recorded (they do not overlap).
+// stallSpans are the stalls a process recorded, [from, to] in wall ns,
+// sorted and merged: the recorder's spans and those of a blocked history
+// write may overlap, and no moment may count twice.
 func stallSpans(ev []event) [][2]int64 {
-	var out [][2]int64
+	var in [][2]int64
 	for _, e := range ev {
 		if e.Kind == evStall && e.StallTo > e.StallFrom {
-			out = append(out, [2]int64{e.StallFrom, e.StallTo})
+			in = append(in, [2]int64{e.StallFrom, e.StallTo})
 		}
+	}
+	sort.Slice(in, func(i, j int) bool { return in[i][0] < in[j][0] })
+	var out [][2]int64
+	for _, s := range in {
+		if k := len(out) - 1; k >= 0 && s[0] <= out[k][1] {
+			out[k][1] = max(out[k][1], s[1])
+			continue
+		}
+		out = append(out, s)
 	}
 	return out
 }

@@ -53,3 +53,17 @@ func TestStallRecorderRunsOnlyWhileWorking(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// TestStallSpansMerge: overlapping stall spans (the recorder's and a blocked
+// history write's) count each moment once.
+func TestStallSpansMerge(t *testing.T) {
+	ev := []event{
+		{Kind: evStall, StallFrom: 100, StallTo: 200},
+		{Kind: evStall, StallFrom: 150, StallTo: 300},
+		{Kind: evStall, StallFrom: 400, StallTo: 450},
+		{Kind: evStall, StallFrom: 90, StallTo: 120},
+	}
+	if got := stalledWithin(stallSpans(ev), 0, 1000); got != 260 {
+		t.Fatalf("stalled %d ns of [0, 1000], want 260 (90-300 and 400-450, once each)", got)
+	}
+}

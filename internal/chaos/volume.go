@@ -145,11 +145,12 @@ func writeFleetReport(w io.Writer, out *Outcome) error {
 	if !r.OK() {
 		verdict, vclass = "FAIL", "fail"
 	}
-	fmt.Fprintf(&b, "<h1><span class=\"badge %s\">%s</span>leasehold chaos report: %d lease groups</h1>\n", vclass, verdict, len(out.Groups))
+	fmt.Fprintf(&b, "<h1><span class=\"badge %s\">%s</span>leasehold chaos report: %d lease groups</h1>\n", vclass, verdict, h.Groups)
 	t := h.Timings
 	fmt.Fprintf(&b, "<p class=\"facts\">store <code>%s</code> · seed <code>%d</code> · %d groups, each its own nodes, lease, register and fault schedule · %s run · lease %v · failover bound %v</p>\n",
-		esc(h.Store), h.Seed, len(out.Groups), round(time.Duration(h.End-h.Start)), t.LeaseDuration, r.Stats.FailoverBound)
+		esc(h.Store), h.Seed, h.Groups, round(time.Duration(h.End-h.Start)), t.LeaseDuration, r.Stats.FailoverBound)
 	fmt.Fprintf(&b, "<div class=\"summary\">%s</div>\n", esc(out.Summary))
+	writeGroupErrors(&b, r.GroupErrors)
 	writeVolume(&b, h, r)
 	b.WriteString("<h2>Checks (every group)</h2>\n<table><tr><th>check</th><th>property</th><th class=\"num\">violations</th></tr>\n")
 	for _, c := range r.Checks {
@@ -177,7 +178,10 @@ func writeFleetReport(w io.Writer, out *Outcome) error {
 	b.WriteString("<h2>Groups</h2>\n<table><tr><th>group</th><th class=\"num\">seed</th><th>faults</th><th class=\"num\">accepted</th><th class=\"num\">refused</th><th class=\"num\">violations</th><th>report</th></tr>\n")
 	for i, g := range out.Groups {
 		s := g.Result.Stats
-		name := groupName(i)
+		name := g.Group
+		if name == "" {
+			name = groupName(i)
+		}
 		fmt.Fprintf(&b, "<tr><td>%s</td><td class=\"num\">%d</td><td>%s</td><td class=\"num\">%d</td><td class=\"num\">%d</td><td class=\"num\">%d</td><td><a href=\"%s/report.html\">%s/report.html</a></td></tr>\n",
 			name, g.Seed, esc(faultCounts(s.FaultsByKind)), s.WritesAccepted, s.WritesRefused, len(g.Result.Violations), name, name)
 	}

@@ -30,9 +30,12 @@ import (
 //
 // TRUNCATE fires no trigger in MySQL: it empties the lease table, and the
 // high-water table is what keeps the tokens (see the README). The DDL is
-// not transactional: concurrent Migrate calls are serialised with
-// GET_LOCK, and while triggers are re-created (an upgrade, or triggers
-// dropped by hand) a write may pass unguarded for a moment.
+// not transactional: concurrent Migrate calls with something to do are
+// serialised with GET_LOCK, and while triggers are re-created (an upgrade,
+// or triggers dropped by hand) a write may pass unguarded for a moment. A
+// call that finds everything current takes no lock, so it never waits for
+// another process's migration (one stopped while it held the lock would
+// otherwise hold up every Open with CreateIfMissing for up to 30 s).
 //
 // It is idempotent, changes no lease, and runs no DDL (so needs no DDL
 // privilege) when everything is current. Whether the triggers are current
@@ -50,6 +53,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if !db.Valid || db.String == "" {
 			return kit.Invalid("migrate", "the connection has no database: name one in the URL or DSN (mysql://user@host:3306/db)")
 		}
+		// Most calls find the schema current (every Open with
+		// CreateIfMissing): that is read without the lock, so that a
+		// process stopped while it held the lock (paused, cut off, its
+		// server session not yet ended) does not stop every other process
+		// from opening the store. Only a migration with something to do
+		// takes the lock, and looks again under it.
+		if err := s.migrate(ctx, c, db.String, false); !errors.Is(err, errMigrationNeeded) {
+			return err
+		}
 		var got sql.NullInt64
 		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 30)`, lockName("migrate", db.String, s.table, "")).Scan(&got); err != nil {
 			return err
@@ -57,7 +69,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if !got.Valid || got.Int64 != 1 {
 			return errors.New("another migration of this table held its lock for 30 s")
 		}
-		err := s.migrate(ctx, c, db.String)
+		err := s.migrate(ctx, c, db.String, true)
 		var rel sql.NullInt64
 		if rerr := c.QueryRowContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, lockName("migrate", db.String, s.table, "")).Scan(&rel); rerr != nil && err == nil {
 			err = rerr
@@ -78,9 +90,18 @@ func lockName(kind, db, table, name string) string {
 	return "leasehold:" + hex.EncodeToString(sum[:])
 }
 
-func (s *Store) migrate(ctx context.Context, c *sql.Conn, db string) error {
+// errMigrationNeeded: the schema is not current, and migrate was asked
+// only to look.
+var errMigrationNeeded = errors.New("leasehold/mysql: the schema needs a migration")
+
+// migrate brings the schema up to date, or with ddl false only looks:
+// errMigrationNeeded if it would run a statement, nil if all is current.
+func (s *Store) migrate(ctx context.Context, c *sql.Conn, db string, ddl bool) error {
 	r := s.n.replacer()
 	run := func(sqls ...string) error {
+		if !ddl {
+			return errMigrationNeeded
+		}
 		for _, q := range sqls {
 			if _, err := c.ExecContext(ctx, r.Replace(q)); err != nil {
 				return fmt.Errorf("%w (while running %.60q...)", err, strings.TrimSpace(r.Replace(q)))

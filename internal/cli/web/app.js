@@ -90,6 +90,7 @@ function render(snap) {
   if (rows.size === 0) body.replaceChildren();
   const seen = new Set();
   const now = performance.now();
+  let placed = null; // the row last put in place
   for (const v of snap.leases) {
     seen.add(v.name);
     let r = rows.get(v.name);
@@ -97,7 +98,12 @@ function render(snap) {
       r = newRow(v.name);
       rows.set(v.name, r);
     }
-    body.append(r.tr); // keeps the store's order; moving a row keeps its focus
+    // Keeps the store's order, moving a row only when it is out of place:
+    // moving a node takes the focus from a button in it, and a keyboard
+    // user would lose their place at every read.
+    const at = placed ? placed.nextSibling : body.firstChild;
+    if (at !== r.tr) body.insertBefore(r.tr, at);
+    placed = r.tr;
     const prev = r.last;
     const changed = !prev || prev.holder !== v.holder || prev.token !== v.token || prev.state !== v.state;
     r.cells.state.replaceChildren(el("span", { className: "state state-" + (v.token > 0 ? v.state : "never"), textContent: stateText(v) }));
