@@ -19,7 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
-	lhetcd "github.com/leasehold/leasehold/store/etcd"
+	"github.com/leasehold/leasehold/store/etcd/etcdv3client"
 	lhpg "github.com/leasehold/leasehold/store/postgres"
 	lhredis "github.com/leasehold/leasehold/store/redis"
 )
@@ -304,7 +304,7 @@ func runDiag(ctx context.Context, w io.Writer, e *envs, n int) {
 			cli.KV = etcdKVCount{cli.KV, c}
 			cli.Lease = etcdLeaseCount{cli.Lease, c}
 			cli.Watcher = etcdWatchCount{cli.Watcher, c}
-			st, err := lhetcd.New(cli, e.etcd.prefix+"diag/")
+			st, err := etcdv3client.New(cli, e.etcd.prefix+"diag/")
 			if err == nil {
 				add("etcd", diagCycles(ctx, st, c, name, n))
 				// Background revocations are counted when they land:

@@ -22,7 +22,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/interop/fleet"
-	lhetcd "github.com/leasehold/leasehold/store/etcd"
+	"github.com/leasehold/leasehold/store/etcd/etcdv3client"
 )
 
 // Timings of the etcd fleet. etcd leases are whole seconds; the embedded
@@ -194,7 +194,7 @@ func (f *etcdFleet) client(p *faultproxy.Proxy, opts ...grpc.DialOption) *client
 }
 
 func (f *etcdFleet) node(who string, seed uint64) *fleet.Node {
-	st, err := lhetcd.New(f.client(f.proxy(who)), f.prefix)
+	st, err := etcdv3client.New(f.client(f.proxy(who)), f.prefix)
 	if err != nil {
 		f.t.Fatal(err)
 	}

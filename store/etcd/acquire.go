@@ -11,11 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
 
 // Acquire implements store.Store.
@@ -62,7 +59,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 	pfx, rk := s.lockPrefix(name), s.recordKey(name)
 
 	sent := time.Now()
-	var lease clientv3.LeaseID
+	var lease etcdapi.LeaseID
 	var grantedSecs int64
 	var kaWait func() keepAliveResult // set when using a pooled lease
 	pooled := false
@@ -76,12 +73,12 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 		poolAlive = time.Time{}
 		kaWait = s.startKeepAlive(rctx(ctx), lease)
 	} else {
-		g, err := s.cli.Grant(rctx(ctx), secs)
+		id, gttl, err := s.cli.Grant(rctx(ctx), secs)
 		if err != nil {
 			return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: grant lease: %w", name, err)
 		}
-		lease, grantedSecs = g.ID, g.TTL
-		s.trackLease(lease, secs, sent.Add(time.Duration(g.TTL)*time.Second))
+		lease, grantedSecs = id, gttl
+		s.trackLease(lease, secs, sent.Add(time.Duration(gttl)*time.Second))
 	}
 	// keptAlive waits for the keep-alive of a pooled lease (once) and
 	// returns its error.
@@ -128,24 +125,21 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 	var own *ownTerm
 	var nested []string
 	for attempt := 0; attempt < 8; attempt++ {
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)}
+		cmps := []etcdapi.Cmp{etcdapi.CreateRevisionIs(myKey, 0)}
 		for _, r := range gaps(pfx, nested, own) {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r[0]), "=", 0).WithRange(r[1]))
+			cmps = append(cmps, etcdapi.NoKeyIn(r[0], r[1]))
 		}
-		var then []clientv3.Op
+		var then []etcdapi.Op
 		if own != nil {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(own.key), "=", own.rev))
-			then = append(then, clientv3.OpDelete(own.key))
+			cmps = append(cmps, etcdapi.CreateRevisionIs(own.key, own.rev))
+			then = append(then, etcdapi.Delete(own.key, false))
 		}
 		then = append(then,
-			clientv3.OpPut(myKey, holder, clientv3.WithLease(lease)),
-			clientv3.OpPut(rk, string(rv)))
-		resp, err := s.cli.Txn(rctx(ctx)).If(cmps...).Then(then...).Else(
-			clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-			clientv3.OpGet(rk),
-		).Commit()
+			etcdapi.Put(myKey, holder, lease),
+			etcdapi.Put(rk, string(rv), etcdapi.NoLease))
+		resp, err := s.cli.Txn(rctx(ctx), cmps, then, []etcdapi.Op{contendersOp(pfx), etcdapi.Get(rk)})
 		if err != nil {
-			if pooled && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			if pooled && errors.Is(err, etcdapi.ErrLeaseNotFound) {
 				return store.Record{}, errPooledGone // etcd refused the whole transaction
 			}
 			return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
@@ -160,7 +154,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			if own != nil {
 				s.revokeLease(own.lease)
 			}
-			term = store.Term{Name: name, Holder: holder, Token: resp.Header.Revision}
+			term = store.Term{Name: name, Holder: holder, Token: resp.Revision}
 			s.remember(term, termInfo{key: myKey, lease: lease, metadata: metadata})
 			if !poolAlive.IsZero() {
 				// No keep-alive: the term lives as long as the pooled lease.
@@ -169,9 +163,9 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			grantedTTL := time.Duration(grantedSecs) * time.Second
 			return store.Record{Term: term, Remaining: grantedTTL - time.Since(sent), TTL: grantedTTL, Metadata: metadata}, nil
 		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
+		kvs := resp.Responses[0].Kvs
 		var rec *mvccKV
-		if r := resp.Responses[1].GetResponseRange().Kvs; len(r) > 0 {
+		if r := resp.Responses[1].Kvs; len(r) > 0 {
 			rec = &mvccKV{r[0].Key, r[0].Value, r[0].CreateRevision, r[0].ModRevision, r[0].Lease}
 		}
 		contenders, nestedNow := split(pfx, kvs)
@@ -193,17 +187,17 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			// Our own live term holds, but etcd tools queue behind it. A new
 			// term of ours would rank behind them: end the old term and let
 			// the queue have the lock (the next round reports its holder).
-			dresp, err := s.cli.Txn(rctx(ctx)).If(clientv3.Compare(clientv3.CreateRevision(string(lowest.key)), "=", lowest.create)).
-				Then(clientv3.OpDelete(string(lowest.key))).Commit()
+			dresp, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{etcdapi.CreateRevisionIs(string(lowest.key), lowest.create)},
+				[]etcdapi.Op{etcdapi.Delete(string(lowest.key), false)}, nil)
 			if err != nil {
 				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: end own earlier term: %w", name, err)
 			}
 			if dresp.Succeeded {
-				s.revokeLease(clientv3.LeaseID(lowest.lease))
+				s.revokeLease(etcdapi.LeaseID(lowest.lease))
 			}
 			continue
 		}
-		own = &ownTerm{key: string(lowest.key), rev: lowest.create, lease: clientv3.LeaseID(lowest.lease)}
+		own = &ownTerm{key: string(lowest.key), rev: lowest.create, lease: etcdapi.LeaseID(lowest.lease)}
 	}
 	return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: gave up after 8 transactions that conflicted with changes under %q", name, pfx)
 }
@@ -211,7 +205,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 type ownTerm struct {
 	key   string
 	rev   int64
-	lease clientv3.LeaseID
+	lease etcdapi.LeaseID
 }
 
 // mvccKV is the part of an etcd key-value the store reads.
@@ -223,7 +217,7 @@ type mvccKV struct {
 
 // split sorts the keys under pfx (already ordered by create revision) into
 // contender keys and the sub-prefixes of nested names.
-func split(pfx string, kvs []*mvccpb.KeyValue) (contenders []mvccKV, nested []string) {
+func split(pfx string, kvs []etcdapi.KeyValue) (contenders []mvccKV, nested []string) {
 	seen := map[string]bool{}
 	for _, kv := range kvs {
 		if isContender(pfx, kv.Key) {
@@ -248,14 +242,14 @@ func gaps(pfx string, nested []string, own *ownTerm) [][2]string {
 	type span struct{ start, end string }
 	var excl []span
 	for _, n := range nested {
-		excl = append(excl, span{n, clientv3.GetPrefixRangeEnd(n)})
+		excl = append(excl, span{n, etcdapi.PrefixEnd(n)})
 	}
 	if own != nil {
 		excl = append(excl, span{own.key, own.key + "\x00"})
 	}
 	sort.Slice(excl, func(i, j int) bool { return excl[i].start < excl[j].start })
 	var out [][2]string
-	cur, end := pfx, clientv3.GetPrefixRangeEnd(pfx)
+	cur, end := pfx, etcdapi.PrefixEnd(pfx)
 	for _, e := range excl {
 		if e.start > cur {
 			out = append(out, [2]string{cur, e.start})
@@ -299,20 +293,20 @@ func (s *Store) describe(ctx context.Context, name string, kv mvccKV, rec *mvccK
 		r.Remaining = time.Duration(math.MaxInt64)
 		return r, nil
 	}
-	ttl, err := s.cli.TimeToLive(rctx(ctx), clientv3.LeaseID(kv.lease))
+	ttl, grantedTTL, err := s.cli.TimeToLive(rctx(ctx), etcdapi.LeaseID(kv.lease))
 	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+	case errors.Is(err, etcdapi.ErrLeaseNotFound):
 		return r, nil // ended since the read: Remaining 0
 	case err != nil:
 		return store.Record{}, fmt.Errorf("time to live of lease %x: %w", kv.lease, err)
-	case ttl.TTL < 0:
+	case ttl < 0:
 		return r, nil
 	}
-	r.TTL = time.Duration(ttl.GrantedTTL) * time.Second
+	r.TTL = time.Duration(grantedTTL) * time.Second
 	// etcd reports whole seconds rounded down; the key exists, so the term is
 	// live until etcd revokes the lease. Report the most it can have left,
 	// and at least one revocation tick while the key is still there.
-	r.Remaining = time.Duration(ttl.TTL+1) * time.Second
+	r.Remaining = time.Duration(ttl+1) * time.Second
 	if r.Remaining < revokeTick {
 		r.Remaining = revokeTick
 	}
@@ -335,7 +329,7 @@ func (s *Store) lookup(ctx context.Context, t store.Term) (termInfo, error) {
 	if ti, ok := s.recall(t); ok {
 		return ti, nil
 	}
-	resp, err := s.cli.Get(rctx(ctx), s.recordKey(t.Name))
+	resp, err := s.cli.Range(rctx(ctx), etcdapi.Get(s.recordKey(t.Name)))
 	if err != nil {
 		return termInfo{}, err
 	}
@@ -346,19 +340,27 @@ func (s *Store) lookup(ctx context.Context, t store.Term) (termInfo, error) {
 	if err := json.Unmarshal(resp.Kvs[0].Value, &rv); err != nil || rv.Holder != t.Holder || rv.Key == "" || strings.ContainsRune(rv.Key, '/') {
 		return termInfo{}, store.ErrNotHeld
 	}
-	ti := termInfo{key: s.lockPrefix(t.Name) + rv.Key, lease: clientv3.LeaseID(rv.Lease), metadata: rv.Metadata}
+	ti := termInfo{key: s.lockPrefix(t.Name) + rv.Key, lease: etcdapi.LeaseID(rv.Lease), metadata: rv.Metadata}
 	return ti, nil
 }
 
 // current reads the key of term t and reports whether it is still t's live
 // key: created at t's token, holding t's holder. It returns the key's lease.
-func (s *Store) current(ctx context.Context, t store.Term, key string) (clientv3.LeaseID, bool, error) {
-	resp, err := s.cli.Get(rctx(ctx), key)
+func (s *Store) current(ctx context.Context, t store.Term, key string) (etcdapi.LeaseID, bool, error) {
+	resp, err := s.cli.Range(rctx(ctx), etcdapi.Get(key))
 	if err != nil {
 		return 0, false, err
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != t.Token || string(resp.Kvs[0].Value) != t.Holder {
 		return 0, false, nil
 	}
-	return clientv3.LeaseID(resp.Kvs[0].Lease), true, nil
+	return etcdapi.LeaseID(resp.Kvs[0].Lease), true, nil
+}
+
+// contendersOp reads the keys under pfx in the order of their create
+// revisions: the queue of contenders, lowest (the holder) first.
+func contendersOp(pfx string) etcdapi.Op {
+	op := etcdapi.GetPrefix(pfx)
+	op.SortByCreate = true
+	return op
 }

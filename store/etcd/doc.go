@@ -1,6 +1,17 @@
 // Package etcd is the leasehold store on etcd v3: a consensus-backed lease
 // whose fencing token is the etcd revision.
 //
+// # Two clients
+//
+// [Open] and [OpenURL] (what the leasehold command uses) reach etcd through
+// the store's own small client, internal/etcdwire: the few gRPC calls the
+// store makes, over net/http's HTTP/2, with messages encoded by hand. It
+// links neither go.etcd.io/etcd/client/v3 nor google.golang.org/grpc (about
+// 20 MB of the command). A program with a *clientv3.Client of its own runs
+// the same store code on it with package etcdv3client (New, and Fence as a
+// clientv3.Cmp). Both pass the same conformance suite; README.md compares
+// them.
+//
 // # How a lease is kept
 //
 // Each live term has its own etcd lease and one key (a lease is reused from
@@ -76,15 +87,16 @@
 //     back with etcd's answer. A keep-alive without an answer may still be
 //     applied by etcd later, on whatever the lease carries then; such a lease
 //     is revoked, not reused. (The store sends each keep-alive request itself,
-//     one per attempt, rather than through clientv3's KeepAliveOnce, whose
-//     internal retries it could not see.)
+//     one per attempt, on a stream of its own, and so knows which were
+//     answered; clientv3's KeepAliveOnce hid its internal retries.)
 //   - Release deletes only its term's key (the transaction compares the key's
 //     create revision and holder); the token is the key's create revision, so
 //     it still rises on every grant, on a reused lease as on a new one.
 //
 // The acquire path sends its keep-alives on one long-lived stream per handle
-// (a new stream per keep-alive costs a stream set-up, and with user/password
-// authentication an Authenticate request, itself a raft write, each time).
+// (a new stream per keep-alive costs a stream set-up each time; on clientv3
+// with user/password authentication also an Authenticate request, itself a
+// raft write).
 //
 // # What is guaranteed
 //
@@ -106,8 +118,9 @@
 // A lease alone is best effort: a holder that is paused longer than its lease
 // can wake and act after a rival has taken over. Writes that must not come
 // from a stale holder should be fenced: inside etcd with [Store.Fence], whose
-// comparison makes a transaction apply only while the exact term holds; in
-// other resources by comparing the token.
+// condition (etcdv3client.Fence gives it as a clientv3 comparison) makes a
+// transaction apply only while the exact term holds; in other resources by
+// comparing the token.
 //
 // # Working with etcd's own tools
 //

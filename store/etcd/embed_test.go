@@ -181,7 +181,11 @@ func openStore(t testing.TB, prefix string, endpoints ...string) *Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := Open(ctx, Config{Endpoints: endpoints, Prefix: prefix})
+	open := Open
+	if testOnClientv3 {
+		open = openV3
+	}
+	st, err := open(ctx, Config{Endpoints: endpoints, Prefix: prefix})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

@@ -9,10 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 	"github.com/leasehold/leasehold/store/storekit"
 )
 
@@ -41,8 +39,8 @@ const recordDir = ".leasehold/term/"
 
 // Store is a lease store on an etcd cluster. It is safe for concurrent use.
 type Store struct {
-	cli    *clientv3.Client
-	own    bool // Close closes cli
+	cli    etcdapi.Client // the store's own etcdwire client, or etcdv3client's adapter
+	own    bool           // Close closes cli
 	prefix string
 
 	// life is the closed check, Done (which ends watches and the keep-alive
@@ -62,11 +60,9 @@ type Store struct {
 	// leases are the etcd leases this handle granted (leases.go), and pool
 	// those of them that carry no key and may back the next grant, by the
 	// TTL asked for in whole seconds, most recently refreshed last.
-	leases map[clientv3.LeaseID]*ownLease
-	pool   map[int64][]clientv3.LeaseID
+	leases map[etcdapi.LeaseID]*ownLease
+	pool   map[int64][]etcdapi.LeaseID
 
-	lcOnce sync.Once
-	lc     pb.LeaseClient // for keep-alives (see keepAlive)
 	// ka is the open keep-alive stream of the acquire path (see kaConn);
 	// kaOpening is set while a goroutine opens one. kaWG counts that
 	// goroutine (it reads the stream until Done): kaConnection checks the
@@ -80,7 +76,7 @@ type Store struct {
 
 type termInfo struct {
 	key      string
-	lease    clientv3.LeaseID
+	lease    etcdapi.LeaseID
 	metadata string
 }
 
@@ -91,11 +87,13 @@ var (
 	_ store.ForceReleaser = (*Store)(nil)
 )
 
-// New returns a store that uses cli and keeps its keys under prefix, used
+// NewOnAPI returns a store that uses cli and keeps its keys under prefix, used
 // verbatim (so "locks/" puts name N at "locks/N/"; "" is the root of the
 // keyspace, where `etcdctl lock N` contends for N). The store does not close
-// cli.
-func New(cli *clientv3.Client, prefix string) (*Store, error) {
+// cli. It is for package etcdv3client, whose New gives it an adapter over a
+// *clientv3.Client (cli's type is internal to this module): use
+// etcdv3client.New, or Open and OpenURL.
+func NewOnAPI(cli etcdapi.Client, prefix string) (*Store, error) {
 	if cli == nil {
 		return nil, kit.Invalid("new", "client is nil")
 	}
@@ -103,7 +101,7 @@ func New(cli *clientv3.Client, prefix string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{cli: cli, prefix: prefix, terms: map[store.Term]termInfo{},
-		leases: map[clientv3.LeaseID]*ownLease{}, pool: map[int64][]clientv3.LeaseID{}}, nil
+		leases: map[etcdapi.LeaseID]*ownLease{}, pool: map[int64][]etcdapi.LeaseID{}}, nil
 }
 
 func validatePrefix(prefix string) error {
@@ -115,10 +113,6 @@ func validatePrefix(prefix string) error {
 	}
 	return nil
 }
-
-// Client returns the etcd client the store uses, for the caller's own
-// transactions (see Fence).
-func (s *Store) Client() *clientv3.Client { return s.cli }
 
 // Prefix returns the key prefix of the store.
 func (s *Store) Prefix() string { return s.prefix }
@@ -157,7 +151,7 @@ type recordValue struct {
 // rctx adds etcd's require-leader flag to ctx: a member cut off from its leader
 // answers at once with an error (that the client retries on another member,
 // for reads) instead of hanging until the deadline.
-func rctx(ctx context.Context) context.Context { return clientv3.WithRequireLeader(ctx) }
+func rctx(ctx context.Context) context.Context { return etcdapi.WithRequireLeader(ctx) }
 
 func ttlSeconds(ttl time.Duration) (int64, error) {
 	secs := int64((ttl + time.Second - 1) / time.Second)
@@ -192,8 +186,8 @@ func (s *Store) recall(t store.Term) (termInfo, bool) {
 // revokeLater revokes an etcd lease in the background, bounded in time. It is
 // used for leases that no longer carry a live term's key (or a key that is to
 // be given back): if the revocation fails, the lease expires on its own.
-func (s *Store) revokeLater(id clientv3.LeaseID) {
-	if id == clientv3.NoLease {
+func (s *Store) revokeLater(id etcdapi.LeaseID) {
+	if id == etcdapi.NoLease {
 		return
 	}
 	s.spawn(func() {
@@ -228,10 +222,10 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err != nil {
 		return fmt.Errorf("leasehold/etcd: release %s: %w", t, err)
 	}
-	resp, err := s.cli.Txn(rctx(ctx)).If(
-		clientv3.Compare(clientv3.CreateRevision(ti.key), "=", t.Token),
-		clientv3.Compare(clientv3.Value(ti.key), "=", t.Holder),
-	).Then(clientv3.OpDelete(ti.key, clientv3.WithPrevKV())).Commit()
+	resp, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{
+		etcdapi.CreateRevisionIs(ti.key, t.Token),
+		etcdapi.ValueIs(ti.key, t.Holder),
+	}, []etcdapi.Op{etcdapi.Delete(ti.key, true)}, nil)
 	if err != nil {
 		return fmt.Errorf("leasehold/etcd: release %s: %w", t, err)
 	}
@@ -240,10 +234,10 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 		s.endedTerm(ti.lease, t)
 		return fmt.Errorf("leasehold/etcd: release %s: %w", t, store.ErrNotHeld)
 	}
-	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
+	if prev := resp.Responses[0].PrevKvs; len(prev) > 0 {
 		// The key was on this lease when it was deleted: it carries nothing
 		// of t now, and (a lease carries one key at a time) nothing else.
-		p := clientv3.LeaseID(prev[0].Lease)
+		p := etcdapi.LeaseID(prev[0].Lease)
 		if p != ti.lease {
 			s.endedTerm(ti.lease, t)
 		}
@@ -275,18 +269,15 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 
 func (s *Store) get(ctx context.Context, name string) (store.Record, error) {
 	pfx, rk := s.lockPrefix(name), s.recordKey(name)
-	resp, err := s.cli.Txn(rctx(ctx)).Then(
-		clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-		clientv3.OpGet(rk),
-	).Commit()
+	resp, err := s.cli.Txn(rctx(ctx), nil, []etcdapi.Op{contendersOp(pfx), etcdapi.Get(rk)}, nil)
 	if err != nil {
 		return store.Record{}, err
 	}
 	var rec *mvccKV
-	if r := resp.Responses[1].GetResponseRange().Kvs; len(r) > 0 {
+	if r := resp.Responses[1].Kvs; len(r) > 0 {
 		rec = &mvccKV{r[0].Key, r[0].Value, r[0].CreateRevision, r[0].ModRevision, r[0].Lease}
 	}
-	contenders, _ := split(pfx, resp.Responses[0].GetResponseRange().Kvs)
+	contenders, _ := split(pfx, resp.Responses[0].Kvs)
 	if len(contenders) > 0 {
 		return s.describe(ctx, name, contenders[0], rec)
 	}
@@ -304,7 +295,9 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 		return nil, err
 	}
 	dir := s.prefix + recordDir
-	resp, err := s.cli.Get(rctx(ctx), dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	op := etcdapi.GetPrefix(dir)
+	op.KeysOnly = true
+	resp, err := s.cli.Range(rctx(ctx), op)
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/etcd: list: %w", err)
 	}
@@ -346,8 +339,9 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 			return r, fmt.Errorf("leasehold/etcd: force release %q: %w", name, store.ErrNotHeld)
 		}
 		// Find the key of the live term by its create revision.
-		resp, err := s.cli.Get(rctx(ctx), s.lockPrefix(name), clientv3.WithPrefix(),
-			clientv3.WithMinCreateRev(r.Token), clientv3.WithMaxCreateRev(r.Token))
+		op := etcdapi.GetPrefix(s.lockPrefix(name))
+		op.MinCreate, op.MaxCreate = r.Token, r.Token
+		resp, err := s.cli.Range(rctx(ctx), op)
 		if err != nil {
 			return store.Record{}, fmt.Errorf("leasehold/etcd: force release %q: %w", name, err)
 		}
@@ -355,8 +349,8 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 			continue
 		}
 		kv := resp.Kvs[0]
-		dresp, err := s.cli.Txn(rctx(ctx)).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", r.Token)).
-			Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		dresp, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{etcdapi.CreateRevisionIs(string(kv.Key), r.Token)},
+			[]etcdapi.Op{etcdapi.Delete(string(kv.Key), false)}, nil)
 		if err != nil {
 			return store.Record{}, fmt.Errorf("leasehold/etcd: force release %q: %w", name, err)
 		}
@@ -364,7 +358,7 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 			continue
 		}
 		if !strings.HasPrefix(r.Holder, "etcd:") {
-			s.revokeLease(clientv3.LeaseID(kv.Lease))
+			s.revokeLease(etcdapi.LeaseID(kv.Lease))
 		}
 		return r, nil
 	}

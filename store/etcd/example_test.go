@@ -10,10 +10,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/etcd"
+	"github.com/leasehold/leasehold/store/etcd/etcdv3client"
 )
 
 // endpoint is an etcd client URL; these examples run against an embedded etcd.
@@ -23,10 +25,18 @@ func endpoint() string { return etcd.SharedEndpoint() }
 func prefix() string { return etcd.UniquePrefix("example") }
 
 // An elector on etcd whose leader writes to etcd through a fence: the write
-// applies only while this exact term holds.
+// applies only while this exact term holds. The program has a clientv3
+// client of its own, so the store runs on it (package etcdv3client), and the
+// fence is a clientv3 comparison.
 func Example() {
 	ctx := context.Background()
-	st, err := etcd.Open(ctx, etcd.Config{Endpoints: []string{endpoint()}, Prefix: prefix()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	st, err := etcdv3client.New(cli, prefix())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -40,11 +50,11 @@ func Example() {
 	}
 	var fence clientv3.Cmp
 	err = e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
-		fence, err = st.Fence(ctx, l.Term())
+		fence, err = etcdv3client.Fence(ctx, st, l.Term())
 		if err != nil {
 			return err
 		}
-		resp, err := st.Client().Txn(ctx).If(fence).Then(clientv3.OpPut(st.Prefix()+"config", "v2")).Commit()
+		resp, err := cli.Txn(ctx).If(fence).Then(clientv3.OpPut(st.Prefix()+"config", "v2")).Commit()
 		if err != nil {
 			return err
 		}
@@ -56,7 +66,7 @@ func Example() {
 		return
 	}
 	// The term has ended: a late write with its fence is refused.
-	resp, err := st.Client().Txn(ctx).If(fence).Then(clientv3.OpPut(st.Prefix()+"config", "stale")).Commit()
+	resp, err := cli.Txn(ctx).If(fence).Then(clientv3.OpPut(st.Prefix()+"config", "stale")).Commit()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -77,7 +87,12 @@ func Example_etcdctlLock() {
 		return
 	}
 	defer st.Close()
-	cli := st.Client()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
 	session, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
 	if err != nil {
 		fmt.Println(err)

@@ -15,9 +15,9 @@ import (
 
 // fencedPut writes key=val in one transaction guarded by cmp and reports
 // whether it applied.
-func fencedPut(t *testing.T, cli *clientv3.Client, cmp clientv3.Cmp, key, val string) bool {
+func fencedPut(t *testing.T, cli *clientv3.Client, f Fencing, key, val string) bool {
 	t.Helper()
-	resp, err := cli.Txn(testCtx(t, 10*time.Second)).If(cmp).Then(clientv3.OpPut(key, val)).Commit()
+	resp, err := cli.Txn(testCtx(t, 10*time.Second)).If(fenceCmp(f)).Then(clientv3.OpPut(key, val)).Commit()
 	if err != nil {
 		t.Fatalf("fenced put: %v", err)
 	}
@@ -44,7 +44,7 @@ func TestFence(t *testing.T) {
 		t.Fatalf("Fence of the live term: %v", err)
 	}
 	// Another handle (no memory of the term) finds the same key.
-	if cmpB, err := b.Fence(ctx, t1.Term); err != nil || string(cmpB.KeyBytes()) != string(cmp1.KeyBytes()) {
+	if cmpB, err := b.Fence(ctx, t1.Term); err != nil || cmpB != cmp1 {
 		t.Fatalf("Fence through another handle: %v, %v; want the same comparison", cmpB, err)
 	}
 	if !fencedPut(t, a.Client(), cmp1, data, "t1") {
@@ -105,9 +105,9 @@ func TestFence(t *testing.T) {
 	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "t5" {
 		t.Fatalf("data = %v, %v; want the last fenced write t5", got, err)
 	}
-	// FenceCmp with TermKey is the same comparison.
+	// TermKey's key and the token are the same condition.
 	key, err := b.TermKey(ctx, t5.Term)
-	if err != nil || !fencedPut(t, b.Client(), FenceCmp(key, t5.Token), data, "t5-again") {
+	if err != nil || !fencedPut(t, b.Client(), Fencing{Key: key, CreateRevision: t5.Token}, data, "t5-again") {
 		t.Fatalf("FenceCmp(TermKey): %v", err)
 	}
 }

@@ -295,7 +295,7 @@ func TestInteropNeverTwoHolders(t *testing.T) {
 					if err != nil {
 						return false, err
 					}
-					resp, err := st.Client().Txn(h.Context()).If(cmp).Then(clientv3.OpPut(prefix+"data", h.Term().Holder)).Commit()
+					resp, err := st.Client().Txn(h.Context()).If(fenceCmp(cmp)).Then(clientv3.OpPut(prefix+"data", h.Term().Holder)).Commit()
 					return err == nil && resp.Succeeded, err
 				})
 				if err := h.Release(ctx); err != nil {

@@ -2,17 +2,13 @@ package etcd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
 
 // This file keeps the etcd leases a Store handle granted: which term each
@@ -73,7 +69,7 @@ const (
 func freshSlack(ttl time.Duration) time.Duration { return max(ttl/8, 100*time.Millisecond) }
 
 // trackLease records a lease this handle just granted for an acquire.
-func (s *Store) trackLease(id clientv3.LeaseID, secs int64, aliveUntil time.Time) {
+func (s *Store) trackLease(id etcdapi.LeaseID, secs int64, aliveUntil time.Time) {
 	s.termsMu.Lock()
 	defer s.termsMu.Unlock()
 	if len(s.leases) >= maxOwnLeases {
@@ -88,9 +84,9 @@ func (s *Store) trackLease(id clientv3.LeaseID, secs int64, aliveUntil time.Time
 
 // takePooled removes and returns the most recently pooled lease for secs
 // that has enough life left; the ones it finds too old are revoked.
-func (s *Store) takePooled(secs int64, now time.Time) (clientv3.LeaseID, time.Time, bool) {
+func (s *Store) takePooled(secs int64, now time.Time) (etcdapi.LeaseID, time.Time, bool) {
 	s.termsMu.Lock()
-	var stale []clientv3.LeaseID
+	var stale []etcdapi.LeaseID
 	defer func() {
 		s.termsMu.Unlock()
 		for _, id := range stale {
@@ -118,7 +114,7 @@ func (s *Store) takePooled(secs int64, now time.Time) (clientv3.LeaseID, time.Ti
 	return 0, time.Time{}, false
 }
 
-func (s *Store) setPool(secs int64, ids []clientv3.LeaseID) {
+func (s *Store) setPool(secs int64, ids []etcdapi.LeaseID) {
 	if len(ids) == 0 {
 		delete(s.pool, secs)
 	} else {
@@ -144,7 +140,7 @@ func (s *Store) pooledCount() int {
 // alone. aliveUntil (if later than what the table has) and tainted are what
 // the caller just learned. The check and the change are one step under
 // termsMu, so no keep-alive or acquire slips in between.
-func (s *Store) putPool(id clientv3.LeaseID, t store.Term, aliveUntil time.Time, tainted bool) {
+func (s *Store) putPool(id etcdapi.LeaseID, t store.Term, aliveUntil time.Time, tainted bool) {
 	closed := s.life.Closed()
 	s.termsMu.Lock()
 	l := s.leases[id]
@@ -173,7 +169,7 @@ func (s *Store) putPool(id clientv3.LeaseID, t store.Term, aliveUntil time.Time,
 }
 
 // dropLocked forgets lease id (and takes it out of the pool); termsMu is held.
-func (s *Store) dropLocked(id clientv3.LeaseID) {
+func (s *Store) dropLocked(id etcdapi.LeaseID) {
 	l := s.leases[id]
 	if l == nil {
 		return
@@ -192,7 +188,7 @@ func (s *Store) dropLocked(id clientv3.LeaseID) {
 }
 
 // revokeLease forgets lease id and revokes it in the background.
-func (s *Store) revokeLease(id clientv3.LeaseID) {
+func (s *Store) revokeLease(id etcdapi.LeaseID) {
 	s.termsMu.Lock()
 	s.dropLocked(id)
 	s.termsMu.Unlock()
@@ -202,7 +198,7 @@ func (s *Store) revokeLease(id clientv3.LeaseID) {
 // bindLease records that lease id now carries term t's key (after a grant or
 // a move of t's key onto it), with the given lower bound of its expiry.
 // tainted is set if a keep-alive sent for it went unanswered.
-func (s *Store) bindLease(id clientv3.LeaseID, t store.Term, aliveUntil time.Time, tainted bool) {
+func (s *Store) bindLease(id etcdapi.LeaseID, t store.Term, aliveUntil time.Time, tainted bool) {
 	s.termsMu.Lock()
 	defer s.termsMu.Unlock()
 	if l := s.leases[id]; l != nil {
@@ -215,7 +211,7 @@ func (s *Store) bindLease(id clientv3.LeaseID, t store.Term, aliveUntil time.Tim
 }
 
 // carries reports whether this handle's table says lease id carries term t.
-func (s *Store) carries(id clientv3.LeaseID, t store.Term) bool {
+func (s *Store) carries(id etcdapi.LeaseID, t store.Term) bool {
 	s.termsMu.Lock()
 	defer s.termsMu.Unlock()
 	l := s.leases[id]
@@ -227,7 +223,7 @@ func (s *Store) carries(id clientv3.LeaseID, t store.Term) bool {
 // t (see putPool), else revoked. (A lease the delete's previous value names
 // carried t's key at that moment, so it is in no pool: leases there carry no
 // key.)
-func (s *Store) releasedTerm(id clientv3.LeaseID, t store.Term) {
+func (s *Store) releasedTerm(id etcdapi.LeaseID, t store.Term) {
 	s.putPool(id, t, time.Time{}, false)
 }
 
@@ -237,7 +233,7 @@ func (s *Store) releasedTerm(id clientv3.LeaseID, t store.Term) {
 // removal are one step under termsMu: once the lease is out of the table no
 // Release can pool it and no Acquire can take it, so the revocation can only
 // end what t left behind.
-func (s *Store) endedTerm(id clientv3.LeaseID, t store.Term) {
+func (s *Store) endedTerm(id etcdapi.LeaseID, t store.Term) {
 	s.termsMu.Lock()
 	l := s.leases[id]
 	ours := l != nil && !l.pooled && l.term == t
@@ -253,7 +249,7 @@ func (s *Store) endedTerm(id clientv3.LeaseID, t store.Term) {
 // keepAliveFor sends a keep-alive for lease id on behalf of term t, if and
 // only if this handle's table says the lease carries t (ok false otherwise:
 // nothing was sent). An answer that did not come back taints the lease.
-func (s *Store) keepAliveFor(ctx context.Context, id clientv3.LeaseID, t store.Term) (ttl int64, ok bool, err error) {
+func (s *Store) keepAliveFor(ctx context.Context, id etcdapi.LeaseID, t store.Term) (ttl int64, ok bool, err error) {
 	s.termsMu.Lock()
 	l := s.leases[id]
 	if l == nil || l.pooled || l.term != t {
@@ -279,17 +275,17 @@ func (s *Store) keepAliveFor(ctx context.Context, id clientv3.LeaseID, t store.T
 // keepAlive renews lease id once, as clientv3's KeepAliveOnce does (one
 // request per attempt, retried while ctx lasts on Unavailable and Internal
 // errors), and also reports whether every attempt that may have reached etcd
-// came back with etcd's answer. KeepAliveOnce hides its retries, and a retried
-// request may still be applied after a later one was answered; a lease with
-// such a request outstanding is never reused. A lease etcd does not know (or
-// has expired) is rpctypes.ErrLeaseNotFound, as from KeepAliveOnce.
-func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) (ttl int64, clean bool, err error) {
+// came back with etcd's answer: a retried request may still be applied after
+// a later one was answered, and a lease with such a request outstanding is
+// never reused. A lease etcd does not know (or has expired) is
+// etcdapi.ErrLeaseNotFound.
+func (s *Store) keepAlive(ctx context.Context, id etcdapi.LeaseID) (ttl int64, clean bool, err error) {
 	clean = true
 	for attempt := 0; ; attempt++ {
 		ttl, sent, err := s.keepAliveAttempt(ctx, id)
 		if err == nil {
 			if ttl <= 0 {
-				return 0, clean, rpctypes.ErrLeaseNotFound
+				return 0, clean, etcdapi.ErrLeaseNotFound
 			}
 			return ttl, clean, nil
 		}
@@ -297,10 +293,10 @@ func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) (ttl int64, 
 			clean = false
 		}
 		if ctx.Err() != nil {
-			return 0, clean, clientv3.ContextError(ctx, err)
+			return 0, clean, contextError(ctx, err)
 		}
-		if c := status.Code(err); c != codes.Unavailable && c != codes.Internal {
-			return 0, clean, rpctypes.Error(err)
+		if c := etcdapi.CodeOf(err); c != etcdapi.Unavailable && c != etcdapi.Internal {
+			return 0, clean, err
 		}
 		// Back off a little: stream creation waits for a ready connection,
 		// but an Internal error can repeat at once.
@@ -308,7 +304,7 @@ func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) (ttl int64, 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, clean, clientv3.ContextError(ctx, ctx.Err())
+			return 0, clean, ctx.Err()
 		case <-t.C:
 		}
 	}
@@ -316,34 +312,16 @@ func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) (ttl int64, 
 
 // keepAliveAttempt sends one keep-alive request on its own stream and waits
 // for its answer. sent reports whether the request may have left.
-func (s *Store) keepAliveAttempt(ctx context.Context, id clientv3.LeaseID) (ttl int64, sent bool, err error) {
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := s.leaseClient().LeaseKeepAlive(cctx, grpc.WaitForReady(true))
-	if err != nil {
-		return 0, false, err
-	}
-	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
-		return 0, true, err
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return 0, true, err
-	}
-	stream.CloseSend() //nolint:errcheck // the answer is in
-	return resp.TTL, true, nil
-}
-
-func (s *Store) leaseClient() pb.LeaseClient {
-	s.lcOnce.Do(func() { s.lc = pb.NewLeaseClient(s.cli.ActiveConnection()) })
-	return s.lc
+func (s *Store) keepAliveAttempt(ctx context.Context, id etcdapi.LeaseID) (ttl int64, sent bool, err error) {
+	ttl, err = s.cli.KeepAliveOnce(ctx, id)
+	return ttl, !errors.Is(err, etcdapi.ErrNotSent), err
 }
 
 // pooledLeases takes every lease out of the pool and the table (for Close).
-func (s *Store) pooledLeases() []clientv3.LeaseID {
+func (s *Store) pooledLeases() []etcdapi.LeaseID {
 	s.termsMu.Lock()
 	defer s.termsMu.Unlock()
-	var ids []clientv3.LeaseID
+	var ids []etcdapi.LeaseID
 	for _, p := range s.pool {
 		for _, id := range p {
 			delete(s.leases, id)
@@ -364,19 +342,19 @@ func (s *Store) pooledLeases() []clientv3.LeaseID {
 // keep-alive: a renewal of an expired lease waits in etcd until the lease is
 // revoked, and must not hold up the requests queued behind it.
 type kaConn struct {
-	stream  pb.Lease_LeaseKeepAliveClient
+	stream  etcdapi.KeepAliveStream
 	cancel  context.CancelFunc
 	sendMu  sync.Mutex // a gRPC stream takes one Send at a time
 	mu      sync.Mutex
 	broken  bool
-	pending map[clientv3.LeaseID][]chan keepAliveResult
+	pending map[etcdapi.LeaseID][]chan keepAliveResult
 }
 
 // startKeepAlive sends a keep-alive for lease id and returns a function that
 // waits for its result. It uses the handle's open keep-alive stream if there
 // is one; otherwise it sends on a stream of its own (keepAlive) and opens the
 // shared stream in the background for the next call.
-func (s *Store) startKeepAlive(ctx context.Context, id clientv3.LeaseID) func() keepAliveResult {
+func (s *Store) startKeepAlive(ctx context.Context, id etcdapi.LeaseID) func() keepAliveResult {
 	s.acquireKeepAlives.Add(1)
 	ch := make(chan keepAliveResult, 1)
 	c := s.kaConnection()
@@ -392,7 +370,7 @@ func (s *Store) startKeepAlive(ctx context.Context, id clientv3.LeaseID) func() 
 			}
 			c.mu.Unlock()
 			if !broken {
-				err := c.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)})
+				err := c.stream.Send(id)
 				c.sendMu.Unlock()
 				if err != nil {
 					// The request may or may not have left: fail every
@@ -413,7 +391,7 @@ func (s *Store) startKeepAlive(ctx context.Context, id clientv3.LeaseID) func() 
 		case <-ctx.Done():
 			// The answer, if any, is left behind: the request counts as
 			// unanswered.
-			return keepAliveResult{clean: false, err: clientv3.ContextError(ctx, ctx.Err())}
+			return keepAliveResult{clean: false, err: ctx.Err()}
 		}
 	}
 }
@@ -450,25 +428,24 @@ func (s *Store) openKeepAliveStream() {
 		case <-ctx.Done():
 		}
 	}()
-	stream, err := s.leaseClient().LeaseKeepAlive(rctx(ctx))
+	stream, err := s.cli.KeepAlive(rctx(ctx))
 	s.kaMu.Lock()
 	s.kaOpening = false
 	if err != nil {
 		s.kaMu.Unlock()
 		return
 	}
-	c := &kaConn{stream: stream, cancel: cancel, pending: map[clientv3.LeaseID][]chan keepAliveResult{}}
+	c := &kaConn{stream: stream, cancel: cancel, pending: map[etcdapi.LeaseID][]chan keepAliveResult{}}
 	s.ka = c
 	s.kaMu.Unlock()
 	// This goroutine receives the answers until the stream ends (Close
 	// cancels it, and waits for this goroutine).
 	for {
-		resp, err := stream.Recv()
+		id, ttl, err := stream.Recv()
 		if err != nil {
 			c.fail(err)
 			return
 		}
-		id := clientv3.LeaseID(resp.ID)
 		c.mu.Lock()
 		var ch chan keepAliveResult
 		if q := c.pending[id]; len(q) > 0 {
@@ -482,10 +459,10 @@ func (s *Store) openKeepAliveStream() {
 		c.mu.Unlock()
 		switch {
 		case ch == nil: // cannot happen: one answer per request
-		case resp.TTL <= 0:
-			ch <- keepAliveResult{clean: true, err: rpctypes.ErrLeaseNotFound}
+		case ttl <= 0:
+			ch <- keepAliveResult{clean: true, err: etcdapi.ErrLeaseNotFound}
 		default:
-			ch <- keepAliveResult{ttl: resp.TTL, clean: true}
+			ch <- keepAliveResult{ttl: ttl, clean: true}
 		}
 	}
 }
@@ -496,13 +473,20 @@ func (c *kaConn) fail(err error) {
 	c.mu.Lock()
 	c.broken = true
 	pending := c.pending
-	c.pending = map[clientv3.LeaseID][]chan keepAliveResult{}
+	c.pending = map[etcdapi.LeaseID][]chan keepAliveResult{}
 	c.mu.Unlock()
 	c.cancel()
-	err = rpctypes.Error(err)
 	for _, q := range pending {
 		for _, ch := range q {
 			ch <- keepAliveResult{clean: false, err: err}
 		}
 	}
+}
+
+// contextError is ctx's error, naming the failure that was being retried.
+func contextError(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, ctx.Err()) {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w (while retrying: %v)", ctx.Err(), err)
 }

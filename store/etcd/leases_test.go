@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
 
 // The tests of this file check the rules that make a handle's reuse of etcd
@@ -64,7 +65,7 @@ func (s *Store) pooledIDs() map[clientv3.LeaseID]bool {
 	out := map[clientv3.LeaseID]bool{}
 	for _, ids := range s.pool {
 		for _, id := range ids {
-			out[id] = true
+			out[clientv3.LeaseID(id)] = true
 		}
 	}
 	return out
@@ -284,7 +285,7 @@ func TestLeaseNotPooledWithKeepAliveOutstanding(t *testing.T) {
 			}
 			l := keyLease(t, st, rec.Term)
 			st.termsMu.Lock()
-			ol := st.leases[l]
+			ol := st.leases[etcdapi.LeaseID(l)]
 			if ol == nil || ol.term != rec.Term {
 				st.termsMu.Unlock()
 				t.Fatalf("the handle's table does not say lease %x carries %v: %+v", int64(l), rec.Term, ol)
@@ -317,7 +318,7 @@ func TestPooledLeaseTooOld(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.termsMu.Lock()
-	st.leases[l].aliveUntil = time.Now() // as if its last keep-alive was a TTL ago
+	st.leases[etcdapi.LeaseID(l)].aliveUntil = time.Now() // as if its last keep-alive was a TTL ago
 	st.termsMu.Unlock()
 	next, err := st.Acquire(ctx, "job", "node-a", time.Minute, "")
 	if err != nil {

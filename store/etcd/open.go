@@ -12,17 +12,17 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdwire"
 )
 
 // Config says how to reach an etcd cluster.
 type Config struct {
 	// Endpoints are the client URLs of the cluster's members
-	// ("https://10.0.0.1:2379" or "10.0.0.1:2379"). Give all of them: the
-	// client balances over them and fails over when one stops answering.
+	// ("https://10.0.0.1:2379" or "10.0.0.1:2379": https when TLS is set).
+	// Give all of them: the client uses one at a time and moves on to the
+	// next when it cannot be reached or has no leader.
 	Endpoints []string
 	// Prefix is the key prefix the store keeps its keys under, used verbatim
 	// (see New).
@@ -39,9 +39,16 @@ type Config struct {
 	// Open makes to check access to Prefix (as does the deadline of Open's
 	// context, if sooner). Zero means 5 s.
 	DialTimeout time.Duration
-	// Logger receives the etcd client's own log; nil means none.
-	Logger *zap.Logger
 }
+
+// The errors of etcd that callers tell apart, matched with errors.Is by the
+// errors of both clients (Open's and etcdv3client's adapter of clientv3).
+var (
+	ErrPermissionDenied error = etcdapi.ErrPermissionDenied // the user may not read or write the prefix
+	ErrAuthFailed       error = etcdapi.ErrAuthFailed       // wrong user or password
+	ErrUserEmpty        error = etcdapi.ErrUserEmpty        // auth is on and no user was given
+	ErrLeaseNotFound    error = etcdapi.ErrLeaseNotFound    // an etcd lease that has ended
+)
 
 // ErrUnreachable is wrapped by Open when no endpoint answered in time.
 var ErrUnreachable = errors.New("leasehold/etcd: no etcd member answered")
@@ -49,7 +56,9 @@ var ErrUnreachable = errors.New("leasehold/etcd: no etcd member answered")
 // Open connects to etcd and checks that the configured user can read the
 // store's prefix, so that unreachable endpoints, wrong credentials and a
 // missing permission fail here, with an error that says which. The store owns
-// the client and closes it on Close.
+// the client and closes it on Close. It uses the store's own small etcd
+// client (package etcdwire: gRPC over net/http's HTTP/2), not clientv3; to
+// use a *clientv3.Client of your own, see package etcdv3client.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, kit.Invalid("open", "no endpoints")
@@ -68,8 +77,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 5 * time.Second
 	}
-	// clientv3 bounds its dial and authentication by DialTimeout alone: keep
-	// it within ctx's deadline too.
+	// DialTimeout bounds connecting and authenticating: keep it within ctx's
+	// deadline too.
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
 		if left <= 0 {
@@ -79,26 +88,25 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			cfg.DialTimeout = left
 		}
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = zap.NewNop()
-	}
 	where := strings.Join(cfg.Endpoints, ",")
-	cli, err := clientv3.New(clientv3.Config{
+	// Authenticating and the first request each get DialTimeout, as with
+	// clientv3 (whose New authenticates within DialTimeout).
+	actx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	cli, err := etcdwire.New(actx, etcdwire.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		Username:    cfg.Username,
 		Password:    cfg.Password,
 		TLS:         cfg.TLS,
-		Logger:      logger,
-		// Detect a dead connection in about 10 s even when idle.
-		DialKeepAliveTime:    5 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("leasehold/etcd: open %s: %w", where, ctx.Err())
+		}
 		return nil, openError(where, cfg, err)
 	}
-	s, err := New(cli, cfg.Prefix)
+	s, err := NewOnAPI(cli, cfg.Prefix)
 	if err != nil {
 		cli.Close()
 		return nil, err
@@ -108,7 +116,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	defer cancel()
 	// A read of the prefix checks the connection, the credentials and the
 	// read permission in one request.
-	if _, err := cli.Get(pctx, cfg.Prefix+recordDir, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+	op := etcdapi.GetPrefix(cfg.Prefix + recordDir)
+	op.CountOnly = true
+	if _, err := cli.Range(pctx, op); err != nil {
 		cli.Close()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("leasehold/etcd: open %s: %w", where, ctx.Err())

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
 
 // Renew implements store.Store. It sends a keep-alive for exactly the term's
@@ -74,7 +72,7 @@ func (s *Store) renew(ctx context.Context, t store.Term, secs int64) (store.Reco
 			return rec, err
 		}
 		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		case errors.Is(err, etcdapi.ErrLeaseNotFound):
 			// The lease is gone. If the key moved to another lease (a renewal
 			// with a longer TTL, or through another handle), follow it.
 			lease, ok, cerr := s.current(ctx, t, ti.key)
@@ -126,11 +124,11 @@ func (s *Store) extend(ctx context.Context, t store.Term, ti termInfo, secs int6
 	if !moved {
 		return store.Record{}, store.ErrNotHeld
 	}
-	s.bindLease(g.ID, t, aliveUntil, false)
+	s.bindLease(g.id, t, aliveUntil, false)
 	s.revokeLease(ti.lease)
-	ti.lease = g.ID
+	ti.lease = g.id
 	s.remember(t, ti)
-	granted := time.Duration(g.TTL) * time.Second
+	granted := time.Duration(g.ttl) * time.Second
 	return store.Record{Term: t, Remaining: granted - time.Since(sent), TTL: granted, Metadata: ti.metadata}, nil
 }
 
@@ -140,25 +138,27 @@ func (s *Store) extend(ctx context.Context, t store.Term, ti termInfo, secs int6
 // revision and the token, are kept. It returns the grant, when its request
 // was sent, how long the new lease surely lives, and whether the move
 // applied. If it did not (or failed), the new lease is revoked.
-func (s *Store) moveKey(ctx context.Context, t store.Term, ti termInfo, secs int64) (*clientv3.LeaseGrantResponse, time.Time, time.Time, bool, error) {
+func (s *Store) moveKey(ctx context.Context, t store.Term, ti termInfo, secs int64) (grant, time.Time, time.Time, bool, error) {
 	sent := time.Now()
-	g, err := s.cli.Grant(rctx(ctx), secs)
+	var g grant
+	var err error
+	g.id, g.ttl, err = s.cli.Grant(rctx(ctx), secs)
 	if err != nil {
-		return nil, sent, time.Time{}, false, fmt.Errorf("grant a lease: %w", err)
+		return g, sent, time.Time{}, false, fmt.Errorf("grant a lease: %w", err)
 	}
-	aliveUntil := sent.Add(time.Duration(g.TTL) * time.Second)
-	s.trackLease(g.ID, secs, aliveUntil)
-	resp, err := s.cli.Txn(rctx(ctx)).If(
-		clientv3.Compare(clientv3.CreateRevision(ti.key), "=", t.Token),
-		clientv3.Compare(clientv3.Value(ti.key), "=", t.Holder),
-		clientv3.Compare(clientv3.LeaseValue(ti.key), "=", ti.lease),
-	).Then(clientv3.OpPut(ti.key, t.Holder, clientv3.WithLease(g.ID))).Commit()
+	aliveUntil := sent.Add(time.Duration(g.ttl) * time.Second)
+	s.trackLease(g.id, secs, aliveUntil)
+	resp, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{
+		etcdapi.CreateRevisionIs(ti.key, t.Token),
+		etcdapi.ValueIs(ti.key, t.Holder),
+		etcdapi.LeaseIs(ti.key, ti.lease),
+	}, []etcdapi.Op{etcdapi.Put(ti.key, t.Holder, g.id)}, nil)
 	if err != nil {
-		s.revokeLease(g.ID)
-		return nil, sent, time.Time{}, false, fmt.Errorf("move the key to a new lease: %w", err)
+		s.revokeLease(g.id)
+		return g, sent, time.Time{}, false, fmt.Errorf("move the key to a new lease: %w", err)
 	}
 	if !resp.Succeeded {
-		s.revokeLease(g.ID)
+		s.revokeLease(g.id)
 		return g, sent, aliveUntil, false, nil
 	}
 	return g, sent, aliveUntil, true, nil
@@ -180,11 +180,11 @@ func (s *Store) moveKey(ctx context.Context, t store.Term, ti termInfo, secs int
 // It returns errMoved if the key left ti.lease meanwhile.
 func (s *Store) adopt(ctx context.Context, t store.Term, ti termInfo, secs int64) (store.Record, error) {
 	sent := time.Now()
-	tl, err := s.cli.TimeToLive(rctx(ctx), ti.lease)
-	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	tlTTL, _, err := s.cli.TimeToLive(rctx(ctx), ti.lease)
+	if err != nil && !errors.Is(err, etcdapi.ErrLeaseNotFound) {
 		return store.Record{}, fmt.Errorf("time to live of lease %x: %w", int64(ti.lease), err)
 	}
-	if err != nil || tl.TTL <= 0 {
+	if err != nil || tlTTL <= 0 {
 		// The lease has ended (or has expired and etcd is about to delete
 		// the key). If the key is still on it, the term has ended.
 		lease, ok, err := s.current(ctx, t, ti.key)
@@ -198,7 +198,7 @@ func (s *Store) adopt(ctx context.Context, t store.Term, ti termInfo, secs int64
 	}
 	// etcd rounds the time left down to whole seconds, and the lease lives at
 	// least that long after etcd answered, which was after sent.
-	oldAliveUntil := sent.Add(time.Duration(tl.TTL) * time.Second)
+	oldAliveUntil := sent.Add(time.Duration(tlTTL) * time.Second)
 	g, gsent, aliveUntil, moved, err := s.moveKey(ctx, t, ti, secs)
 	if err != nil {
 		return store.Record{}, err
@@ -210,20 +210,26 @@ func (s *Store) adopt(ctx context.Context, t store.Term, ti termInfo, secs int64
 		// The move may have landed after the old lease expired. End the term
 		// by revoking the new lease, which deletes the key.
 		s.termsMu.Lock()
-		s.dropLocked(g.ID)
+		s.dropLocked(g.id)
 		s.termsMu.Unlock()
 		rctx2, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 		defer cancel()
-		if _, err := s.cli.Revoke(rctx2, g.ID); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.revokeLater(g.ID)
+		if err := s.cli.Revoke(rctx2, g.id); err != nil && !errors.Is(err, etcdapi.ErrLeaseNotFound) {
+			s.revokeLater(g.id)
 			return store.Record{}, fmt.Errorf("moved the key to a new lease too late to trust, and revoking that lease failed: %w", err)
 		}
 		return store.Record{}, store.ErrNotHeld
 	}
-	s.bindLease(g.ID, t, aliveUntil, false)
+	s.bindLease(g.id, t, aliveUntil, false)
 	s.revokeLease(ti.lease)
-	ti.lease = g.ID
+	ti.lease = g.id
 	s.remember(t, ti)
-	granted := time.Duration(g.TTL) * time.Second
+	granted := time.Duration(g.ttl) * time.Second
 	return store.Record{Term: t, Remaining: granted - time.Since(gsent), TTL: granted, Metadata: ti.metadata}, nil
+}
+
+// grant is an etcd lease just granted and the TTL etcd gave it, in seconds.
+type grant struct {
+	id  etcdapi.LeaseID
+	ttl int64
 }

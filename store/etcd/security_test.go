@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -124,14 +123,14 @@ func TestAuthLeastPrivilege(t *testing.T) {
 		}
 		rootCli := authClient(t, m.clientURL, "root", "rootpw")
 		// etcd answers TTL -1 for a lease it does not know.
-		if ttl, err := rootCli.TimeToLive(ctx, ti.lease); err != nil || ttl.TTL != -1 {
+		if ttl, err := rootCli.TimeToLive(ctx, clientv3.LeaseID(ti.lease)); err != nil || ttl.TTL != -1 {
 			t.Fatalf("after Release and Close by the least-privileged user, lease %x has TTL %v (%v); want it revoked", ti.lease, ttl.TTL, err)
 		}
 	})
 
 	t.Run("OutsideThePrefix", func(t *testing.T) {
 		_, err := Open(testCtx(t, 10*time.Second), Config{Endpoints: []string{m.clientURL}, Prefix: "apps/payroll/", Username: "lh", Password: "s3cret-lh"})
-		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		if !errors.Is(err, ErrPermissionDenied) {
 			t.Fatalf("Open outside the role's prefix: %v, want permission denied", err)
 		}
 	})
@@ -139,7 +138,7 @@ func TestAuthLeastPrivilege(t *testing.T) {
 	t.Run("WrongPassword", func(t *testing.T) {
 		u, _ := url.Parse(fmt.Sprintf("etcd://lh:not-the-password@%s/apps/billing/", host))
 		_, err := OpenURL(testCtx(t, 10*time.Second), u)
-		if !errors.Is(err, rpctypes.ErrAuthFailed) {
+		if !errors.Is(err, ErrAuthFailed) {
 			t.Fatalf("Open with a wrong password: %v, want authentication failed", err)
 		}
 		if strings.Contains(err.Error(), "not-the-password") {
@@ -152,7 +151,7 @@ func TestAuthLeastPrivilege(t *testing.T) {
 
 	t.Run("NoCredentials", func(t *testing.T) {
 		_, err := Open(testCtx(t, 10*time.Second), Config{Endpoints: []string{m.clientURL}, Prefix: prefix})
-		if !errors.Is(err, rpctypes.ErrUserEmpty) {
+		if !errors.Is(err, ErrUserEmpty) {
 			t.Fatalf("Open without credentials on an auth-enabled etcd: %v, want user name empty", err)
 		}
 	})
@@ -376,7 +375,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	}
 
 	// A certificate whose user has no role is refused at Open.
-	if _, err := OpenURL(ctx, certURL("stranger", "svc")); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+	if _, err := OpenURL(ctx, certURL("stranger", "svc")); !errors.Is(err, ErrPermissionDenied) {
 		t.Fatalf("OpenURL as a user without the role: %v, want permission denied", err)
 	}
 	// Without a client certificate the TLS handshake fails: nothing answers.

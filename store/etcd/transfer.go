@@ -8,9 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
 
 var _ store.Transferer = (*Store)(nil)
@@ -63,12 +62,11 @@ func (s *Store) transfer(ctx context.Context, t store.Term, to string, ttl time.
 	}
 	pfx, rk := s.lockPrefix(t.Name), s.recordKey(t.Name)
 	sent := time.Now()
-	g, err := s.cli.Grant(rctx(ctx), secs)
+	lease, gttl, err := s.cli.Grant(rctx(ctx), secs)
 	if err != nil {
 		return store.Record{}, fmt.Errorf("grant lease: %w", err)
 	}
-	lease := g.ID
-	aliveUntil := sent.Add(time.Duration(g.TTL) * time.Second)
+	aliveUntil := sent.Add(time.Duration(gttl) * time.Second)
 	s.trackLease(lease, secs, aliveUntil)
 	granted := false
 	defer func() {
@@ -82,42 +80,40 @@ func (s *Store) transfer(ctx context.Context, t store.Term, to string, ttl time.
 	own := &ownTerm{key: ti.key, rev: t.Token, lease: ti.lease}
 	var nested []string
 	for attempt := 0; attempt < 8; attempt++ {
-		cmps := []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(ti.key), "=", t.Token),
-			clientv3.Compare(clientv3.Value(ti.key), "=", t.Holder),
-			clientv3.Compare(clientv3.CreateRevision(newKey), "=", 0),
+		cmps := []etcdapi.Cmp{
+			etcdapi.CreateRevisionIs(ti.key, t.Token),
+			etcdapi.ValueIs(ti.key, t.Holder),
+			etcdapi.CreateRevisionIs(newKey, 0),
 		}
 		for _, r := range gaps(pfx, nested, own) {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r[0]), "=", 0).WithRange(r[1]))
+			cmps = append(cmps, etcdapi.NoKeyIn(r[0], r[1]))
 		}
-		resp, err := s.cli.Txn(rctx(ctx)).If(cmps...).Then(
-			clientv3.OpDelete(ti.key, clientv3.WithPrevKV()),
-			clientv3.OpPut(newKey, to, clientv3.WithLease(lease)),
-			clientv3.OpPut(rk, string(rv)),
-		).Else(
-			clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-		).Commit()
+		resp, err := s.cli.Txn(rctx(ctx), cmps, []etcdapi.Op{
+			etcdapi.Delete(ti.key, true),
+			etcdapi.Put(newKey, to, lease),
+			etcdapi.Put(rk, string(rv), etcdapi.NoLease),
+		}, []etcdapi.Op{contendersOp(pfx)})
 		if err != nil {
 			return store.Record{}, err
 		}
 		if resp.Succeeded {
 			granted = true
-			term := store.Term{Name: t.Name, Holder: to, Token: resp.Header.Revision}
+			term := store.Term{Name: t.Name, Holder: to, Token: resp.Revision}
 			s.bindLease(lease, term, aliveUntil, false)
 			s.remember(term, termInfo{key: newKey, lease: lease, metadata: metadata})
 			s.forget(t)
 			// t's key was on the lease its delete names: end that lease (it
 			// carries nothing now), and the one this handle had for t.
-			if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
-				if p := clientv3.LeaseID(prev[0].Lease); p != ti.lease {
+			if prev := resp.Responses[0].PrevKvs; len(prev) > 0 {
+				if p := etcdapi.LeaseID(prev[0].Lease); p != ti.lease {
 					s.revokeLease(p)
 				}
 			}
 			s.revokeLease(ti.lease)
-			grantedTTL := time.Duration(g.TTL) * time.Second
+			grantedTTL := time.Duration(gttl) * time.Second
 			return store.Record{Term: term, Remaining: grantedTTL - time.Since(sent), TTL: grantedTTL, Metadata: metadata}, nil
 		}
-		contenders, nestedNow := split(pfx, resp.Responses[0].GetResponseRange().Kvs)
+		contenders, nestedNow := split(pfx, resp.Responses[0].Kvs)
 		nested = nestedNow
 		live := false
 		for _, c := range contenders {

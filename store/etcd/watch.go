@@ -2,13 +2,10 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
 
 // WatchesGrants implements store.GrantWatcher: a grant puts a contender key
@@ -22,10 +19,9 @@ func (s *Store) WatchesGrants() bool { return true }
 // the revision after the server's current one, so it starts in etcd's synced
 // group and an event reaches it in about one round trip, with no wait for the
 // 100 ms resync of watchers that start in the past); every change after
-// Watch returns is seen. If the client switches members, clientv3 resumes the
-// watch from the revision after the last one seen. The channel closes when ctx
-// ends, the store closes, or the watch breaks (for instance when the member
-// loses its raft leader); the caller then polls and may watch again.
+// Watch returns is seen. The channel closes when ctx ends, the store closes,
+// or the watch breaks (for instance when the member loses its raft leader or
+// the connection to it fails); the caller then polls and may watch again.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return nil, err
@@ -35,18 +31,30 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	}
 	pfx := s.lockPrefix(name)
 	wctx, cancel := context.WithCancel(ctx)
-	// clientv3.Watch returns once the server created the watch (or it
-	// failed), which can take long on a member cut off from its cluster:
-	// bound it. The created notice is then the first response.
+	// Watch returns once the server created the watch (or it failed), which
+	// can take long on a member cut off from its cluster: bound it.
 	timer := time.NewTimer(watchCreateTimeout)
 	defer timer.Stop()
-	created := make(chan clientv3.WatchChan, 1)
+	type result struct {
+		ch  <-chan etcdapi.WatchEvent
+		err error
+	}
+	created := make(chan result, 1)
 	go func() {
-		created <- s.cli.Watch(rctx(wctx), pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+		ch, err := s.cli.Watch(rctx(wctx), pfx)
+		created <- result{ch, err}
 	}()
-	var wch clientv3.WatchChan
+	var wch <-chan etcdapi.WatchEvent
 	select {
-	case wch = <-created:
+	case r := <-created:
+		if r.err != nil {
+			cancel()
+			if err := s.life.Check(ctx); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("leasehold/etcd: watch %q: %w", name, r.err)
+		}
+		wch = r.ch
 	case <-timer.C:
 	case <-s.life.Done():
 	}
@@ -58,23 +66,6 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		}
 		return nil, fmt.Errorf("leasehold/etcd: watch %q: not created within %v", name, watchCreateTimeout)
 	}
-	select {
-	case wr, ok := <-wch:
-		if !ok || wr.Err() != nil || !wr.Created {
-			cancel()
-			err := errors.New("watch closed before it was created")
-			if ok && wr.Err() != nil {
-				err = wr.Err()
-			}
-			return nil, fmt.Errorf("leasehold/etcd: watch %q: %w", name, err)
-		}
-	case <-timer.C:
-		cancel()
-		return nil, fmt.Errorf("leasehold/etcd: watch %q: not created within %v", name, watchCreateTimeout)
-	case <-s.life.Done():
-		cancel()
-		return nil, store.ErrClosed
-	}
 	out := make(chan struct{}, 1)
 	s.spawn(func() {
 		defer close(out)
@@ -84,11 +75,11 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 			case <-s.life.Done():
 				return
 			case wr, ok := <-wch:
-				if !ok || wr.Canceled || wr.Err() != nil {
+				if !ok || wr.Canceled || wr.Err != nil {
 					return
 				}
-				for _, ev := range wr.Events {
-					if isContender(pfx, ev.Kv.Key) {
+				for _, key := range wr.Keys {
+					if isContender(pfx, key) {
 						select {
 						case out <- struct{}{}:
 						default:
