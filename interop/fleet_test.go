@@ -72,7 +72,20 @@ func requireFleet(t *testing.T, res fleet.Result, minFaults, maxWait int) {
 	for _, o := range res.AsActed {
 		t.Logf("note: trusting the peer until its own loss signal (past its own deadline): %v", o)
 	}
-	lh, peer, toLH, toPeer := 0, 0, 0, 0
+	if lh, peer, toLH, toPeer, ok := interplay(res); !ok {
+		t.Errorf("too little happened: %d leasehold terms, %d peer terms, %d hand-overs peer->leasehold, %d leasehold->peer", lh, peer, toLH, toPeer)
+	}
+	if res.FaultCount < minFaults {
+		t.Errorf("%d faults injected, want at least %d", res.FaultCount, minFaults)
+	}
+	if m := res.MaxWait(); maxWait >= 0 && m > maxWait {
+		t.Errorf("fairness: a waiting leasehold node waited through %d peer terms, want at most %d (per wait: %v)", m, maxWait, res.Fairness)
+	}
+}
+
+// interplay counts a run's terms by role and its hand-overs between roles;
+// ok when both roles led twice and handed over to each other.
+func interplay(res fleet.Result) (lh, peer, toLH, toPeer int, ok bool) {
 	for i, tm := range res.Terms {
 		if tm.Role == fleet.Leasehold {
 			lh++
@@ -87,15 +100,7 @@ func requireFleet(t *testing.T, res fleet.Result, minFaults, maxWait int) {
 			}
 		}
 	}
-	if lh < 2 || peer < 2 || toLH < 1 || toPeer < 1 {
-		t.Errorf("too little happened: %d leasehold terms, %d peer terms, %d hand-overs peer->leasehold, %d leasehold->peer", lh, peer, toLH, toPeer)
-	}
-	if res.FaultCount < minFaults {
-		t.Errorf("%d faults injected, want at least %d", res.FaultCount, minFaults)
-	}
-	if m := res.MaxWait(); maxWait >= 0 && m > maxWait {
-		t.Errorf("fairness: a waiting leasehold node waited through %d peer terms, want at most %d (per wait: %v)", m, maxWait, res.Fairness)
-	}
+	return lh, peer, toLH, toPeer, lh >= 2 && peer >= 2 && toLH >= 1 && toPeer >= 1
 }
 
 // requireCaught checks a negative control: the run found an overlap that
