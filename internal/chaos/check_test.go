@@ -321,16 +321,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{
 			name: "no leader after a fault heals",
 			break_: func(h *history) {
-				var keep []event
-				for _, e := range h.Events {
-					if e.Kind == evRenewed && e.Wall > at(6) {
-						continue
-					}
-					keep = append(keep, e)
-				}
-				h.Events = keep
-				h.End = at(12)
-				h.Faults = append(h.Faults, fault{Kind: faultBlackhole, Target: "n2.1", Leader: true, Token: 2, Start: at(6.1), End: at(6.5)})
+				leaderlessAfterBlackhole(h, 12)
 			},
 			want: []string{chkFailover},
 		},
@@ -676,18 +667,9 @@ func TestSafeUntilExemptsOnlyAStallAsLongAsTheOverrun(t *testing.T) {
 func TestFailoverAllowsTheStoresSlowness(t *testing.T) {
 	late := func(callTook float64) *Result {
 		h := cleanHistory()
-		var keep []event
-		for _, e := range h.Events {
-			if e.Kind == evRenewed && e.Wall > at(6) {
-				continue
-			}
-			keep = append(keep, e)
-		}
-		h.Events = keep
-		h.End = at(14)
 		// Healed at 6.5 s; the bound (3.36 s) ends at 9.86 s; n1 leads
 		// again at 11 s, 1.14 s late.
-		h.Faults = append(h.Faults, fault{Kind: faultBlackhole, Target: "n2.1", Leader: true, Token: 2, Start: at(6.1), End: at(6.5)})
+		leaderlessAfterBlackhole(h, 14)
 		b := &histBuilder{h: h, reqN: 100}
 		b.ev("n1.1", 7.0, event{Kind: evRequest, Req: 101, Call: callAcquire})
 		b.ev("n1.1", 7.0+callTook, event{Kind: evAnswer, Req: 101, Call: callAcquire, Err: "held"})
@@ -712,4 +694,20 @@ func outcome(r *Result, name string) checkOutcome {
 		}
 	}
 	return checkOutcome{}
+}
+
+// leaderlessAfterBlackhole drops the clean history's renewals after 6 s,
+// blackholes the leader n2.1 from 6.1 s to 6.5 s and ends the run at end
+// seconds: nobody leads after the heal.
+func leaderlessAfterBlackhole(h *history, end float64) {
+	var keep []event
+	for _, e := range h.Events {
+		if e.Kind == evRenewed && e.Wall > at(6) {
+			continue
+		}
+		keep = append(keep, e)
+	}
+	h.Events = keep
+	h.End = at(end)
+	h.Faults = append(h.Faults, fault{Kind: faultBlackhole, Target: "n2.1", Leader: true, Token: 2, Start: at(6.1), End: at(6.5)})
 }
