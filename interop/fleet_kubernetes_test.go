@@ -288,9 +288,7 @@ func TestFleetKubernetes(t *testing.T) {
 			// Longer than the other stores' runs: its leases are longer.
 			res := fleet.Run(context.Background(), fleet.Options{Duration: 3 * fleetRun / 2, Faults: f.faults(s)}, members...)
 			if lh, peer, toLH, toPeer, ok := interplay(res); !ok && attempt < 3 && res.Err == nil && len(res.Overlaps) == 0 {
-				if m := res.MaxWait(); fleetMaxWait >= 0 && m > fleetMaxWait {
-					t.Errorf("fairness: a waiting leasehold node waited through %d peer terms, want at most %d (per wait: %v)", m, fleetMaxWait, res.Fairness)
-				}
+				requireFairness(t, res, fleetMaxWait)
 				t.Logf("attempt %d: too little happened (%d leasehold terms, %d peer terms, hand-overs %d to leasehold, %d to the peer); running again", attempt, lh, peer, toLH, toPeer)
 				continue
 			}

@@ -78,6 +78,13 @@ func requireFleet(t *testing.T, res fleet.Result, minFaults, maxWait int) {
 	if res.FaultCount < minFaults {
 		t.Errorf("%d faults injected, want at least %d", res.FaultCount, minFaults)
 	}
+	requireFairness(t, res, maxWait)
+}
+
+// requireFairness: every waiting leasehold node got in within maxWait peer
+// terms (maxWait < 0: not bounded).
+func requireFairness(t *testing.T, res fleet.Result, maxWait int) {
+	t.Helper()
 	if m := res.MaxWait(); maxWait >= 0 && m > maxWait {
 		t.Errorf("fairness: a waiting leasehold node waited through %d peer terms, want at most %d (per wait: %v)", m, maxWait, res.Fairness)
 	}
