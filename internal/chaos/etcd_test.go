@@ -3,10 +3,11 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/freeport"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -23,19 +24,9 @@ type etcdMember struct {
 	e                    *embed.Etcd
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func startEtcd(t *testing.T) *etcdMember {
 	t.Helper()
-	m := &etcdMember{t: t, dir: t.TempDir(), clientPort: freePort(t), peerPort: freePort(t)}
+	m := &etcdMember{t: t, dir: t.TempDir(), clientPort: freeport.ForTest(t), peerPort: freeport.ForTest(t)}
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
+
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -22,7 +24,7 @@ type natsMember struct {
 func startNATS(t *testing.T) *natsMember {
 	t.Helper()
 	m := &natsMember{opts: server.Options{
-		ServerName: "chaos", Host: "127.0.0.1", Port: freePort(t), HTTPPort: -1,
+		ServerName: "chaos", Host: "127.0.0.1", Port: freeport.ForTest(t), HTTPPort: -1,
 		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 	}}
 	if err := m.Start(context.Background()); err != nil {

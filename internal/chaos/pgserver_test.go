@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -60,7 +62,7 @@ func startPG(t *testing.T) *pgServer {
 	if err != nil {
 		testenv.Missing(t, "PostgreSQL server binaries ("+err.Error()+")", "install postgresql (apt-get install postgresql)")
 	}
-	s := &pgServer{bin: bin, port: freePort(t)}
+	s := &pgServer{bin: bin, port: freeport.ForTest(t)}
 	// Not t.TempDir: its parents are private to this user, and the server
 	// may run as another.
 	base, err := os.MkdirTemp("", "leasehold-chaos-pg-")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
+
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/leasehold/leasehold"
@@ -45,7 +47,7 @@ func startCluster(t *testing.T, n int, proxies bool) *cluster {
 	proxyOf := make([]*peerProxy, n)
 	var initial []string
 	for i := 0; i < n; i++ {
-		clientPorts[i], peerPorts[i] = freePort(t), freePort(t)
+		clientPorts[i], peerPorts[i] = freeport.ForTest(t), freeport.ForTest(t)
 		real := fmt.Sprintf("http://127.0.0.1:%d", peerPorts[i])
 		adv[i] = real
 		if proxies {

@@ -5,11 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/freeport"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -41,17 +42,6 @@ func defaultOpts() memberOpts {
 	// 100 ms ticks and a 600 ms election timeout make etcd's minimum lease
 	// TTL 1 s (1.5 election timeouts, rounded up), so tests can use 1 s leases.
 	return memberOpts{tickMs: 100, electionMs: 600}
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func mustURL(t testing.TB, s string) url.URL {
@@ -86,7 +76,7 @@ func newMemberConfig(t testing.TB, name string, o memberOpts, clientPort, peerPo
 // startMember starts a one-member cluster and waits until it serves.
 func startMember(t testing.TB, o memberOpts) *member {
 	t.Helper()
-	cp, pp := freePort(t), freePort(t)
+	cp, pp := freeport.ForTest(t), freeport.ForTest(t)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", pp)
 	cfg := newMemberConfig(t, "solo", o, cp, pp, peer)
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -171,7 +173,7 @@ func authClient(t *testing.T, endpoint, user, password string) *clientv3.Client 
 // timeout with ErrUnreachable, naming the endpoints; a store whose cluster
 // goes away answers with an error when the caller's context ends.
 func TestUnreachable(t *testing.T) {
-	port := freePort(t) // nothing listens there now
+	port := freeport.ForTest(t) // nothing listens there now
 	ep := fmt.Sprintf("127.0.0.1:%d", port)
 	start := time.Now()
 	_, err := Open(context.Background(), Config{Endpoints: []string{ep}, DialTimeout: time.Second})
@@ -394,7 +396,7 @@ func TestTLSClientCertificates(t *testing.T) {
 // TestOpenHonoursContextDeadline: Open gives up at its context's deadline
 // even when the dial timeout is longer.
 func TestOpenHonoursContextDeadline(t *testing.T) {
-	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ep := fmt.Sprintf("127.0.0.1:%d", freeport.ForTest(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err := Open(ctx, Config{Endpoints: []string{ep}, DialTimeout: time.Hour})

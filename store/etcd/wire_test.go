@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
+
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/leasehold/leasehold/store"
@@ -32,7 +34,7 @@ func wireOf(t *testing.T, st *Store) *etcdwire.Client {
 // every operation go on to the next one.
 func TestWireNextEndpoint(t *testing.T) {
 	m := shared(t)
-	dead := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	dead := fmt.Sprintf("http://127.0.0.1:%d", freeport.ForTest(t))
 	ctx := testCtx(t, 30*time.Second)
 	st, err := Open(ctx, Config{Endpoints: []string{dead, m.clientURL}, Prefix: uniquePrefix("next")})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
+
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/leasehold/leasehold"
@@ -32,7 +34,7 @@ func startCluster(t *testing.T, n int) *natsCluster {
 	clusterPorts := make([]int, n)
 	name := "lh-" + randHex(2)
 	for i := range n {
-		clusterPorts[i] = freePort(t)
+		clusterPorts[i] = freeport.ForTest(t)
 		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", clusterPorts[i])
 	}
 	for i := range n {

@@ -5,11 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/freeport"
 
 	"github.com/nats-io/nats-server/v2/server"
 	natsio "github.com/nats-io/nats.go"
@@ -28,23 +29,13 @@ type natsServer struct {
 	srv  *server.Server
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // serverOptions are the options of a standalone JetStream server on a free
 // loopback port with its store in dir.
 func serverOptions(t testing.TB, dir string) server.Options {
 	return server.Options{
 		ServerName:         "lh-" + randHex(3),
 		Host:               "127.0.0.1",
-		Port:               freePort(t),
+		Port:               freeport.ForTest(t),
 		JetStream:          true,
 		StoreDir:           dir,
 		JetStreamMaxMemory: 256 << 20,

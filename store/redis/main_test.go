@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -98,17 +100,6 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // redisServer is a redis-server process this test started: no persistence,
 // bound to loopback. Kill and Start act on its PID only.
 type redisServer struct {
@@ -126,7 +117,7 @@ func newRedisServer(t testing.TB, extra ...string) *redisServer {
 	if err != nil {
 		testenv.Missing(t, "redis-server", "apt-get install redis-server")
 	}
-	port := freePort(t)
+	port := freeport.ForTest(t)
 	dir := t.TempDir()
 	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
@@ -115,7 +117,7 @@ func TestWrongPassword(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	port := freePort(t) // closed: nothing listens there
+	port := freeport.ForTest(t) // closed: nothing listens there
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := lhredis.Open(ctx, fmt.Sprintf("redis://u:pw-unreachable@127.0.0.1:%d/0?dial_timeout=2s", port))
@@ -472,7 +474,7 @@ func TestWaiterWakesAtExpiry(t *testing.T) {
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeTestPKI(t, dir)
-	port := freePort(t)
+	port := freeport.ForTest(t)
 	srv := newRedisServer(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
 	tlsAddr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -516,7 +518,7 @@ func TestTLS(t *testing.T) {
 func TestTLSClientCertificate(t *testing.T) {
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeTestPKI(t, dir)
-	port := freePort(t)
+	port := freeport.ForTest(t)
 	newRedisServer(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "yes")
 	base := fmt.Sprintf("rediss://127.0.0.1:%d/0?prefix=lhtest:mtls:&ca_file=%s", port, url.QueryEscape(caFile))

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/freeport"
 
 	"k8s.io/client-go/rest"
 )
@@ -168,7 +169,7 @@ func start(opts Options) (_ *Server, err error) {
 	}()
 
 	// etcd
-	ports, err := freePorts(3)
+	ports, err := freeport.Pick(3)
 	if err != nil {
 		return nil, err
 	}
@@ -443,26 +444,6 @@ func (s *Server) Stop() {
 	}
 	s.procs = nil
 	os.RemoveAll(s.dir)
-}
-
-// freePorts returns n distinct free ports on 127.0.0.1.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func randomToken() string {

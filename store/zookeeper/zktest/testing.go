@@ -36,6 +36,14 @@ func NewEnsemble(t testing.TB, n int, o Options) *Ensemble {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			// A failed test says what each member was doing.
+			for _, s := range e.Servers {
+				t.Logf("member %d (%s, mode %q), the end of its log:\n%s", s.ID, s.Addr(), s.Mode(), s.logTail())
+			}
+		}
+		e.Stop()
+	})
 	return e
 }

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/faultproxy"
+	"github.com/leasehold/leasehold/internal/freeport"
 )
 
 // EnvClasspath overrides where the ZooKeeper server's jars are found.
@@ -38,6 +39,10 @@ const DebianJar = "/usr/share/java/zookeeper.jar"
 
 // HowToInstall says how to get what the tests need, for skip messages.
 const HowToInstall = "install Debian's zookeeper package (apt-get install zookeeper; it brings a Java runtime), or set " + EnvClasspath + " to the server's class path"
+
+// debianLogBinding makes ZooKeeper's log go to the server's stderr (its
+// server.log here), so that a failed test can show what a member did.
+const debianLogBinding = "/usr/share/java/slf4j-simple.jar"
 
 // ErrNotInstalled is wrapped by Find when Java or the jars are missing.
 var ErrNotInstalled = errors.New("zktest: ZooKeeper server not installed")
@@ -51,6 +56,11 @@ func Find() (java, classpath string, err error) {
 			return "", "", fmt.Errorf("%w: no %s and %s is unset", ErrNotInstalled, DebianJar, EnvClasspath)
 		}
 		classpath = DebianJar
+		// Without a logging binding ZooKeeper logs nothing; Debian's
+		// libslf4j-java, which the package depends on, has the simple one.
+		if _, err := os.Stat(debianLogBinding); err == nil {
+			classpath += string(os.PathListSeparator) + debianLogBinding
+		}
 	}
 	java = "java"
 	if home := os.Getenv("JAVA_HOME"); home != "" {
@@ -108,16 +118,6 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // Dir is the server's directory (zoo.cfg, data, log).
 func (s *Server) Dir() string { return s.dir }
 
-// FreePort returns a free TCP port on 127.0.0.1.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func baseConfig(o Options, dataDir string, clientPort int) []string {
 	return append([]string{
 		fmt.Sprintf("tickTime=%d", o.TickTime.Milliseconds()),
@@ -146,7 +146,7 @@ func StartServer(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
+	port, err := freeport.One()
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +177,7 @@ func writeConfig(path string, lines []string) error {
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
+	if s.cmd != nil && s.runningLocked() {
 		return fmt.Errorf("zktest: server %s is already running", s.Addr())
 	}
 	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -188,6 +188,10 @@ func (s *Server) Start() error {
 		"-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
 		"-Dzookeeper.admin.enableServer=false",
 		"-Dzookeeper.jmx.log4j.disable=true",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+		// Not a line for each of the harness's srvr polls.
+		"-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=warn",
 		"-cp", s.cp,
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.dir, "zoo.cfg"))
 	cmd.Dir = s.dir
@@ -217,8 +221,30 @@ func (s *Server) PID() int {
 	return s.cmd.Process.Pid
 }
 
-// Running reports whether the server process runs.
-func (s *Server) Running() bool { return s.PID() != 0 }
+// Running reports whether the server process runs: started, not killed,
+// and not exited of its own accord.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil && s.runningLocked()
+}
+
+func (s *Server) runningLocked() bool {
+	select {
+	case <-s.exit:
+		return false
+	default:
+		return true
+	}
+}
+
+// exited reports whether the server was started and its process ended
+// without Kill: ZooKeeper exits when it cannot bind a port, for one.
+func (s *Server) exited() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil && !s.runningLocked()
+}
 
 // Kill kills the server process (SIGKILL, by its PID) and waits for it to
 // exit. Its data stays for a later Start. Killing a stopped server does
@@ -301,8 +327,8 @@ func (s *Server) WaitServing(d time.Duration) error {
 
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
 	}
 	return string(b)
 }
@@ -341,12 +367,12 @@ func StartEnsemble(n int, o Options) (_ *Ensemble, err error) {
 	}()
 	type ports struct{ client, quorum, election int }
 	pp := make([]ports, n)
+	picked, err := freeport.Pick(3 * n)
+	if err != nil {
+		return nil, err
+	}
 	for i := range pp {
-		for _, p := range []*int{&pp[i].client, &pp[i].quorum, &pp[i].election} {
-			if *p, err = FreePort(); err != nil {
-				return nil, err
-			}
-		}
+		pp[i] = ports{picked[3*i], picked[3*i+1], picked[3*i+2]}
 	}
 	e.proxies = make([][][2]*faultproxy.Proxy, n)
 	for i := 0; i < n; i++ {
@@ -432,7 +458,13 @@ func (e *Ensemble) WaitLeader(d time.Duration, skip map[int]bool) (int, error) {
 	for {
 		leader, ok := -1, true
 		for i, s := range e.Servers {
-			if skip[i] || !s.Running() {
+			if skip[i] {
+				continue
+			}
+			if s.exited() {
+				return -1, fmt.Errorf("zktest: member %d (%s) exited; its log: %s", i, s.Addr(), s.logTail())
+			}
+			if !s.Running() {
 				continue
 			}
 			switch s.Mode() {

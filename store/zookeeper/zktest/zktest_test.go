@@ -1,6 +1,8 @@
 package zktest
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -52,3 +54,40 @@ func TestEnsemble(t *testing.T) {
 // ensembleWait bounds an election. Generous: on a loaded CI machine (the
 // chaos suite beside these JVMs) one re-election was not seen within 30 s.
 const ensembleWait = 60 * time.Second
+
+// A member whose process ended by itself (ZooKeeper exits when it cannot bind
+// a port) is reported with its log at once, not waited for as if it were
+// still electing; a member the test killed is skipped.
+func TestWaitLeaderReportsAMemberThatExited(t *testing.T) {
+	s := Standalone(t, Options{})
+	p, err := os.FindProcess(s.PID()) // the server this test started
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-s.exit
+	if s.Running() {
+		t.Fatal("Running() after the process exited")
+	}
+	e := &Ensemble{Servers: []*Server{s}}
+	_, err = e.WaitLeader(time.Minute, nil)
+	if err == nil || !strings.Contains(err.Error(), "member 0 (") || !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("WaitLeader with a member that exited: %v", err)
+	}
+	// A member that exited can be started again.
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitServing(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Control: once the test has killed it, the member is skipped, and the
+	// wait ends in the ordinary way.
+	s.Kill()
+	_, err = e.WaitLeader(200*time.Millisecond, nil)
+	if err == nil || strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "no agreed leader") {
+		t.Fatalf("WaitLeader with a killed member: %v", err)
+	}
+}
