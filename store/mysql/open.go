@@ -77,9 +77,10 @@ type Store struct {
 	poll *poller
 
 	qmu sync.Mutex
-	// queued: the names with a place queued through this Store, ever (one
-	// entry per name): the poller reads their queue's head while watched.
-	queued map[string]bool
+	// queued: the holders with a place queued through this Store, by name,
+	// until they leave it through this Store (Dequeue): the poller reads
+	// the head of these names' queues while they are watched.
+	queued map[string]map[string]bool
 }
 
 var (

@@ -60,9 +60,12 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	var ahead, dropped int64
 	s.qmu.Lock()
 	if s.queued == nil {
-		s.queued = map[string]bool{}
+		s.queued = map[string]map[string]bool{}
 	}
-	s.queued[name] = true
+	if s.queued[name] == nil {
+		s.queued[name] = map[string]bool{}
+	}
+	s.queued[name][holder] = true
 	s.qmu.Unlock()
 	// The fast path: a waiter whose place is live refreshes it and counts
 	// the places before it, two autocommit statements without the
@@ -136,6 +139,14 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err != nil {
 		return s.opErr(op, err)
 	}
+	s.qmu.Lock()
+	if hs := s.queued[name]; hs != nil {
+		delete(hs, holder)
+		if len(hs) == 0 {
+			delete(s.queued, name)
+		}
+	}
+	s.qmu.Unlock()
 	if n > 0 {
 		s.hub.Notify(name)
 	}
@@ -148,7 +159,7 @@ func (s *Store) readQueueHeads(ctx context.Context, names []string, out map[stri
 	s.qmu.Lock()
 	var queued []any
 	for _, n := range names {
-		if s.queued[n] {
+		if len(s.queued[n]) > 0 {
 			queued = append(queued, n)
 		}
 	}

@@ -34,3 +34,40 @@ func TestQueueTablesAddedByMigrate(t *testing.T) {
 		t.Fatalf("the lease after Migrate: %+v, %v; want %+v", got.Term, err, rec.Term)
 	}
 }
+
+// TestQueuedNamesForgottenAfterDequeue: the Store remembers a name whose
+// queue its poller must read only while a place queued through it is there,
+// so a process that queues for many names over its life does not read (or
+// keep) all of them for ever.
+func TestQueuedNamesForgottenAfterDequeue(t *testing.T) {
+	s := openStore(t, migrated(t), lhmysql.Options{})
+	ctx := ctxFor(t)
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		for _, h := range []string{"node-1", "node-2"} {
+			if _, err := s.Enqueue(ctx, n, h, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := lhmysql.QueuedNames(s); got != len(names) {
+		t.Fatalf("%d queued names after enqueueing %d", got, len(names))
+	}
+	for _, n := range names {
+		if err := s.Dequeue(ctx, n, "node-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// node-2 still waits in each queue: its names stay.
+	if got := lhmysql.QueuedNames(s); got != len(names) {
+		t.Fatalf("%d queued names while node-2 still waits in %d", got, len(names))
+	}
+	for _, n := range names {
+		if err := s.Dequeue(ctx, n, "node-2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := lhmysql.QueuedNames(s); got != 0 {
+		t.Fatalf("%d queued names after every place left", got)
+	}
+}
