@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 	"math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 )
 
 func parseURL(s string) (string, error) {
