@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/freeport"
-
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/internal/freeport"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
@@ -103,6 +102,32 @@ func (s *pgServer) URL() string {
 }
 
 func (s *pgServer) Start(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.launch(ctx, deadline)
+		if !errors.Is(err, errExitedAtStart) {
+			return err
+		}
+		// A start right after a crash can find the old backends, killed
+		// with the postmaster, not yet gone: PostgreSQL then refuses the
+		// shared memory they still hold ("pre-existing shared memory block
+		// is still in use") and exits. They go within moments; try again.
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres exited at start, again for 30 s; the end of its log:\n%s", s.logTail())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond): // for the old backends to go
+		}
+	}
+}
+
+var errExitedAtStart = errors.New("postgres exited at start")
+
+// launch starts the postmaster once and waits until it answers queries, it
+// exits (errExitedAtStart), or the deadline passes.
+func (s *pgServer) launch(ctx context.Context, deadline time.Time) error {
 	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -111,8 +136,7 @@ func (s *pgServer) Start(ctx context.Context) error {
 	s.cmd = exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.dir, "-p", strconv.Itoa(s.port), "-h", "127.0.0.1",
 		"-k", "", "-c", "max_connections=300", "-c", "shared_buffers=32MB")
 	// Its own process group: a crash kills the postmaster and every backend
-	// at once, as a machine's crash would, so that the next start finds no
-	// old backend holding the shared memory.
+	// at once, as a machine's crash would.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
@@ -121,7 +145,6 @@ func (s *pgServer) Start(ctx context.Context) error {
 	}
 	s.exited = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); logf.Close(); close(done) }(s.cmd, s.exited)
-	deadline := time.Now().Add(30 * time.Second)
 	for {
 		// Up means answering queries: after a crash, the server listens
 		// while it recovers from its WAL, and refuses logins until done.
@@ -137,14 +160,24 @@ func (s *pgServer) Start(ctx context.Context) error {
 		}
 		select {
 		case <-s.exited:
-			return fmt.Errorf("postgres exited at start; see %s", s.log)
+			return errExitedAtStart
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres did not listen on %d within 30s; see %s", s.port, s.log)
+			return fmt.Errorf("postgres did not answer on %d within 30s; the end of its log:\n%s", s.port, s.logTail())
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval
 	}
+}
+
+// logTail is the end of the server's log (it lives in a temporary directory
+// that is gone when the test ends, so errors carry it).
+func (s *pgServer) logTail() string {
+	b, _ := os.ReadFile(s.log)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
 }
 
 // Stop kills the postmaster and its backends with SIGKILL: the process group
