@@ -1,0 +1,123 @@
+package etcd
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// TestQueuePlaceBecomesTerm: a place ranks in etcd's queue (another
+// holder's Acquire is refused and sees the place's holder); its holder's
+// Acquire makes it the term, whose token is the place key's create
+// revision, kept on the same key; Dequeue then ends nothing, through either
+// handle; the term renews, fences and releases like any other, and Get
+// then reports its token as the last one.
+func TestQueuePlaceBecomesTerm(t *testing.T) {
+	m := shared(t)
+	prefix := uniquePrefix("qterm")
+	st, other := openStore(t, prefix, m.clientURL), openStore(t, prefix, m.clientURL)
+	cli := st.Client()
+	ctx := testCtx(t, 30*time.Second)
+	if n, err := st.Enqueue(ctx, "job", "w", 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("Enqueue on a free name = %d, %v; want 0 ahead", n, err)
+	}
+	resp, err := cli.Get(ctx, st.ContenderPrefix("job")+"/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "w" {
+		t.Fatalf("contender keys after Enqueue: %v, %v; want one, holding \"w\"", resp, err)
+	}
+	place := resp.Kvs[0]
+
+	rec, err := other.Acquire(ctx, "job", "x", 10*time.Second, "")
+	if !errors.Is(err, store.ErrHeld) || rec.Holder != "w" || rec.Token != place.CreateRevision || !rec.Live() {
+		t.Fatalf("another holder's Acquire while w's place is first = %+v, %v; want ErrHeld by w at token %d", rec, err, place.CreateRevision)
+	}
+	rec, err = st.Acquire(ctx, "job", "w", 10*time.Second, "meta")
+	if err != nil {
+		t.Fatalf("Acquire by the first place's holder: %v", err)
+	}
+	if rec.Token != place.CreateRevision {
+		t.Fatalf("token %d, want the place key's create revision %d", rec.Token, place.CreateRevision)
+	}
+	resp, err = cli.Get(ctx, string(place.Key))
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != place.CreateRevision || resp.Kvs[0].Lease == place.Lease {
+		t.Fatalf("the place key after the grant: %v, %v; want it kept (create revision %d) on another lease than the place's %x", resp, err, place.CreateRevision, place.Lease)
+	}
+	if ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(place.Lease)); err == nil && ttl.TTL > 0 {
+		// The place's lease is revoked in the background once the term is
+		// granted; it carries nothing either way.
+		if len(ttl.Keys) != 0 {
+			t.Fatalf("the place's lease still carries %q after the grant", ttl.Keys)
+		}
+	}
+	for _, h := range []*Store{st, other} {
+		if err := h.Dequeue(ctx, "job", "w"); err != nil {
+			t.Fatalf("Dequeue after the grant: %v", err)
+		}
+	}
+	got, err := other.Get(ctx, "job")
+	if err != nil || got.Holder != "w" || got.Token != rec.Token || got.Metadata != "meta" || !got.Live() {
+		t.Fatalf("Get after Dequeue = %+v, %v; want w's live term %d", got, err, rec.Token)
+	}
+	if _, err := other.Renew(ctx, rec.Term, 10*time.Second); err != nil {
+		t.Fatalf("Renew through another handle: %v", err)
+	}
+	f, err := other.Fence(ctx, rec.Term)
+	if err != nil || f.Key != string(place.Key) || f.CreateRevision != rec.Token {
+		t.Fatalf("Fence = %+v, %v; want the place key at the token", f, err)
+	}
+	if tr, err := cli.Txn(ctx).If(fenceCmp(f)).Then(clientv3.OpPut(prefix+"data", "w")).Commit(); err != nil || !tr.Succeeded {
+		t.Fatalf("fenced write while the term holds: %v, %v", tr, err)
+	}
+	if err := st.Release(ctx, rec.Term); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	got, err = other.Get(ctx, "job")
+	if err != nil || got.Holder != "" || got.Token != rec.Token {
+		t.Fatalf("Get after Release = %+v, %v; want no holder and the last token %d", got, err, rec.Token)
+	}
+	next, err := other.Acquire(ctx, "job", "x", 10*time.Second, "")
+	if err != nil || next.Token <= rec.Token {
+		t.Fatalf("the next grant = %+v, %v; want a token above %d", next, err, rec.Token)
+	}
+}
+
+// TestQueueElectionValueIsNotAPlace: an etcd Election whose proposal is a
+// leasehold holder's identity is not taken for that holder's place: the
+// holder's Acquire is refused, its Enqueue queues behind the Election, and
+// its Dequeue leaves the Election's key alone. (The negative control is
+// TestQueuePlaceBecomesTerm, where the same Acquire on a real place is
+// granted.)
+func TestQueueElectionValueIsNotAPlace(t *testing.T) {
+	m := shared(t)
+	prefix := uniquePrefix("qelect")
+	st := openStore(t, prefix, m.clientURL)
+	ctx := testCtx(t, 30*time.Second)
+	el := concurrency.NewElection(newSession(t, newClient(t, m.clientURL), 10), st.ContenderPrefix("job"))
+	if err := el.Campaign(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Acquire(ctx, "job", "w", 10*time.Second, ""); !errors.Is(err, store.ErrHeld) || rec.Holder == "w" {
+		t.Fatalf("Acquire by w while an Election with value w leads = %+v, %v; want ErrHeld by an etcd: holder", rec, err)
+	}
+	if n, err := st.Enqueue(ctx, "job", "w", 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("Enqueue behind the Election = %d, %v; want 0 ahead (the Election holds)", n, err)
+	}
+	if rec, err := st.Acquire(ctx, "job", "w", 10*time.Second, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("Acquire by w, queued behind the Election = %+v, %v; want ErrHeld", rec, err)
+	}
+	if err := st.Dequeue(ctx, "job", "w"); err != nil {
+		t.Fatal(err)
+	}
+	lr, err := el.Leader(ctx)
+	if err != nil || string(lr.Kvs[0].Value) != "w" || lr.Kvs[0].CreateRevision != el.Rev() {
+		t.Fatalf("Election.Leader after w's Dequeue = %v, %v; want the Election's own key", lr, err)
+	}
+	if n := contenders(t, st, "job"); n != 1 {
+		t.Fatalf("%d contender keys after Dequeue, want the Election's alone", n)
+	}
+}
