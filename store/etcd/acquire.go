@@ -171,7 +171,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 				term.Token, key = p.rev, p.key
 				p.converted = true
 				s.keepPlace(id, p)
-				s.revokeLater(p.lease)
+				s.placeLeaseFreed(p.lease)
 			}
 			s.remember(term, termInfo{key: key, lease: lease, metadata: metadata})
 			if !poolAlive.IsZero() {

@@ -78,6 +78,11 @@ type Store struct {
 	// refreshed or made terms; only a hint, checked on every use.
 	placesMu sync.Mutex
 	places   map[placeID]place
+	// placeLeases are the etcd leases this handle granted for places, and
+	// placePool those of them that carry nothing now and may back the
+	// handle's next place, by TTL in whole seconds (queue.go).
+	placeLeases map[etcdapi.LeaseID]*placeLease
+	placePool   map[int64][]etcdapi.LeaseID
 }
 
 type termInfo struct {
@@ -107,7 +112,8 @@ func NewOnAPI(cli etcdapi.Client, prefix string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{cli: cli, prefix: prefix, terms: map[store.Term]termInfo{},
-		leases: map[etcdapi.LeaseID]*ownLease{}, pool: map[int64][]etcdapi.LeaseID{}, places: map[placeID]place{}}, nil
+		leases: map[etcdapi.LeaseID]*ownLease{}, pool: map[int64][]etcdapi.LeaseID{},
+		places: map[placeID]place{}, placeLeases: map[etcdapi.LeaseID]*placeLease{}, placePool: map[int64][]etcdapi.LeaseID{}}, nil
 }
 
 func validatePrefix(prefix string) error {
@@ -407,7 +413,7 @@ func (s *Store) release() error {
 	// goes: a revoked lease frees etcd at once, while one left behind lingers
 	// until its TTL runs out.
 	var revokes sync.WaitGroup
-	for _, id := range s.pooledLeases() {
+	for _, id := range append(s.pooledLeases(), s.pooledPlaceLeases()...) {
 		revokes.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 			defer cancel()

@@ -434,6 +434,7 @@ func fairInteropOrder(t *testing.T, leaseholdFirst, fair bool) string {
 	}
 	var wg sync.WaitGroup
 	startLeasehold := func() {
+		n := contenders(t, st, "job")
 		wg.Go(func() {
 			l, err := lk.Acquire(ctx)
 			if err != nil {
@@ -446,7 +447,7 @@ func fairInteropOrder(t *testing.T, leaseholdFirst, fair bool) string {
 			}
 		})
 		if fair {
-			waitContenders(t, st, "job", contenders(t, st, "job")+1) // its place
+			waitContenders(t, st, "job", n+1) // its place
 		} else {
 			<-refused // it waits, with no key of its own
 		}

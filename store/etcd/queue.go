@@ -101,14 +101,144 @@ func (s *Store) takePlace(id placeID) (place, bool) {
 }
 
 // dropPlace forgets p, found gone (expired, dequeued, or made a term), and
-// revokes its lease, which then carries at most a marker left behind.
+// revokes its lease if this handle granted it (it then carries at most a
+// marker left behind).
 func (s *Store) dropPlace(id placeID, p place) {
 	s.placesMu.Lock()
 	if q, ok := s.places[id]; ok && q.rev == p.rev {
 		delete(s.places, id)
 	}
 	s.placesMu.Unlock()
-	s.revokeLater(p.lease)
+	s.dropPlaceLease(p.lease)
+}
+
+// placeLease is what a handle knows of an etcd lease it granted for places.
+type placeLease struct {
+	secs       int64
+	pooled     bool
+	aliveUntil time.Time // a lower bound of its expiry on this host's clock
+}
+
+// Reusing place leases. A place lease carries one place (its key and
+// marker) or nothing. It enters the handle's pool only after a transaction
+// of this handle removed its place (the grant that made the place the term,
+// which moves the key off it, or Dequeue's delete), so it carries nothing;
+// the next place of the handle with the same TTL is written on it, with a
+// keep-alive sent alongside. A place lease is never pooled as a term lease
+// nor the other way round, and a handle revokes a place lease it did not
+// grant only right after its own transaction removed that lease's place
+// (no other handle can have pooled it then). A late keep-alive for an old
+// place on a reused lease only extends the newer place: places grant
+// nothing.
+const maxPooledPlaces = 128
+
+// trackPlaceLease records a lease this handle just granted for a place.
+func (s *Store) trackPlaceLease(id etcdapi.LeaseID, secs int64, aliveUntil time.Time) {
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	if len(s.placeLeases) >= maxOwnLeases {
+		for lid, l := range s.placeLeases {
+			if !l.pooled {
+				delete(s.placeLeases, lid)
+			}
+		}
+	}
+	s.placeLeases[id] = &placeLease{secs: secs, aliveUntil: aliveUntil}
+}
+
+// takePlaceLease takes a pooled place lease of secs that has enough life
+// left; the ones found too old are revoked.
+func (s *Store) takePlaceLease(secs int64, now time.Time) (etcdapi.LeaseID, bool) {
+	s.placesMu.Lock()
+	var stale []etcdapi.LeaseID
+	defer func() {
+		s.placesMu.Unlock()
+		for _, id := range stale {
+			s.revokeLater(id)
+		}
+	}()
+	ids := s.placePool[secs]
+	defer func() {
+		if len(ids) == 0 {
+			delete(s.placePool, secs)
+		} else {
+			s.placePool[secs] = ids
+		}
+	}()
+	for len(ids) > 0 {
+		id := ids[len(ids)-1]
+		ids = ids[:len(ids)-1]
+		l := s.placeLeases[id]
+		if l == nil || !l.pooled {
+			continue
+		}
+		if l.aliveUntil.Sub(now) < min(poolMinLeft, time.Duration(secs)*time.Second/2) {
+			delete(s.placeLeases, id)
+			stale = append(stale, id)
+			continue
+		}
+		l.pooled = false
+		return id, true
+	}
+	return 0, false
+}
+
+// placeLeaseFreed settles lease id after a transaction of this handle
+// removed the place it carried: pooled if this handle granted it and the
+// pool has room, else revoked.
+func (s *Store) placeLeaseFreed(id etcdapi.LeaseID) {
+	closed := s.life.Closed()
+	s.placesMu.Lock()
+	l := s.placeLeases[id]
+	keep := l != nil && !l.pooled && !closed && len(s.placePool[l.secs]) < maxPooledPlaces
+	if keep {
+		l.pooled = true
+		s.placePool[l.secs] = append(s.placePool[l.secs], id)
+	} else {
+		delete(s.placeLeases, id)
+	}
+	s.placesMu.Unlock()
+	if !keep {
+		s.revokeLater(id)
+	}
+}
+
+// placeLeaseAlive records a later lower bound of a place lease's expiry.
+func (s *Store) placeLeaseAlive(id etcdapi.LeaseID, until time.Time) {
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	if l := s.placeLeases[id]; l != nil && until.After(l.aliveUntil) {
+		l.aliveUntil = until
+	}
+}
+
+// dropPlaceLease forgets a place lease of this handle and revokes it (a
+// lease of another handle is left alone: it may have pooled it).
+func (s *Store) dropPlaceLease(id etcdapi.LeaseID) {
+	s.placesMu.Lock()
+	l := s.placeLeases[id]
+	if l != nil && !l.pooled {
+		delete(s.placeLeases, id)
+	}
+	s.placesMu.Unlock()
+	if l != nil && !l.pooled {
+		s.revokeLater(id)
+	}
+}
+
+// pooledPlaceLeases takes every lease out of the place pool (for Close).
+func (s *Store) pooledPlaceLeases() []etcdapi.LeaseID {
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	var ids []etcdapi.LeaseID
+	for _, p := range s.placePool {
+		for _, id := range p {
+			delete(s.placeLeases, id)
+			ids = append(ids, id)
+		}
+	}
+	clear(s.placePool)
+	return ids
 }
 
 // queueView is one read of a name's contender keys and place markers.
@@ -248,8 +378,12 @@ func (s *Store) enqueue(ctx context.Context, name, holder string, secs int64) (i
 // reads the queue. alive is false if p is gone.
 func (s *Store) refreshPlace(ctx context.Context, name string, p place) (n int, alive bool, err error) {
 	kaErr := make(chan error, 1)
+	sent := time.Now()
 	go func() {
-		_, _, err := s.keepAlive(rctx(ctx), p.lease)
+		ttl, _, err := s.keepAlive(rctx(ctx), p.lease)
+		if err == nil {
+			s.placeLeaseAlive(p.lease, sent.Add(time.Duration(ttl)*time.Second))
+		}
 		kaErr <- err
 	}()
 	v, rerr := s.readQueue(ctx, name)
@@ -277,9 +411,24 @@ func (s *Store) refreshPlace(ctx context.Context, name string, p place) (n int, 
 // another handle, or a marker whose key is gone, which it removes).
 func (s *Store) newPlace(ctx context.Context, name, holder string, secs int64) (n int, done bool, err error) {
 	pfx := s.lockPrefix(name)
-	lease, _, err := s.cli.Grant(rctx(ctx), secs)
-	if err != nil {
-		return 0, false, fmt.Errorf("grant the place's lease: %w", err)
+	sent := time.Now()
+	lease, pooled := s.takePlaceLease(secs, sent)
+	var kaErr chan error
+	if pooled {
+		// The keep-alive goes alongside the transaction: the place lives
+		// its whole ttl from about now.
+		kaErr = make(chan error, 1)
+		go func() {
+			_, _, err := s.keepAlive(rctx(ctx), lease)
+			kaErr <- err
+		}()
+	} else {
+		id, gttl, err := s.cli.Grant(rctx(ctx), secs)
+		if err != nil {
+			return 0, false, fmt.Errorf("grant the place's lease: %w", err)
+		}
+		lease = id
+		s.trackPlaceLease(lease, secs, sent.Add(time.Duration(gttl)*time.Second))
 	}
 	suffix := strconv.FormatInt(int64(lease), 16)
 	key, marker := pfx+suffix, s.markerKey(name, holder)
@@ -287,12 +436,25 @@ func (s *Store) newPlace(ctx context.Context, name, holder string, secs int64) (
 	resp, err := s.cli.Txn(rctx(ctx),
 		[]etcdapi.Cmp{etcdapi.CreateRevisionIs(marker, 0), etcdapi.CreateRevisionIs(key, 0)},
 		then, []etcdapi.Op{etcdapi.Get(marker)})
+	if kaErr != nil {
+		kerr := <-kaErr
+		if err == nil && kerr != nil {
+			err = fmt.Errorf("keep-alive of the place's pooled lease: %w", kerr)
+		}
+		if kerr == nil {
+			s.placeLeaseAlive(lease, sent.Add(time.Duration(secs)*time.Second))
+		}
+	}
 	if err != nil {
-		s.revokeLater(lease) // and with it whatever it may have written
+		if pooled && errors.Is(err, etcdapi.ErrLeaseNotFound) {
+			s.dropPlaceLease(lease)
+			return 0, false, nil // the pooled lease had expired: nothing was written; try again
+		}
+		s.dropPlaceLease(lease) // and with it whatever it may have written
 		return 0, false, err
 	}
 	if !resp.Succeeded {
-		s.revokeLater(lease)
+		s.dropPlaceLease(lease)
 		if m := resp.Responses[0].Kvs; len(m) > 0 {
 			// A marker without its key (deleted by hand): remove it.
 			_, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{
@@ -363,7 +525,7 @@ func (s *Store) dequeue(ctx context.Context, name, holder string, p place, known
 			return err
 		}
 		if resp.Succeeded {
-			s.revokeLater(p.lease)
+			s.placeLeaseFreed(p.lease)
 			return nil
 		}
 		known = false

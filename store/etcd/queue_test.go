@@ -121,3 +121,54 @@ func TestQueueElectionValueIsNotAPlace(t *testing.T) {
 		t.Fatalf("%d contender keys after Dequeue, want the Election's alone", n)
 	}
 }
+
+// TestQueuePlaceLeaseReused: the lease of a place that became a term carries
+// nothing and backs the handle's next place (no grant, no revocation), with
+// the keep-alive sent alongside restoring its TTL; the next place ranks
+// behind the term it came after.
+func TestQueuePlaceLeaseReused(t *testing.T) {
+	m := shared(t)
+	prefix := uniquePrefix("qreuse")
+	st := openStore(t, prefix, m.clientURL)
+	cli := st.Client()
+	ctx := testCtx(t, 30*time.Second)
+	placeOf := func() *markerSeen {
+		t.Helper()
+		resp, err := cli.Get(ctx, st.markerKey("job", "w"))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("w's marker: %v, %v; want one", resp, err)
+		}
+		return &markerSeen{lease: resp.Kvs[0].Lease, rev: resp.Kvs[0].CreateRevision}
+	}
+	if _, err := st.Enqueue(ctx, "job", "w", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	first := placeOf()
+	rec, err := st.Acquire(ctx, "job", "w", 10*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Dequeue(ctx, "job", "w"); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(first.lease), clientv3.WithAttachedKeys())
+	if err != nil || ttl.TTL <= 0 || len(ttl.Keys) != 0 {
+		t.Fatalf("the first place's lease after the grant: %+v, %v; want it alive (pooled), carrying nothing", ttl, err)
+	}
+	if err := st.Release(ctx, rec.Term); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.Enqueue(ctx, "job", "w", 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("Enqueue again = %d, %v", n, err)
+	}
+	second := placeOf()
+	if second.lease != first.lease || second.rev <= rec.Token {
+		t.Fatalf("the next place is on lease %x at revision %d; want the first place's lease %x, after the term %d", second.lease, second.rev, first.lease, rec.Token)
+	}
+	ttl, err = cli.TimeToLive(ctx, clientv3.LeaseID(second.lease), clientv3.WithAttachedKeys())
+	if err != nil || len(ttl.Keys) != 2 || ttl.TTL < 8 {
+		t.Fatalf("the reused lease: %+v, %v; want the place key and marker, with about its TTL of 10 s left", ttl, err)
+	}
+}
+
+type markerSeen struct{ lease, rev int64 }
