@@ -249,9 +249,17 @@ func TestInteropElection(t *testing.T) {
 
 // TestInteropNeverTwoHolders: etcd Mutexes, an etcd Election and leasehold
 // Locks hammer one name; an in-process counter checks that no two of them
-// are ever in the critical section together, and each holder's fenced write
-// inside etcd must apply.
+// are ever in the critical section together, that tokens (a Mutex's and an
+// Election's: their key's create revision) rise from one holder to the
+// next, and each holder's fenced write inside etcd must apply. The fair
+// case's leasehold Locks wait in etcd's queue (Config.Fair).
 func TestInteropNeverTwoHolders(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) { neverTwoHolders(t, fair) })
+	}
+}
+
+func neverTwoHolders(t *testing.T, fair bool) {
 	m := shared(t)
 	prefix := uniquePrefix("excl")
 	ctx := testCtx(t, 90*time.Second)
@@ -277,7 +285,7 @@ func TestInteropNeverTwoHolders(t *testing.T) {
 	// leasehold Locks.
 	for i := 0; i < 2; i++ {
 		st := openStore(t, prefix, m.clientURL)
-		lk, err := leasehold.NewLock(st, "hot", leasehold.Config{Identity: fmt.Sprintf("lh%d", i), Timings: lockTimings()})
+		lk, err := leasehold.NewLock(st, "hot", leasehold.Config{Identity: fmt.Sprintf("lh%d", i), Timings: lockTimings(), Fair: fair})
 		if err != nil {
 			t.Fatal(err)
 		}
