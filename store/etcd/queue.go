@@ -91,6 +91,14 @@ func (s *Store) keepPlace(id placeID, p place) {
 	s.places[id] = p
 }
 
+// placeTaken reports whether this handle made id's last place a term.
+func (s *Store) placeTaken(id placeID) bool {
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	p, ok := s.places[id]
+	return ok && p.converted
+}
+
 // takePlace removes and returns what the handle remembers of id's place.
 func (s *Store) takePlace(id placeID) (place, bool) {
 	s.placesMu.Lock()
@@ -342,6 +350,15 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 
 func (s *Store) enqueue(ctx context.Context, name, holder string, secs int64) (int, error) {
 	id := placeID{name, holder}
+	if s.placeTaken(id) {
+		// This handle made the holder's last place its term, deleting the
+		// marker: most likely there is none, so write one at once (the
+		// transaction checks it).
+		n, done, err := s.newPlace(ctx, name, holder, secs)
+		if err != nil || done {
+			return n, err
+		}
+	}
 	for attempt := 0; attempt < 4; attempt++ {
 		if p, ok := s.placeOf(id); ok {
 			n, alive, err := s.refreshPlace(ctx, name, p)
@@ -435,7 +452,7 @@ func (s *Store) newPlace(ctx context.Context, name, holder string, secs int64) (
 	then := append([]etcdapi.Op{etcdapi.Put(key, holder, lease), etcdapi.Put(marker, suffix, lease)}, s.queueOps(name)...)
 	resp, err := s.cli.Txn(rctx(ctx),
 		[]etcdapi.Cmp{etcdapi.CreateRevisionIs(marker, 0), etcdapi.CreateRevisionIs(key, 0)},
-		then, []etcdapi.Op{etcdapi.Get(marker)})
+		then, []etcdapi.Op{etcdapi.Get(marker), etcdapi.Get(key)})
 	if kaErr != nil {
 		kerr := <-kaErr
 		if err == nil && kerr != nil {
@@ -454,7 +471,14 @@ func (s *Store) newPlace(ctx context.Context, name, holder string, secs int64) (
 		return 0, false, err
 	}
 	if !resp.Succeeded {
-		s.dropPlaceLease(lease)
+		// Nothing was written on the lease. If a key of its name exists (the
+		// term an earlier place on it became, still live), it cannot carry
+		// a place on this name: give it back rather than pool it.
+		if len(resp.Responses[1].Kvs) > 0 {
+			s.dropPlaceLease(lease)
+		} else {
+			s.placeLeaseFreed(lease)
+		}
 		if m := resp.Responses[0].Kvs; len(m) > 0 {
 			// A marker without its key (deleted by hand): remove it.
 			_, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{
@@ -486,10 +510,10 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err := kit.CheckDequeue(name, holder); err != nil {
 		return err
 	}
-	p, known := s.takePlace(placeID{name, holder})
-	if known && p.converted {
-		return nil
+	if s.placeTaken(placeID{name, holder}) {
+		return nil // kept in memory: the next Enqueue writes a place at once
 	}
+	p, known := s.takePlace(placeID{name, holder})
 	if err := s.dequeue(ctx, name, holder, p, known); err != nil {
 		return fmt.Errorf("leasehold/etcd: dequeue %q for %s: %w", name, holder, err)
 	}

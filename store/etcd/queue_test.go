@@ -172,3 +172,41 @@ func TestQueuePlaceLeaseReused(t *testing.T) {
 }
 
 type markerSeen struct{ lease, rev int64 }
+
+// TestQueueTwoHoldersOneHandle: holders that share a handle (and so its
+// place leases) queue in turn: the lease of x's place, which became x's
+// term, names a key that exists while x holds, so y's place goes on another
+// lease, behind x's term.
+func TestQueueTwoHoldersOneHandle(t *testing.T) {
+	m := shared(t)
+	st := openStore(t, uniquePrefix("qtwo"), m.clientURL)
+	ctx := testCtx(t, 30*time.Second)
+	if _, err := st.Enqueue(ctx, "job", "x", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	x, err := st.Acquire(ctx, "job", "x", 10*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Dequeue(ctx, "job", "x"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a new place, then a refresh
+		if n, err := st.Enqueue(ctx, "job", "y", 10*time.Second); err != nil || n != 0 {
+			t.Fatalf("y's Enqueue while x holds = %d, %v; want 0 ahead", n, err)
+		}
+	}
+	if n := contenders(t, st, "job"); n != 2 {
+		t.Fatalf("%d contender keys, want x's term and y's place", n)
+	}
+	if _, err := st.Acquire(ctx, "job", "y", 10*time.Second, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("y's Acquire while x holds: %v, want ErrHeld", err)
+	}
+	if err := st.Release(ctx, x.Term); err != nil {
+		t.Fatal(err)
+	}
+	y, err := st.Acquire(ctx, "job", "y", 10*time.Second, "")
+	if err != nil || y.Token <= x.Token {
+		t.Fatalf("y's Acquire after x released = %+v, %v; want a token above %d", y, err, x.Token)
+	}
+}
