@@ -500,9 +500,11 @@ func (s *Store) newPlace(ctx context.Context, name, holder string, secs int64) (
 
 // Dequeue implements store.Queuer. It deletes the holder's place key and
 // marker in a transaction that applies only while the marker is the one
-// written with the place (so the key is still a place, not a term), then
-// revokes the place's lease. After this handle's Acquire made the place the
-// holder's term, there is nothing to remove and nothing is sent.
+// written with the place (so the key is still a place, not a term); the
+// place's lease, which carries nothing then, goes to this handle's pool of
+// place leases if this handle granted it, else is revoked. After this
+// handle's Acquire made the place the holder's term, there is nothing to
+// remove and nothing is sent.
 func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err := s.life.Check(ctx); err != nil {
 		return err
