@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // TestFairRunSQLite: `leasehold run --fair` on the default kind of store.
@@ -19,7 +23,59 @@ import (
 func TestFairRunSQLite(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "leases.db")
-	url := "sqlite://" + path
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fairRun(t, "sqlite://"+path, func() []string {
+		rows, err := db.Query(`SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' ORDER BY seq`)
+		if err != nil {
+			return nil // the table is made by the first run's Open
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var h string
+			rows.Scan(&h)
+			out = append(out, h)
+		}
+		return out
+	})
+}
+
+// TestFairRunEtcd: the same on etcd, whose queue is etcd's concurrency
+// layout: the places are read as the place markers (in the order of their
+// create revisions, which is that of the place keys).
+func TestFairRunEtcd(t *testing.T) {
+	host := embeddedEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{host}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	markers := "lh-fair/.leasehold/queue/fair-job "
+	fairRun(t, "etcd://"+host+"/lh-fair", func() []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, markers, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, kv := range resp.Kvs {
+			out = append(out, strings.TrimPrefix(string(kv.Key), markers))
+		}
+		return out
+	})
+}
+
+// fairRun: a holds the lease; b and then c start and queue behind it
+// (queued lists the holders of the places, first first); when a's command
+// ends, b runs before c, each with a higher token, and the queue is empty at
+// the end.
+func fairRun(t *testing.T, url string, queued func() []string) {
+	dir := t.TempDir()
 	order := filepath.Join(dir, "order")
 	release := filepath.Join(dir, "go")
 	// Each command appends its identity and token; a's waits for the go file.
@@ -57,31 +113,20 @@ func TestFairRunSQLite(t *testing.T) {
 		b, _ := os.ReadFile(order)
 		return strings.Fields(strings.ReplaceAll(string(b), "\n", " "))
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	queued := func() []string {
-		rows, err := db.Query(`SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' ORDER BY seq`)
-		if err != nil {
-			return nil // the table is made by the first run's Open
-		}
-		defer rows.Close()
+	// The holders' identities are the --identity given, with a suffix.
+	names := func() []string {
 		var out []string
-		for rows.Next() {
-			var h string
-			rows.Scan(&h)
-			out = append(out, h[:strings.IndexByte(h, '-')])
+		for _, h := range queued() {
+			out = append(out, h[:strings.IndexByte(h+"-", '-')])
 		}
 		return out
 	}
 	a := start("a", release)
 	waitUntil(t, 30*time.Second, "a to hold the lease", func() bool { return len(lines()) == 2 })
 	b := start("b", "")
-	waitUntil(t, 30*time.Second, "b to queue", func() bool { return fmt.Sprint(queued()) == "[b]" })
+	waitUntil(t, 30*time.Second, "b to queue", func() bool { return fmt.Sprint(names()) == "[b]" })
 	c := start("c", "")
-	waitUntil(t, 30*time.Second, "c to queue behind b", func() bool { return fmt.Sprint(queued()) == "[b c]" })
+	waitUntil(t, 30*time.Second, "c to queue behind b", func() bool { return fmt.Sprint(names()) == "[b c]" })
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +151,7 @@ func TestFairRunSQLite(t *testing.T) {
 	if fmt.Sprint(who) != "[a b c]" || !(got[1] < got[3] && got[3] < got[5]) {
 		t.Fatalf("held in the order %v with tokens %s %s %s, want a, b, c (first come, first served) with rising tokens", who, got[1], got[3], got[5])
 	}
-	if q := queued(); len(q) != 0 {
+	if q := names(); len(q) != 0 {
 		t.Fatalf("places left in the queue: %v", q)
 	}
 }

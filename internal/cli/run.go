@@ -85,7 +85,9 @@ With --fair, the nodes waiting for the lease queue in the store, first come, fir
 served: only the node first in the queue tries to take the lease, so none waits for ever
 behind luckier ones. Every node of a lease should then run with --fair (one without it
 still competes whenever the lease is free). The store must keep a queue (SQLite,
-PostgreSQL, MySQL/MariaDB, Redis, ZooKeeper); run refuses --fair on another.
+PostgreSQL, MySQL/MariaDB, Redis, ZooKeeper, etcd); run refuses --fair on another.
+On etcd the queue is etcd's own, shared with waiting "etcdctl lock" users, and a node
+without --fair waits until the queue is empty.
 
 With --slots N, NAME is a semaphore of N slots: up to N nodes run CMD at once, each in a
 slot of its own (the lease NAME.slot-I), with that slot's token; LEASEHOLD_LEASE is the
@@ -504,7 +506,7 @@ func checkFair(fair bool, st *openedStore) error {
 		return nil
 	}
 	if _, ok := store.AsQueuer(st.Store); !ok {
-		return usagef("--fair: the store %s keeps no first-come, first-served queue (%T has no store.Queuer); run without --fair, or use a store that queues: SQLite, PostgreSQL, MySQL/MariaDB, Redis or ZooKeeper", st.Name, st.Store)
+		return usagef("--fair: the store %s keeps no first-come, first-served queue (%T has no store.Queuer); run without --fair, or use a store that queues: SQLite, PostgreSQL, MySQL/MariaDB, Redis, ZooKeeper or etcd", st.Name, st.Store)
 	}
 	return nil
 }

@@ -119,25 +119,34 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 	myKey := pfx + suffix
 	rv, _ := json.Marshal(recordValue{Holder: holder, Key: suffix, Lease: int64(lease), Metadata: metadata, TTLms: ttl.Milliseconds()})
 
-	// The transaction writes our key only if the contender prefix holds no
-	// key outside the excluded ranges: the subtrees of nested names, and a
-	// live term of this same holder, which it deletes.
+	// A holder with a place in the name's queue (queue.go) takes the lease
+	// by making its place the term, once the place is the lowest key. Any
+	// other attempt writes our key only if the contender prefix holds no key
+	// outside the excluded ranges: the subtrees of nested names, and a live
+	// term of this same holder, which it deletes.
+	id := placeID{name, holder}
+	p, queued := s.placeOf(id)
 	var own *ownTerm
 	var nested []string
 	for attempt := 0; attempt < 8; attempt++ {
-		cmps := []etcdapi.Cmp{etcdapi.CreateRevisionIs(myKey, 0)}
-		for _, r := range gaps(pfx, nested, own) {
-			cmps = append(cmps, etcdapi.NoKeyIn(r[0], r[1]))
-		}
+		var cmps []etcdapi.Cmp
 		var then []etcdapi.Op
-		if own != nil {
-			cmps = append(cmps, etcdapi.CreateRevisionIs(own.key, own.rev))
-			then = append(then, etcdapi.Delete(own.key, false))
+		if queued {
+			cmps, then = s.convertOps(name, p, lease, metadata, ttl)
+		} else {
+			cmps = []etcdapi.Cmp{etcdapi.CreateRevisionIs(myKey, 0)}
+			for _, r := range gaps(pfx, nested, own) {
+				cmps = append(cmps, etcdapi.NoKeyIn(r[0], r[1]))
+			}
+			if own != nil {
+				cmps = append(cmps, etcdapi.CreateRevisionIs(own.key, own.rev))
+				then = append(then, etcdapi.Delete(own.key, false))
+			}
+			then = append(then,
+				etcdapi.Put(myKey, holder, lease),
+				etcdapi.Put(rk, string(rv), etcdapi.NoLease))
 		}
-		then = append(then,
-			etcdapi.Put(myKey, holder, lease),
-			etcdapi.Put(rk, string(rv), etcdapi.NoLease))
-		resp, err := s.cli.Txn(rctx(ctx), cmps, then, []etcdapi.Op{contendersOp(pfx), etcdapi.Get(rk)})
+		resp, err := s.cli.Txn(rctx(ctx), cmps, then, []etcdapi.Op{contendersOp(pfx), etcdapi.Get(rk), etcdapi.GetPrefix(s.markerPrefix(name))})
 		if err != nil {
 			if pooled && errors.Is(err, etcdapi.ErrLeaseNotFound) {
 				return store.Record{}, errPooledGone // etcd refused the whole transaction
@@ -155,7 +164,16 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 				s.revokeLease(own.lease)
 			}
 			term = store.Term{Name: name, Holder: holder, Token: resp.Revision}
-			s.remember(term, termInfo{key: myKey, lease: lease, metadata: metadata})
+			key := myKey
+			if queued {
+				// The place is the term: its key, and its create revision as
+				// the token. Its own lease carries nothing now.
+				term.Token, key = p.rev, p.key
+				p.converted = true
+				s.keepPlace(id, p)
+				s.placeLeaseFreed(p.lease)
+			}
+			s.remember(term, termInfo{key: key, lease: lease, metadata: metadata})
 			if !poolAlive.IsZero() {
 				// No keep-alive: the term lives as long as the pooled lease.
 				return store.Record{Term: term, Remaining: time.Until(poolAlive), TTL: time.Duration(secs) * time.Second, Metadata: metadata}, nil
@@ -163,28 +181,40 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			grantedTTL := time.Duration(grantedSecs) * time.Second
 			return store.Record{Term: term, Remaining: grantedTTL - time.Since(sent), TTL: grantedTTL, Metadata: metadata}, nil
 		}
-		kvs := resp.Responses[0].Kvs
 		var rec *mvccKV
 		if r := resp.Responses[1].Kvs; len(r) > 0 {
 			rec = &mvccKV{r[0].Key, r[0].Value, r[0].CreateRevision, r[0].ModRevision, r[0].Lease}
 		}
-		contenders, nestedNow := split(pfx, kvs)
-		nested = nestedNow
+		v := s.queueView(name, resp.Responses[0].Kvs, resp.Responses[2].Kvs)
+		contenders := v.contenders
+		nested = v.nested
 		own = nil
+		if q, ok := v.byHolder[holder]; ok {
+			p, queued = q, true
+			s.keepPlace(id, q)
+			if q.first {
+				continue // make it the term in the next round
+			}
+		} else if queued {
+			// Gone: expired, dequeued, or made a term through another handle.
+			s.dropPlace(id, p)
+			queued = false
+		}
 		if len(contenders) == 0 {
 			continue // only nested names were in the way: retry around them
 		}
 		lowest := contenders[0]
 		if !isOwnTerm(lowest, rec, holder) {
 			refused = true
-			r, err := s.describe(ctx, name, lowest, rec)
+			r, err := s.describe(ctx, name, lowest, rec, v)
 			if err != nil {
 				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
 			}
 			return r, fmt.Errorf("leasehold/etcd: acquire %q: held by %s: %w", name, r.Holder, store.ErrHeld)
 		}
 		if len(contenders) > 1 {
-			// Our own live term holds, but etcd tools queue behind it. A new
+			// Our own live term holds, but others queue behind it (etcd
+			// tools, leasehold places, this holder's own included). A new
 			// term of ours would rank behind them: end the old term and let
 			// the queue have the lock (the next round reports its holder).
 			dresp, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{etcdapi.CreateRevisionIs(string(lowest.key), lowest.create)},
@@ -200,6 +230,34 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 		own = &ownTerm{key: string(lowest.key), rev: lowest.create, lease: etcdapi.LeaseID(lowest.lease)}
 	}
 	return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: gave up after 8 transactions that conflicted with changes under %q", name, pfx)
+}
+
+// convertOps is the transaction that makes holder's place p the term, on
+// etcd lease lease: it applies only while p's marker is the one written with
+// it (so p is still a place: a place becomes a term only in the transaction
+// that deletes its marker) and p is the lowest key under the contender
+// prefix. Once a read showed p lowest (p.first), that check is left out: p
+// stays lowest while it exists, as no key created later ranks before it (and
+// the read ignored nested names' keys, which etcd's comparison counts). The
+// key is put on the term's lease, keeping its create revision, which is the
+// token; the record notes it (Token), as its own mod revision is later.
+func (s *Store) convertOps(name string, p place, lease etcdapi.LeaseID, metadata string, ttl time.Duration) ([]etcdapi.Cmp, []etcdapi.Op) {
+	pfx := s.lockPrefix(name)
+	cmps := []etcdapi.Cmp{
+		etcdapi.CreateRevisionIs(p.marker, p.rev),
+		etcdapi.CreateRevisionIs(p.key, p.rev),
+		etcdapi.ValueIs(p.key, p.holder),
+	}
+	if !p.first {
+		cmps = append(cmps, etcdapi.NoneCreatedBefore(pfx, etcdapi.PrefixEnd(pfx), p.rev))
+	}
+	rv, _ := json.Marshal(recordValue{Holder: p.holder, Key: p.key[len(pfx):], Lease: int64(lease), Metadata: metadata,
+		TTLms: ttl.Milliseconds(), Token: p.rev})
+	return cmps, []etcdapi.Op{
+		etcdapi.Put(p.key, p.holder, lease),
+		etcdapi.Delete(p.marker, false),
+		etcdapi.Put(s.recordKey(name), string(rv), etcdapi.NoLease),
+	}
 }
 
 type ownTerm struct {
@@ -267,20 +325,20 @@ func gaps(pfx string, nested []string, own *ownTerm) [][2]string {
 // isOwnTerm reports whether kv is the leasehold term recorded in rec, held by
 // holder.
 func isOwnTerm(kv mvccKV, rec *mvccKV, holder string) bool {
-	if rec == nil || rec.mod != kv.create || string(kv.value) != holder {
-		return false
-	}
-	var rv recordValue
-	return json.Unmarshal(rec.value, &rv) == nil && rv.Holder == holder
+	rv, token, ok := parseRecord(rec)
+	return ok && token == kv.create && string(kv.value) == holder && rv.Holder == holder
 }
 
 // describe returns the record of the live contender kv (the lowest), reading
-// the time left on its etcd lease.
-func (s *Store) describe(ctx context.Context, name string, kv mvccKV, rec *mvccKV) (store.Record, error) {
+// the time left on its etcd lease. A leasehold place that is lowest (v's
+// places) shows its holder, with the token it will have: it holds in etcd's
+// terms, and its holder's next Acquire makes it the term.
+func (s *Store) describe(ctx context.Context, name string, kv mvccKV, rec *mvccKV, v queueView) (store.Record, error) {
 	r := store.Record{Term: store.Term{Name: name, Token: kv.create}}
-	var rv recordValue
-	if rec != nil && rec.mod == kv.create && json.Unmarshal(rec.value, &rv) == nil && rv.Holder == string(kv.value) {
+	if rv, token, ok := parseRecord(rec); ok && token == kv.create && rv.Holder == string(kv.value) {
 		r.Holder, r.Metadata = rv.Holder, rv.Metadata
+	} else if p, ok := v.places[kv.create]; ok {
+		r.Holder = p.holder
 	} else {
 		r.Holder = foreignHolder(name, kv, s.lockPrefix(name))
 		r.Metadata = string(kv.value)
@@ -333,11 +391,12 @@ func (s *Store) lookup(ctx context.Context, t store.Term) (termInfo, error) {
 	if err != nil {
 		return termInfo{}, err
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != t.Token {
+	if len(resp.Kvs) == 0 {
 		return termInfo{}, store.ErrNotHeld
 	}
-	var rv recordValue
-	if err := json.Unmarshal(resp.Kvs[0].Value, &rv); err != nil || rv.Holder != t.Holder || rv.Key == "" || strings.ContainsRune(rv.Key, '/') {
+	kv := resp.Kvs[0]
+	rv, token, ok := parseRecord(&mvccKV{kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Lease})
+	if !ok || token != t.Token || rv.Holder != t.Holder || rv.Key == "" || strings.ContainsRune(rv.Key, '/') {
 		return termInfo{}, store.ErrNotHeld
 	}
 	ti := termInfo{key: s.lockPrefix(t.Name) + rv.Key, lease: etcdapi.LeaseID(rv.Lease), metadata: rv.Metadata}

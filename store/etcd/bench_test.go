@@ -72,14 +72,19 @@ var waits = []struct {
 
 func BenchmarkHandoff(b *testing.B) {
 	for _, w := range waits {
-		b.Run("leasehold/"+w.name, func(b *testing.B) { benchHandoffLeasehold(b, w.settle) })
+		b.Run("leasehold/"+w.name, func(b *testing.B) { benchHandoffLeasehold(b, w.settle, false) })
+	}
+	for _, w := range waits {
+		b.Run("leasehold-fair/"+w.name, func(b *testing.B) { benchHandoffLeasehold(b, w.settle, true) })
 	}
 	for _, w := range waits {
 		b.Run("etcd-mutex/"+w.name, func(b *testing.B) { benchHandoffMutex(b, w.settle) })
 	}
 }
 
-func benchHandoffLeasehold(b *testing.B, wait time.Duration) {
+// benchHandoffLeasehold: with fair, the waiter is a Lock with Config.Fair,
+// whose place in etcd's queue becomes its term on the release's watch event.
+func benchHandoffLeasehold(b *testing.B, wait time.Duration, fair bool) {
 	m := benchServer(b)
 	prefix := uniquePrefix("bh")
 	holder, waiterStore := openStore(b, prefix, m.clientURL), openStore(b, prefix, m.clientURL)
@@ -96,7 +101,7 @@ func benchHandoffLeasehold(b *testing.B, wait time.Duration) {
 		}
 		started := make(chan struct{})
 		var once sync.Once
-		lk, err := leasehold.NewLock(waiterStore, "job", leasehold.Config{Identity: "waiter", Timings: timings,
+		lk, err := leasehold.NewLock(waiterStore, "job", leasehold.Config{Identity: "waiter", Timings: timings, Fair: fair,
 			OnEvent: func(ev leasehold.Event) {
 				if ev.Kind == leasehold.EventAcquireAttempt && errors.Is(ev.Err, store.ErrHeld) {
 					once.Do(func() { close(started) })
@@ -229,6 +234,21 @@ func BenchmarkLockUnlock(b *testing.B) {
 	b.Run("leasehold/Lock.Acquire", func(b *testing.B) {
 		st := openStore(b, uniquePrefix("bl"), m.clientURL)
 		lk, _ := leasehold.NewLock(st, "job", leasehold.Config{Identity: "node-a"})
+		for i := 0; i < b.N; i++ {
+			h, err := lk.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := h.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("leasehold/Lock.Acquire-fair", func(b *testing.B) {
+		// Config.Fair: a place (a lease grant and a Txn) before the grant,
+		// its lease revoked after it.
+		st := openStore(b, uniquePrefix("bl"), m.clientURL)
+		lk, _ := leasehold.NewLock(st, "job", leasehold.Config{Identity: "node-a", Fair: true})
 		for i := 0; i < b.N; i++ {
 			h, err := lk.Acquire(ctx)
 			if err != nil {

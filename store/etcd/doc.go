@@ -45,7 +45,8 @@
 //
 // A second key, P+".leasehold/term/"+N, written in the same transaction as each
 // grant and never attached to a lease, records the holder and metadata of the
-// last grant; its mod revision is that grant's token. It lets Get report the
+// last grant; its mod revision is that grant's token (for a grant made from a
+// queue place, the token is in its value). It lets Get report the
 // last token after a release, and lets Renew, Release and Fence find a term's
 // key from its token.
 //
@@ -129,9 +130,14 @@
 // The value of a leasehold key is the holder identity, so `etcdctl elect -l`
 // prints the leasehold leader. A foreign holder is reported with the Holder
 // "etcd:" plus the rest of its key (its lease ID in hex) and its value as the
-// Metadata. Leasehold does not queue: it only writes its key when no other
-// contender key exists, so etcd tools that are already waiting get the lock
-// first. Avoid names that are a path prefix of other names in use ("job" and
+// Metadata. Without Config.Fair leasehold does not queue: it only writes its
+// key when no other contender key exists, so etcd tools that are already
+// waiting get the lock first. With Config.Fair (store.Queuer, queue.go) a
+// waiter's place is a contender key in etcd's own queue, ahead of the etcd
+// tools that queue after it and behind those before it; its holder's Acquire
+// makes the place the term once it is the lowest key, and the term's token is
+// the place key's create revision (the record notes it: its own mod revision
+// is later). Avoid names that are a path prefix of other names in use ("job" and
 // "job/x") when etcd tools share them: the concurrency package counts every key
 // under the prefix, nested names included (leasehold itself does not).
 //

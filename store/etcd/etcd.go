@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -72,6 +73,16 @@ type Store struct {
 	ka        *kaConn
 	kaOpening bool
 	kaWG      sync.WaitGroup
+
+	// places remembers the queue places (queue.go) this handle wrote,
+	// refreshed or made terms; only a hint, checked on every use.
+	placesMu sync.Mutex
+	places   map[placeID]place
+	// placeLeases are the etcd leases this handle granted for places, and
+	// placePool those of them that carry nothing now and may back the
+	// handle's next place, by TTL in whole seconds (queue.go).
+	placeLeases map[etcdapi.LeaseID]*placeLease
+	placePool   map[int64][]etcdapi.LeaseID
 }
 
 type termInfo struct {
@@ -101,7 +112,8 @@ func NewOnAPI(cli etcdapi.Client, prefix string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{cli: cli, prefix: prefix, terms: map[store.Term]termInfo{},
-		leases: map[etcdapi.LeaseID]*ownLease{}, pool: map[int64][]etcdapi.LeaseID{}}, nil
+		leases: map[etcdapi.LeaseID]*ownLease{}, pool: map[int64][]etcdapi.LeaseID{},
+		places: map[placeID]place{}, placeLeases: map[etcdapi.LeaseID]*placeLease{}, placePool: map[int64][]etcdapi.LeaseID{}}, nil
 }
 
 func validatePrefix(prefix string) error {
@@ -146,6 +158,26 @@ type recordValue struct {
 	Lease    int64  `json:"lease"` // the etcd lease it was granted with
 	Metadata string `json:"metadata,omitempty"`
 	TTLms    int64  `json:"ttl_ms"` // the TTL asked for
+	// Token is the grant's token when it is not the record's mod revision:
+	// a queue place made the term keeps its key's older create revision.
+	Token int64 `json:"token,omitempty"`
+}
+
+// parseRecord reads a name's record key: what it records, and the token of
+// that grant (the record's mod revision unless the value says otherwise).
+// ok is false for a missing or unreadable record (token is then its mod
+// revision, or 0).
+func parseRecord(rec *mvccKV) (rv recordValue, token int64, ok bool) {
+	if rec == nil {
+		return recordValue{}, 0, false
+	}
+	if err := json.Unmarshal(rec.value, &rv); err != nil {
+		return recordValue{}, rec.mod, false
+	}
+	if rv.Token > 0 {
+		return rv, rv.Token, true
+	}
+	return rv, rec.mod, true
 }
 
 // rctx adds etcd's require-leader flag to ctx: a member cut off from its leader
@@ -269,7 +301,7 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 
 func (s *Store) get(ctx context.Context, name string) (store.Record, error) {
 	pfx, rk := s.lockPrefix(name), s.recordKey(name)
-	resp, err := s.cli.Txn(rctx(ctx), nil, []etcdapi.Op{contendersOp(pfx), etcdapi.Get(rk)}, nil)
+	resp, err := s.cli.Txn(rctx(ctx), nil, []etcdapi.Op{contendersOp(pfx), etcdapi.Get(rk), etcdapi.GetPrefix(s.markerPrefix(name))}, nil)
 	if err != nil {
 		return store.Record{}, err
 	}
@@ -277,14 +309,15 @@ func (s *Store) get(ctx context.Context, name string) (store.Record, error) {
 	if r := resp.Responses[1].Kvs; len(r) > 0 {
 		rec = &mvccKV{r[0].Key, r[0].Value, r[0].CreateRevision, r[0].ModRevision, r[0].Lease}
 	}
-	contenders, _ := split(pfx, resp.Responses[0].Kvs)
-	if len(contenders) > 0 {
-		return s.describe(ctx, name, contenders[0], rec)
+	v := s.queueView(name, resp.Responses[0].Kvs, resp.Responses[2].Kvs)
+	if len(v.contenders) > 0 {
+		return s.describe(ctx, name, v.contenders[0], rec, v)
 	}
 	if rec == nil {
 		return store.Record{}, store.ErrNotFound
 	}
-	return store.Record{Term: store.Term{Name: name, Token: rec.mod}}, nil
+	_, token, _ := parseRecord(rec)
+	return store.Record{Term: store.Term{Name: name, Token: token}}, nil
 }
 
 // List implements store.Lister: the record of every name leasehold has
@@ -380,7 +413,7 @@ func (s *Store) release() error {
 	// goes: a revoked lease frees etcd at once, while one left behind lingers
 	// until its TTL runs out.
 	var revokes sync.WaitGroup
-	for _, id := range s.pooledLeases() {
+	for _, id := range append(s.pooledLeases(), s.pooledPlaceLeases()...) {
 		revokes.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 			defer cancel()

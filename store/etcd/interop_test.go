@@ -249,9 +249,17 @@ func TestInteropElection(t *testing.T) {
 
 // TestInteropNeverTwoHolders: etcd Mutexes, an etcd Election and leasehold
 // Locks hammer one name; an in-process counter checks that no two of them
-// are ever in the critical section together, and each holder's fenced write
-// inside etcd must apply.
+// are ever in the critical section together, that tokens (a Mutex's and an
+// Election's: their key's create revision) rise from one holder to the
+// next, and each holder's fenced write inside etcd must apply. The fair
+// case's leasehold Locks wait in etcd's queue (Config.Fair).
 func TestInteropNeverTwoHolders(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) { neverTwoHolders(t, fair) })
+	}
+}
+
+func neverTwoHolders(t *testing.T, fair bool) {
 	m := shared(t)
 	prefix := uniquePrefix("excl")
 	ctx := testCtx(t, 90*time.Second)
@@ -277,7 +285,7 @@ func TestInteropNeverTwoHolders(t *testing.T) {
 	// leasehold Locks.
 	for i := 0; i < 2; i++ {
 		st := openStore(t, prefix, m.clientURL)
-		lk, err := leasehold.NewLock(st, "hot", leasehold.Config{Identity: fmt.Sprintf("lh%d", i), Timings: lockTimings()})
+		lk, err := leasehold.NewLock(st, "hot", leasehold.Config{Identity: fmt.Sprintf("lh%d", i), Timings: lockTimings(), Fair: fair})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,4 +372,165 @@ func createRev(ctx context.Context, cli *clientv3.Client, key string) int64 {
 		return -1
 	}
 	return resp.Kvs[0].CreateRevision
+}
+
+// TestInteropFairQueue: a fair leasehold Lock and an etcd Mutex share etcd's
+// queue on one name, in both orders: whoever queued first behind the
+// holder gets the lock first, and they never hold together. The negative
+// control: a Lock without Fair, which writes no place, waits first and
+// still gets the lock second (the order check can fail).
+func TestInteropFairQueue(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		leaseholdWait bool // the leasehold Lock starts waiting before the Mutex
+		fair          bool
+		want          string
+	}{
+		{"leasehold first", true, true, "leasehold"},
+		{"mutex first", false, true, "mutex"},
+		{"leasehold first, not fair (control)", true, false, "mutex"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := fairInteropOrder(t, c.leaseholdWait, c.fair); got != c.want {
+				t.Fatalf("%s got the lock first, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+// fairInteropOrder: a leasehold term holds "job"; a leasehold Lock and an
+// etcd Mutex start waiting, in the order given; the term is released. It
+// returns who got the lock first, after checking the tokens and that the
+// second got it only once the first let go.
+func fairInteropOrder(t *testing.T, leaseholdFirst, fair bool) string {
+	m := shared(t)
+	prefix := uniquePrefix("fairq")
+	st, holderSt := openStore(t, prefix, m.clientURL), openStore(t, prefix, m.clientURL)
+	cli := newClient(t, m.clientURL)
+	ctx := testCtx(t, 60*time.Second)
+	h, err := holderSt.Acquire(ctx, "job", "h", 10*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan struct{})
+	var once sync.Once
+	lk, err := leasehold.NewLock(st, "job", leasehold.Config{Identity: "w", Timings: lockTimings(), Fair: fair,
+		OnEvent: func(ev leasehold.Event) {
+			if ev.Kind == leasehold.EventAcquireAttempt && errors.Is(ev.Err, store.ErrHeld) {
+				once.Do(func() { close(refused) })
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu := concurrency.NewMutex(newSession(t, cli, 10), st.ContenderPrefix("job"))
+
+	var inside atomic.Int32
+	type turn struct {
+		who   string
+		token int64
+	}
+	got := make(chan turn, 2)
+	letGo := map[string]chan struct{}{"leasehold": make(chan struct{}), "mutex": make(chan struct{})}
+	enter := func(who string, token int64) {
+		if n := inside.Add(1); n != 1 {
+			t.Errorf("%s holds the lock with %d others", who, n-1)
+		}
+		got <- turn{who, token}
+		<-letGo[who]
+		inside.Add(-1)
+	}
+	var wg sync.WaitGroup
+	startLeasehold := func() {
+		n := contenders(t, st, "job")
+		wg.Go(func() {
+			l, err := lk.Acquire(ctx)
+			if err != nil {
+				t.Errorf("leasehold Acquire: %v", err)
+				return
+			}
+			enter("leasehold", l.Token())
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("leasehold Release: %v", err)
+			}
+		})
+		if fair {
+			waitContenders(t, st, "job", n+1) // its place
+		} else {
+			<-refused // it waits, with no key of its own
+		}
+	}
+	startMutex := func() {
+		n := contenders(t, st, "job")
+		wg.Go(func() {
+			if err := mu.Lock(ctx); err != nil {
+				t.Errorf("Mutex.Lock: %v", err)
+				return
+			}
+			enter("mutex", createRev(ctx, cli, mu.Key()))
+			if err := mu.Unlock(ctx); err != nil {
+				t.Errorf("Mutex.Unlock: %v", err)
+			}
+		})
+		waitContenders(t, st, "job", n+1)
+	}
+	if leaseholdFirst {
+		startLeasehold()
+		startMutex()
+	} else {
+		startMutex()
+		startLeasehold()
+	}
+	if fair {
+		// The leasehold waiter's place ranks in etcd's queue: while it is
+		// behind another key, its holder's Acquire is refused.
+		if _, err := st.Acquire(ctx, "job", "w", 10*time.Second, ""); !errors.Is(err, store.ErrHeld) {
+			t.Fatalf("Acquire by the queued holder while h holds: %v, want ErrHeld", err)
+		}
+	}
+	if err := holderSt.Release(ctx, h.Term); err != nil {
+		t.Fatal(err)
+	}
+	first := waitDone(t, got, "the first waiter to get the lock")
+	if first.token <= h.Token {
+		t.Errorf("%s's token %d is not above the released term's %d", first.who, first.token, h.Token)
+	}
+	r, err := st.Get(ctx, "job")
+	if err != nil || !r.Live() || r.Token != first.token {
+		t.Errorf("Get while %s holds: %+v, %v; want a live term with token %d", first.who, r, err, first.token)
+	}
+	if fair && first.who == "mutex" {
+		// The place behind the Mutex cannot take the lease.
+		if _, err := st.Acquire(ctx, "job", "w", 10*time.Second, ""); !errors.Is(err, store.ErrHeld) {
+			t.Errorf("Acquire by the queued holder while the Mutex holds: %v, want ErrHeld", err)
+		}
+	}
+	select {
+	case second := <-got:
+		t.Fatalf("%s got the lock while %s held it", second.who, first.who)
+	default:
+	}
+	close(letGo[first.who])
+	second := waitDone(t, got, "the second waiter to get the lock")
+	if second.token <= first.token {
+		t.Errorf("%s's token %d is not above %s's %d", second.who, second.token, first.who, first.token)
+	}
+	close(letGo[second.who])
+	wg.Wait()
+	if fair {
+		if n := contenders(t, st, "job"); n != 0 {
+			t.Errorf("%d contender keys left, want none", n)
+		}
+	}
+	return first.who
+}
+
+// contenders counts the keys under name's contender prefix.
+func contenders(t *testing.T, st *Store, name string) int {
+	t.Helper()
+	resp, err := st.Client().Get(context.Background(), st.ContenderPrefix(name)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(resp.Count)
 }

@@ -39,12 +39,25 @@ const (
 	TargetLease   Target = 4
 )
 
+// Relation is a comparison's result (Compare.CompareResult).
+type Relation int
+
+// The relations, numbered as in etcd's protocol.
+const (
+	Equal    Relation = 0
+	Greater  Relation = 1
+	Less     Relation = 2
+	NotEqual Relation = 3
+)
+
 // Cmp is a transaction's comparison: the key's (or, with RangeEnd, every key
-// in [Key, RangeEnd)'s) Target is Equal to Int, or to Value for TargetValue.
-// Only equality is used by the store.
+// in [Key, RangeEnd)'s) Target stands in Relation (Equal unless set) to Int,
+// or to Value for TargetValue. etcd compares an empty range as one key whose
+// revisions, version and lease are 0.
 type Cmp struct {
 	Key, RangeEnd string
 	Target        Target
+	Relation      Relation
 	Int           int64
 	Value         string
 }
@@ -64,6 +77,13 @@ func LeaseIs(key string, id LeaseID) Cmp { return Cmp{Key: key, Target: TargetLe
 // NoKeyIn is the comparison no key in [start, end) exists.
 func NoKeyIn(start, end string) Cmp {
 	return Cmp{Key: start, RangeEnd: end, Target: TargetCreate, Int: 0}
+}
+
+// NoneCreatedBefore is the comparison every key in [start, end) has a create
+// revision of at least rev. An empty range fails it (etcd compares it as a
+// key created at revision 0).
+func NoneCreatedBefore(start, end string, rev int64) Cmp {
+	return Cmp{Key: start, RangeEnd: end, Target: TargetCreate, Relation: Greater, Int: rev - 1}
 }
 
 // OpKind is an operation's kind.

@@ -89,9 +89,10 @@ func encodeRequestOp(op etcdapi.Op) ([]byte, error) {
 	return nil, fmt.Errorf("etcdwire: unknown operation kind %d", op.Kind)
 }
 
-// encodeCompare is a Compare (result EQUAL, the zero value).
+// encodeCompare is a Compare.
 func encodeCompare(c etcdapi.Cmp) []byte {
 	var b []byte
+	b = appendIntField(b, 1, int64(c.Relation))
 	b = appendIntField(b, 2, int64(c.Target))
 	b = appendBytesField(b, 3, c.Key)
 	var num protowire.Number

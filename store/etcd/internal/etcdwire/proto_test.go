@@ -24,6 +24,7 @@ func TestEncodeTxnReadByEtcd(t *testing.T) {
 			etcdapi.ValueIs("p/a", ""),
 			etcdapi.LeaseIs("p/a", 0x1234),
 			etcdapi.NoKeyIn("p/", "p0"),
+			etcdapi.NoneCreatedBefore("p/", "p0", 42),
 		},
 		[]etcdapi.Op{etcdapi.Delete("p/a", true), etcdapi.Put("p/b", "holder", 0x99)},
 		[]etcdapi.Op{get, etcdapi.Get("r")},
@@ -41,6 +42,7 @@ func TestEncodeTxnReadByEtcd(t *testing.T) {
 			{Target: pb.Compare_VALUE, Key: []byte("p/a"), TargetUnion: &pb.Compare_Value{Value: []byte{}}},
 			{Target: pb.Compare_LEASE, Key: []byte("p/a"), TargetUnion: &pb.Compare_Lease{Lease: 0x1234}},
 			{Target: pb.Compare_CREATE, Key: []byte("p/"), RangeEnd: []byte("p0"), TargetUnion: &pb.Compare_CreateRevision{CreateRevision: 0}},
+			{Result: pb.Compare_GREATER, Target: pb.Compare_CREATE, Key: []byte("p/"), RangeEnd: []byte("p0"), TargetUnion: &pb.Compare_CreateRevision{CreateRevision: 41}},
 		},
 		Success: []*pb.RequestOp{
 			{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("p/a"), PrevKv: true}}},

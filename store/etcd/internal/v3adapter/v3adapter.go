@@ -96,19 +96,23 @@ func toOp(o etcdapi.Op) clientv3.Op {
 	return clientv3.OpGet(o.Key, opts...)
 }
 
+// relations are clientv3's spellings of etcdapi's relations.
+var relations = map[etcdapi.Relation]string{etcdapi.Equal: "=", etcdapi.Greater: ">", etcdapi.Less: "<", etcdapi.NotEqual: "!="}
+
 func toCmp(c etcdapi.Cmp) clientv3.Cmp {
 	var cmp clientv3.Cmp
+	rel := relations[c.Relation]
 	switch c.Target {
 	case etcdapi.TargetVersion:
-		cmp = clientv3.Compare(clientv3.Version(c.Key), "=", c.Int)
+		cmp = clientv3.Compare(clientv3.Version(c.Key), rel, c.Int)
 	case etcdapi.TargetCreate:
-		cmp = clientv3.Compare(clientv3.CreateRevision(c.Key), "=", c.Int)
+		cmp = clientv3.Compare(clientv3.CreateRevision(c.Key), rel, c.Int)
 	case etcdapi.TargetMod:
-		cmp = clientv3.Compare(clientv3.ModRevision(c.Key), "=", c.Int)
+		cmp = clientv3.Compare(clientv3.ModRevision(c.Key), rel, c.Int)
 	case etcdapi.TargetValue:
-		cmp = clientv3.Compare(clientv3.Value(c.Key), "=", c.Value)
+		cmp = clientv3.Compare(clientv3.Value(c.Key), rel, c.Value)
 	case etcdapi.TargetLease:
-		cmp = clientv3.Compare(clientv3.LeaseValue(c.Key), "=", clientv3.LeaseID(c.Int))
+		cmp = clientv3.Compare(clientv3.LeaseValue(c.Key), rel, clientv3.LeaseID(c.Int))
 	}
 	if c.RangeEnd != "" {
 		cmp = cmp.WithRange(c.RangeEnd)
