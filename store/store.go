@@ -344,10 +344,14 @@ type Limiter interface {
 // first and to nobody else, and no waiter starves. Callers find it by type
 // assertion; a store without it cannot serve a fair Lock (NewLock says so).
 //
-// The queue only orders who tries: a place in it grants nothing and is not
-// checked by Acquire, Renew or Release. Tokens, expiry and every other rule
+// The queue only orders who tries: a place in it grants nothing, and
+// Renew and Release do not look at it. Tokens, expiry and every other rule
 // of the contract are unchanged. A waiter first in the queue still takes the
-// lease with Acquire, which refuses it while another term is live.
+// lease with Acquire, which refuses it while another term is live. A store
+// whose queue is also its peers' (etcd: the concurrency package's, which
+// `etcdctl lock` waits in) may rank a place as those peers do, so that its
+// Acquire refuses other holders while a place is ahead of them; the store
+// says so.
 //
 // A place is named by (name, holder). It expires ttl after it was last
 // written, on the store's clock, so that a waiter that died does not block
