@@ -34,6 +34,12 @@ import (
 // last keep-alive that the server answered, plus the TTL it answered with.
 const etcdTTL = 2 // seconds
 
+// etcdFairMaxWait bounds the Mutex terms a waiting leasehold node with
+// Config.Fair passes through (see mixed-fair): the two Mutex users queued
+// ahead of it, twice (a fault may end its place once and send it to the
+// back), and two more for a loaded machine. Seen: 2 to 4 in four runs.
+const etcdFairMaxWait = 6
+
 var etcdTimings = leasehold.Timings{
 	LeaseDuration: etcdTTL * time.Second,
 	RenewDeadline: 1200 * time.Millisecond,
@@ -211,6 +217,14 @@ func (f *etcdFleet) node(who string, seed uint64) *fleet.Node {
 // ignoreLoss (the negative control) it leads for its whole hold whatever
 // happens.
 func (f *etcdFleet) peer(who string, seed uint64, ignoreLoss bool) fleet.Member {
+	// Each user pauses longer than a term between its terms, as a job run
+	// by `etcdctl lock` now and then would, so that the queue empties and
+	// a leasehold node without Config.Fair gets its turn.
+	return f.peerCooling(who, seed, ignoreLoss, holdFor(seed+100, 2*time.Second, 3*time.Second))
+}
+
+// peerCooling is peer with the pause between its terms drawn by cool.
+func (f *etcdFleet) peerCooling(who string, seed uint64, ignoreLoss bool, cool func() time.Duration) fleet.Member {
 	p := f.proxy(who)
 	d := &leaseDeadlines{at: map[int64]time.Time{}}
 	cli := f.client(p, d.dialOptions()...)
@@ -219,12 +233,10 @@ func (f *etcdFleet) peer(who string, seed uint64, ignoreLoss bool) fleet.Member 
 		hold = holdFor(seed, 4*time.Second, 6*time.Second)
 	}
 	// A Mutex user queues (its key waits under the prefix, and the lowest
-	// create revision holds), while a leasehold node takes the name only
-	// when no key is there: Mutex users that queue again within each
-	// other's terms keep a leasehold node out for as long as they do so.
-	// Each user here pauses longer than a term between its terms, as a job
-	// run by `etcdctl lock` now and then would, so that the queue empties.
-	cool := holdFor(seed+100, 2*time.Second, 3*time.Second)
+	// create revision holds); a leasehold node without Config.Fair takes
+	// the name only when no key is there, so Mutex users that queue again
+	// within each other's terms keep it out for as long as they do so. A
+	// node with Config.Fair queues in the same queue.
 	pfx := f.prefix + f.name
 	return func(ctx context.Context, rec *fleet.Recorder) error {
 		for ctx.Err() == nil {
@@ -324,6 +336,23 @@ func TestFleetEtcd(t *testing.T) {
 			f.peer("mutex-1", seed+3, false), f.peer("mutex-2", seed+4, false)}
 		res := fleet.Run(context.Background(), fleet.Options{Duration: fleetRun, Faults: f.faults(seed)}, members...)
 		requireFleet(t, res, 40, -1)
+	})
+	t.Run("mixed-fair", func(t *testing.T) {
+		t.Parallel()
+		// Mutex users that queue again 300 ms after each term: without
+		// Config.Fair a leasehold node waited through 9 of their terms and
+		// led once in 20 s. In the one queue, a waiting node is passed over
+		// only by the contenders queued before it (the other node and the
+		// two Mutex users), and again when a fault ends its place (a place
+		// lives on its own etcd lease, which a partition lets expire).
+		f := newEtcdFleet(t, server)
+		lh1, lh2 := f.node("lh-1", seed+1), f.node("lh-2", seed+2)
+		lh1.Fair, lh2.Fair = true, true
+		quick := func() time.Duration { return 300 * time.Millisecond }
+		members := []fleet.Member{lh1.Member(), lh2.Member(),
+			f.peerCooling("mutex-1", seed+3, false, quick), f.peerCooling("mutex-2", seed+4, false, quick)}
+		res := fleet.Run(context.Background(), fleet.Options{Duration: fleetRun, Faults: f.faults(seed)}, members...)
+		requireFleet(t, res, 40, etcdFairMaxWait)
 	})
 	t.Run("control-peer-ignores-loss", func(t *testing.T) {
 		t.Parallel()

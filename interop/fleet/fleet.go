@@ -186,6 +186,9 @@ type Node struct {
 	Hold func() time.Duration
 	// Cool is the pause after a term before contending again.
 	Cool time.Duration
+	// Fair makes the node wait in the store's first-come, first-served
+	// queue (leasehold.Config.Fair).
+	Fair bool
 	// Overtrust, for the negative control: the node goes on leading this
 	// long after a term it did not end itself ended (safeUntil passed, or
 	// the store said it was lost), as a node that trusts past safeUntil
@@ -197,7 +200,7 @@ type Node struct {
 // a loss is recorded.
 func (n *Node) Member() Member {
 	return func(ctx context.Context, rec *Recorder) error {
-		el, err := leasehold.NewElector(n.Store, n.Lease, leasehold.Config{Identity: n.Name, Timings: n.Timings, StopOnLoss: true})
+		el, err := leasehold.NewElector(n.Store, n.Lease, leasehold.Config{Identity: n.Name, Timings: n.Timings, StopOnLoss: true, Fair: n.Fair})
 		if err != nil {
 			return err
 		}
