@@ -232,6 +232,10 @@ func startRun(t *testing.T, dir, name string, childVars []string, args ...string
 	t.Cleanup(func() {
 		select {
 		case <-n.done:
+			// It exited by itself: a failed test shows why, too.
+			if t.Failed() {
+				t.Logf("log of %s (it had exited: %v):\n%s", n.name, n.cmd.ProcessState, n.log())
+			}
 			return
 		default:
 		}

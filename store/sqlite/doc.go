@@ -33,6 +33,8 @@
 // The database runs in WAL mode with synchronous=FULL (a committed grant
 // survives a power cut, so a token is never handed out twice) and a busy
 // timeout (5 s by default), so several processes share the file safely.
+// Open retries for up to that timeout when SQLite answers SQLITE_BUSY without
+// waiting, as it can while several processes open a new file at once.
 //
 // # What is guaranteed, and what is not
 //

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/storekit"
@@ -158,20 +159,54 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	db.SetMaxIdleConns(2)
 	db.SetConnMaxIdleTime(time.Minute)
 	s := &Store{db: db, path: abs, table: opts.Table, hist: opts.Table + "_history", high: opts.Table + "_high_water", queue: opts.Table + "_queue", created: created, limit: opts.HistoryLimit}
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, kit.Wrap("open "+abs, err)
-	}
-	if !opts.NoCreate {
-		if err := s.Migrate(ctx); err != nil {
+	// Two processes opening a new file at once (two replicas started
+	// together) can find it busy without waiting: where waiting could
+	// deadlock, such as switching the file to WAL or reading a WAL another
+	// connection is setting up, SQLite returns SQLITE_BUSY at once instead
+	// of calling the busy handler, and leaves the retry to its caller. Every
+	// step here can be done again (the schema is CREATE ... IF NOT EXISTS),
+	// so the whole preparation is retried for up to the busy timeout.
+	deadline := time.Now().Add(opts.BusyTimeout)
+	for {
+		err := s.prepare(ctx, opts.NoCreate)
+		if err == nil {
+			return s, nil
+		}
+		if !isBusy(err) || time.Now().After(deadline) {
 			db.Close()
 			return nil, err
 		}
-	} else if err := s.checkShape(ctx); err != nil && !errors.Is(err, ErrNoSchema) {
-		db.Close()
-		return nil, err
+		t := time.NewTimer(20 * time.Millisecond) // for the other opener to finish its step
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			db.Close()
+			return nil, kit.Wrap("open "+abs, ctx.Err())
+		case <-t.C:
+		}
 	}
-	return s, nil
+}
+
+// prepare checks the connection and migrates the schema (or, with
+// noCreate, checks its shape).
+func (s *Store) prepare(ctx context.Context, noCreate bool) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return kit.Wrap("open "+s.path, err)
+	}
+	if !noCreate {
+		return s.Migrate(ctx)
+	}
+	if err := s.checkShape(ctx); err != nil && !errors.Is(err, ErrNoSchema) {
+		return err
+	}
+	return nil
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (with any extended
+// code: SQLITE_BUSY_RECOVERY, SQLITE_BUSY_SNAPSHOT, ...).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // OpenURL opens the store a URL names, for the leasehold command:

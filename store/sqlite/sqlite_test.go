@@ -58,6 +58,50 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestManyProcessesOpenANewFile: processes that open one file that does
+// not exist yet, started together (replicas started at once on a new
+// store), all succeed. SQLite can answer such an open SQLITE_BUSY without
+// waiting out the busy timeout (switching the file to WAL, reading a WAL
+// another connection is setting up): a `leasehold run` started beside
+// another once exited with "database is locked". The processes open as soon
+// as each runs, a few milliseconds apart, with no barrier: that spread is
+// what met the race (without the retry in Open, a failure within 60 rounds
+// here; with a barrier, none).
+func TestManyProcessesOpenANewFile(t *testing.T) {
+	const procs, rounds = 3, 60
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := 0; r < rounds; r++ {
+		path := filepath.Join(t.TempDir(), "leases.db")
+		var cmds []*exec.Cmd
+		var outs []*strings.Builder
+		for i := 0; i < procs; i++ {
+			cmd := exec.Command(exe, "-test.run=^$")
+			cmd.Env = append(os.Environ(), childEnv+"=1", "CHILD_OPEN_ONLY=1", "CHILD_DB="+path)
+			out := &strings.Builder{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds, outs = append(cmds, cmd), append(outs, out)
+		}
+		for i, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("round %d, process %d: %v\n%s", r, i, err, outs[i])
+			}
+		}
+		if t.Failed() {
+			return
+		}
+		st := open(t, path)
+		if _, err := st.Get(context.Background(), "any"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("round %d: Get on the new file: %v, want ErrNotFound", r, err)
+		}
+	}
+}
+
 // TestManyProcessesOneFile re-executes the test binary as several processes
 // that hammer Acquire/Release on one name in one file. Each records, in a
 // table of that same file, when it entered and left its critical section,
@@ -167,6 +211,17 @@ func TestManyProcessesOneFile(t *testing.T) {
 func hammer() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if os.Getenv("CHILD_OPEN_ONLY") != "" {
+		// TestManyProcessesOpenANewFile: open (creating the file) as soon
+		// as it runs, and nothing more.
+		st, err := sqlite.Open(ctx, os.Getenv("CHILD_DB"), sqlite.Options{})
+		if err != nil {
+			fmt.Println("open:", err)
+			return 1
+		}
+		st.Close()
+		return 0
+	}
 	id, _ := strconv.Atoi(os.Getenv("CHILD_ID"))
 	rounds, _ := strconv.Atoi(os.Getenv("CHILD_ROUNDS"))
 	st, err := sqlite.Open(ctx, os.Getenv("CHILD_DB"), sqlite.Options{NoCreate: true})
