@@ -321,14 +321,20 @@ func (s *Store) keepAliveAttempt(ctx context.Context, id etcdapi.LeaseID) (ttl i
 func (s *Store) pooledLeases() []etcdapi.LeaseID {
 	s.termsMu.Lock()
 	defer s.termsMu.Unlock()
+	return drainPool(s.pool, s.leases)
+}
+
+// drainPool empties pool (leases by TTL) and removes its leases from table,
+// the handle's record of them; it returns the leases that were pooled.
+func drainPool[V any](pool map[int64][]etcdapi.LeaseID, table map[etcdapi.LeaseID]V) []etcdapi.LeaseID {
 	var ids []etcdapi.LeaseID
-	for _, p := range s.pool {
+	for _, p := range pool {
 		for _, id := range p {
-			delete(s.leases, id)
+			delete(table, id)
 			ids = append(ids, id)
 		}
 	}
-	clear(s.pool)
+	clear(pool)
 	return ids
 }
 

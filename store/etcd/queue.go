@@ -238,15 +238,7 @@ func (s *Store) dropPlaceLease(id etcdapi.LeaseID) {
 func (s *Store) pooledPlaceLeases() []etcdapi.LeaseID {
 	s.placesMu.Lock()
 	defer s.placesMu.Unlock()
-	var ids []etcdapi.LeaseID
-	for _, p := range s.placePool {
-		for _, id := range p {
-			delete(s.placeLeases, id)
-			ids = append(ids, id)
-		}
-	}
-	clear(s.placePool)
-	return ids
+	return drainPool(s.placePool, s.placeLeases)
 }
 
 // queueView is one read of a name's contender keys and place markers.
