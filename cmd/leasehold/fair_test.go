@@ -155,20 +155,3 @@ func fairRun(t *testing.T, url string, queued func() []string) {
 		t.Fatalf("places left in the queue: %v", q)
 	}
 }
-
-// TestFairRefusedOnStoreWithoutQueue: run --fair on a store that keeps no
-// queue (NATS) exits with a usage error that names the store, before it
-// writes anything; the same run without --fair works.
-func TestFairRefusedOnStoreWithoutQueue(t *testing.T) {
-	url := "nats://" + embeddedNATS(t) + "/lh-fair"
-	args := append([]string{"run", "--fair", "--store", url, "--lease", "fair-job"}, timingArgs...)
-	code, stdout, stderr := leasehold(t, nil, append(args, "--", "true")...)
-	if code != 2 || !strings.Contains(stderr, "--fair: the store "+url) || !strings.Contains(stderr, "no first-come, first-served queue") {
-		t.Fatalf("exit %d, want 2 and a message naming %s and its missing queue; stdout %q stderr:\n%s", code, url, stdout, stderr)
-	}
-	plain := append([]string{"run"}, args[2:]...)
-	code, _, stderr = leasehold(t, nil, append(plain, "--", "true")...)
-	if code != 0 {
-		t.Fatalf("the same run without --fair: exit %d\n%s", code, stderr)
-	}
-}

@@ -506,7 +506,7 @@ func checkFair(fair bool, st *openedStore) error {
 		return nil
 	}
 	if _, ok := store.AsQueuer(st.Store); !ok {
-		return usagef("--fair: the store %s keeps no first-come, first-served queue (%T has no store.Queuer); run without --fair, or use a store that queues: SQLite, PostgreSQL, MySQL/MariaDB, Redis, ZooKeeper or etcd", st.Name, st.Store)
+		return usagef("--fair: the store %s keeps no first-come, first-served queue (%T has no store.Queuer); run without --fair, or use a store that queues", st.Name, st.Store)
 	}
 	return nil
 }

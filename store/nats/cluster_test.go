@@ -62,7 +62,12 @@ func startCluster(t *testing.T, n int) *natsCluster {
 			s.stop()
 		}
 	})
-	c.metaLeader()
+	// A meta-leader alone is not enough: until it has heard from every
+	// server, making an R3 bucket fails with "no suitable peers for
+	// placement" or hangs.
+	c.waitIndex(fmt.Sprintf("JetStream meta-leader that sees all %d servers", n), func(s *server.Server) bool {
+		return s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == n
+	})
 	return c
 }
 
