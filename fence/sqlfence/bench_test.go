@@ -2,6 +2,10 @@ package sqlfence_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +35,7 @@ func BenchmarkPostgresWrite(b *testing.B) {
 	term := e.grant(b, "bench", hof(1), 1, time.Hour) // the term every sub-benchmark claims as
 
 	run := func(b *testing.B, body func(tx pgx.Tx) error) {
+		defer serverCost(b, e, c)()
 		for b.Loop() {
 			tx, err := c.Begin(ctx)
 			if err != nil {
@@ -99,4 +104,41 @@ func BenchmarkPostgresWrite(b *testing.B) {
 	}
 	b.Run("sql-unfenced", func(b *testing.B) { runSQL(b, false) })
 	b.Run("sql-fenced", func(b *testing.B) { runSQL(b, true) })
+}
+
+// serverCost starts measuring what the writes cost the server, whose clock
+// is not this machine's load: the WAL bytes written (the whole server's, so
+// run nothing else against it) and the CPU time of c's backend process
+// (utime+stime in /proc/<pid>/stat, in clock ticks of 10 ms: run enough
+// iterations). The returned func reports both per op. The CPU figure needs
+// the server on this host; it is left out otherwise.
+func serverCost(b *testing.B, e *pgEnv, c *pgx.Conn) func() {
+	ctx := context.Background()
+	lsn := func() int64 {
+		var n int64
+		if err := e.admin.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	pid := c.PgConn().PID()
+	cpu := func() (time.Duration, bool) {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, false
+		}
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		ut, _ := strconv.ParseInt(f[11], 10, 64) // field 14, utime
+		st, _ := strconv.ParseInt(f[12], 10, 64) // field 15, stime
+		return time.Duration(ut+st) * 10 * time.Millisecond, true
+	}
+	wal0 := lsn()
+	cpu0, cpuOK := cpu()
+	return func() {
+		n := float64(b.N)
+		b.ReportMetric(float64(lsn()-wal0)/n, "WAL-B/op")
+		if cpu1, ok := cpu(); ok && cpuOK {
+			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/n, "server-µs/op")
+		}
+	}
 }

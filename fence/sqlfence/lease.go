@@ -53,9 +53,11 @@ func (f *Fence) leaseClaimSQL() string {
   SELECT epoch, holder FROM ` + f.leaseTable + `
   WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
   FOR SHARE
-)
-INSERT INTO ` + f.table + ` AS f (resource, token, holder) SELECT $4, epoch, holder FROM lease
-` + pgUpsert
+),
+c AS (INSERT INTO ` + f.table + ` AS f (resource, token, holder) SELECT $4, epoch, holder FROM lease
+` + pgUpsert + `)
+SELECT token, holder FROM c
+UNION ALL SELECT epoch, holder FROM lease WHERE NOT EXISTS (SELECT 1 FROM c)`
 }
 
 func (f *Fence) leaseReadSQL() string {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -115,15 +116,24 @@ func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
 		firstCommits   bool
 		wantSecondOK   bool
 		wantHighestEnd int64
+		// before, if set, is claimed and committed first: with first equal
+		// to it, the first claim repeats the row's term and changes nothing,
+		// but must hold the row all the same.
+		before int64
 	}{
-		{"stale arrives last", 2, 1, true, false, 2},
-		{"newer waits for older", 1, 2, true, true, 2},
-		{"older rolls back", 3, 1, false, true, 1},
+		{"stale arrives last", 2, 1, true, false, 2, 0},
+		{"newer waits for older", 1, 2, true, true, 2, 0},
+		{"older rolls back", 3, 1, false, true, 1, 0},
+		{"newer waits for a repeated claim", 2, 3, true, true, 3, 2},
+		{"stale waits for a repeated claim", 2, 1, true, false, 2, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newPgEnv(t)
 			ctx := context.Background()
 			a, b := pgConnect(t), pgConnect(t)
+			if tc.before > 0 {
+				claimCommitted(t, e, a, tc.before)
+			}
 			txA, err := a.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -169,6 +179,82 @@ func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
 				t.Fatalf("fence row %d, want %d", h, tc.wantHighestEnd)
 			}
 		})
+	}
+}
+
+// claimCommitted claims token (holder hof(token)) for "sweeper" in a
+// transaction of its own on c, and commits it.
+func claimCommitted(t *testing.T, e *pgEnv, c *pgx.Conn, token int64) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := e.fence.Claim(ctx, pgxfence.Tx(tx), "sweeper", hof(token), token); err != nil {
+		t.Fatalf("claim %d: %v", token, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A claim of the term the fence row already holds is admitted without a
+// new row version (the row's xmin stays), in each of Claim, ClaimLease and
+// QueueClaim; the control: a claim with a higher token makes a new version.
+func TestPostgresRepeatedClaimWritesNoRowVersion(t *testing.T) {
+	e := newPgEnv(t)
+	ctx := context.Background()
+	c := pgConnect(t)
+	term := e.grant(t, "sweeper", hof(1), 1, 30*time.Second)
+	xmin := func() string {
+		var x string
+		if err := e.admin.QueryRow(ctx, `SELECT xmin::text FROM `+e.fence.Table()+` WHERE resource = 'sweeper'`).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	inTx := func(claim func(pgx.Tx) error) error {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if err := claim(tx); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	claimCommitted(t, e, c, 1)
+	first := xmin()
+	forms := map[string]func(pgx.Tx) error{
+		"Claim": func(tx pgx.Tx) error { return e.fence.Claim(ctx, pgxfence.Tx(tx), "sweeper", hof(1), 1) },
+		"ClaimLease": func(tx pgx.Tx) error {
+			return e.fence.ClaimLease(ctx, pgxfence.Tx(tx), term, "sweeper")
+		},
+		"QueueClaim": func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			if err := e.fence.QueueClaim(pgxfence.Batch(b), "sweeper", hof(1), 1); err != nil {
+				return err
+			}
+			return tx.SendBatch(ctx, b).Close()
+		},
+	}
+	for _, name := range []string{"Claim", "ClaimLease", "QueueClaim"} {
+		if err := inTx(forms[name]); err != nil {
+			t.Fatalf("%s of the row's own term: %v", name, err)
+		}
+		if x := xmin(); x != first {
+			t.Fatalf("%s of the row's own term made a new row version (xmin %s, was %s)", name, x, first)
+		}
+	}
+	claimCommitted(t, e, c, 2)
+	if x := xmin(); x == first {
+		t.Fatalf("a claim with a higher token left the row version as it was (xmin %s): the check above cannot fail", x)
+	}
+	if tok, holder := e.fenceTerm(t, "sweeper"); tok != 2 || holder != hof(2) {
+		t.Fatalf("fence row (%d, %q), want (2, %q)", tok, holder, hof(2))
 	}
 }
 

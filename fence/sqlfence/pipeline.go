@@ -67,8 +67,8 @@ func (f *Fence) QueueClaim(b Batch, resource, holder string, token int64) error 
 	if err := fence.ValidateTerm(resource, holder, token); err != nil {
 		return fmt.Errorf("leasehold/sqlfence: claim: %w", err)
 	}
-	q := `WITH c AS (` + f.claimSQL + `)
-SELECT CASE WHEN token = $2 AND holder = $3 THEN token ELSE ($4 || token)::bigint END FROM c`
+	q := `WITH ` + f.claimCTE + `
+SELECT CASE WHEN token = $2 AND holder = $3 THEN token ELSE ($4 || token)::bigint END FROM r`
 	b.Queue(q, []any{resource, token, holder, staleMarker}, func(row Row) error {
 		var got int64
 		err := row.Scan(&got)

@@ -163,6 +163,7 @@ type Fence struct {
 	leaseTable string
 
 	claimSQL   string
+	claimCTE   string // PostgreSQL: the CTEs c and r of claimSQL, for QueueClaim
 	createSQL  string
 	upgradeSQL string
 }
@@ -248,14 +249,17 @@ func New(c Config) (*Fence, error) {
 	t := c.Table
 	switch c.Dialect {
 	case Postgres:
-		// GREATEST, not a WHERE on the update: the row never goes down, and
-		// RETURNING always gives the row's term after the claim (read from
-		// the latest version, which ON CONFLICT has locked), so a stale claim
+		// GREATEST, not a WHERE on the token: the row never goes down, and
+		// the row's term after the claim is always reported (read from the
+		// latest version, which ON CONFLICT has locked), so a stale claim
 		// learns the highest token in the same statement. Every SET
 		// expression reads the old row, so the holder changes exactly when
-		// the token rises.
-		f.claimSQL = `INSERT INTO ` + t + ` AS f (resource, token, holder) VALUES ($1, $2, $3)
-` + pgUpsert
+		// the token rises. See pgUpsert for the claim that changes nothing.
+		f.claimCTE = `c AS (INSERT INTO ` + t + ` AS f (resource, token, holder) VALUES ($1, $2, $3)
+` + pgUpsert + `),
+` + pgClaimRows
+		f.claimSQL = `WITH ` + f.claimCTE + `
+SELECT token, holder FROM r`
 		f.createSQL = `CREATE TABLE IF NOT EXISTS ` + t + ` (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 1), holder text NOT NULL DEFAULT '')`
 		f.upgradeSQL = `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT ''`
 	case SQLite:
@@ -294,10 +298,21 @@ ON DUPLICATE KEY UPDATE
 
 // pgUpsert is the conflict clause of the PostgreSQL claims: the token never
 // goes down, the holder changes only with a higher token, and RETURNING gives
-// the row's term after the claim.
+// the row's term after the claim. A claim of the term the row already holds
+// (every write of a term after its first) changes nothing: the WHERE is
+// false, so PostgreSQL only locks the row, as it locks every conflicting
+// row, and writes no new row version; RETURNING then gives no row.
 const pgUpsert = `ON CONFLICT (resource) DO UPDATE SET token = GREATEST(f.token, EXCLUDED.token),
   holder = CASE WHEN EXCLUDED.token > f.token THEN EXCLUDED.holder ELSE f.holder END
+WHERE (f.token, f.holder) IS DISTINCT FROM (EXCLUDED.token, EXCLUDED.holder)
 RETURNING token, holder`
+
+// pgClaimRows is the CTE r after a claim CTE c of the term ($2, $3): the
+// row's term after the claim, one row. When c returned none, the WHERE of
+// pgUpsert was false on the locked latest row version: the row holds ($2,
+// $3) already, and the claim is admitted.
+const pgClaimRows = `r AS (SELECT token, holder FROM c
+  UNION ALL SELECT $2::bigint, $3::text WHERE NOT EXISTS (SELECT 1 FROM c))`
 
 // mysqlReused is bit 63 of the MySQL claim's LAST_INSERT_ID: the row keeps
 // the claimed token for another holder.
