@@ -64,6 +64,10 @@ type Store struct {
 	// hint is only a first guess: the compare-and-set is what decides, and
 	// a wrong guess falls back to reading the key.
 	hints sync.Map // name -> hint
+	// placeHints remember, per place key of the queues, this handle's
+	// last write of it, so that a refresh or a dequeue tries its
+	// compare-and-set at once (queue.go).
+	placeHints sync.Map // place key -> placeHint
 	// reported keeps the server's asynchronous errors (Open sets it; nil
 	// on a connection the caller owns).
 	reported *asyncErrors
@@ -253,9 +257,22 @@ func (s *Store) publish(ctx context.Context, key string, v value, expect uint64,
 	if ttl > 0 {
 		m.Header.Set(hdrTTL, ttlHeader(ttl))
 	}
+	return s.send(ctx, m, expect)
+}
+
+// anyRev, as the revision a write expects, writes whatever the key holds.
+const anyRev = ^uint64(0)
+
+// send stores m if its key's last revision is expect (0: the key has no
+// message; anyRev: whatever it has) and returns the new revision.
+func (s *Store) send(ctx context.Context, m *natsio.Msg, expect uint64) (uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
+	var opts []jetstream.PublishOpt
+	if expect != anyRev {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expect))
+	}
+	ack, err := s.js.PublishMsg(ctx, m, opts...)
 	if err != nil {
 		return 0, err
 	}
@@ -572,8 +589,11 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 func (s *Store) WatchesGrants() bool { return true }
 
 // Watch wakes on every message stored on name's key after the call:
-// grants, renewals, releases, and the server's expiry markers. It is a
-// JetStream ordered consumer (the KV watch), which follows the server
+// grants, renewals, releases, and the server's expiry markers; and when a
+// place leaves name's queue (a dequeue's purge marker, or the server's
+// expiry marker), but not when one is written or refreshed. It is a
+// JetStream ordered consumer (the KV watch) of the lease's key and the
+// queue's place keys, delivering headers only, which follows the server
 // through reconnects by itself and resumes after the last message it
 // delivered, so a change while disconnected is delivered on resumption.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
@@ -585,7 +605,8 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, kit.Wrap(op, err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	w, err := s.kv.Watch(wctx, keyOf(name), jetstream.UpdatesOnly())
+	key := keyOf(name)
+	w, err := s.kv.WatchFiltered(wctx, []string{key, queueFilter(name)}, jetstream.UpdatesOnly(), jetstream.MetaOnly())
 	if err != nil {
 		cancel()
 		if ctx.Err() != nil {
@@ -604,8 +625,8 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				if !ok {
 					return
 				}
-				if e == nil {
-					continue
+				if e == nil || (e.Key() != key && e.Operation() == jetstream.KeyValuePut) {
+					continue // a place written or refreshed: nobody moved up
 				}
 				select {
 				case ch <- struct{}{}:

@@ -1,0 +1,315 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	natsio "github.com/nats-io/nats.go"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+var _ store.Queuer = (*Store)(nil)
+
+// The fair queue (store.Queuer) of lease name N is one key per waiter's
+// place, in the same bucket as the leases:
+//
+//	=queue.<key of N>.=.<holder>
+//
+// The holder is one subject token: its bytes other than letters, digits,
+// '-', '_' and '/' are written as "=XX" (hex). No lease key begins with
+// '=' (a name has none, and keyOf writes "=2E" only for a '.' that is not
+// a name's first byte), so a place's key is never a lease's; and no name's
+// key has a token "=", so the places of N are exactly the keys matching
+// =queue.<key of N>.=.* (those of N.x do not match).
+//
+// A place's last message is a value like a term's ({"holder", "token",
+// "ttl_ms"}) written with a per-message TTL (Nats-TTL, the place's ttl
+// rounded up to whole seconds), which the server counts down on its own
+// clock: a place not refreshed within its ttl is removed by the server,
+// which writes its expiry marker. The "token" is the place's ticket, its
+// position: 0 in the message that makes the place (the ticket is then that
+// message's own revision, the bucket stream's sequence), and carried
+// explicitly by every refresh, which writes the key again with a fresh TTL
+// at exactly the key's last revision (a compare-and-set), so that a place
+// that expired meanwhile is not revived at its old position: the refresh
+// then makes a new place at the back. Dequeue writes a purge marker
+// (KV-Operation: PURGE) with a TTL of placeMarkerTTL, which the server then
+// removes without a marker of its own (it writes its expiry marker only
+// over values).
+//
+// Enqueue counts the live places of N with a ticket below its own from one
+// batched direct get of the last message of each place key (multi_last),
+// answered by the server at a stream sequence it reports
+// (Nats-UpTo-Sequence). Tickets are the sequence of the stream, which one
+// server (the stream's leader) assigns in order: of two waiters racing to
+// queue, the one with the higher ticket was stored after the other, so any
+// listing that includes its own write includes the other's place. A
+// listing from a replica that had not yet stored the waiter's own write
+// (an R3 bucket's follower) is asked again.
+
+// queuePrefix begins every key of the queues.
+const queuePrefix = "=queue."
+
+// placeMarkerTTL is how long a dequeued place's purge marker stays: long
+// enough for a watch that reconnects to be delivered it, short enough that
+// the markers of places that left do not pile up in the listings.
+const placeMarkerTTL = time.Minute
+
+// listTries bounds the listings Enqueue asks for until one includes its
+// own write.
+const listTries = 3
+
+func placeKey(name, holder string) string {
+	return queuePrefix + keyOf(name) + ".=." + holderToken(holder)
+}
+
+// queueFilter matches the place keys of name's queue.
+func queueFilter(name string) string { return queuePrefix + keyOf(name) + ".=.*" }
+
+// holderToken writes a holder as one subject token, one to one.
+func holderToken(holder string) string {
+	var b strings.Builder
+	for i := 0; i < len(holder); i++ {
+		c := holder[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '/':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "=%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// placeHint is what this handle knows of a place key from its own last
+// write of it: the write's revision and the place's ticket (0: the write
+// was a purge marker, the holder had no place left). It is a first guess
+// only: the compare-and-set decides, and a wrong guess reads the key.
+type placeHint struct{ rev, ticket uint64 }
+
+// Enqueue implements store.Queuer (see above). A refresh whose hint holds
+// costs one round trip (its write and the listing are sent together: the
+// places ahead of it were stored before its ticket was, which this handle
+// saw); a new place two (its write, then the listing). A key that changed
+// under the hint costs a read and a write more.
+func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
+	if err := kit.CheckEnqueue(name, holder, ttl); err != nil {
+		return 0, err
+	}
+	op := fmt.Sprintf("enqueue %q for %s", name, holder)
+	if err := s.life.Check(ctx); err != nil {
+		return 0, kit.Wrap(op, err)
+	}
+	key := placeKey(name, holder)
+	var h placeHint
+	if v, ok := s.placeHints.Load(key); ok {
+		h = v.(placeHint)
+		if h.ticket == 0 {
+			// This handle's last write was the place's purge marker: the
+			// holder has no place, and a new one need not check the key.
+			h.rev = anyRev
+		}
+	}
+	if h.ticket == 0 {
+		ticket, rev, err := s.writePlace(ctx, key, holder, ttl, h)
+		if err != nil {
+			return 0, s.fail(op, err)
+		}
+		return s.countAhead(ctx, op, name, holder, ticket, rev)
+	}
+	type listing struct {
+		places []entry
+		upTo   uint64
+		err    error
+	}
+	listed := make(chan listing, 1)
+	go func() {
+		places, upTo, err := s.listQueue(ctx, name)
+		listed <- listing{places, upTo, err}
+	}()
+	ticket, rev, err := s.writePlace(ctx, key, holder, ttl, h)
+	l := <-listed
+	if err != nil {
+		return 0, s.fail(op, err)
+	}
+	if ticket == h.ticket && l.err == nil && l.upTo >= h.rev {
+		return ahead(l.places, holder, ticket), nil
+	}
+	// The place was made again (it had expired or left), or the listing
+	// failed or came from behind: list after the write.
+	return s.countAhead(ctx, op, name, holder, ticket, rev)
+}
+
+// writePlace writes holder's place at key: a refresh keeping h.ticket if
+// the key's last revision is still h.rev, else a new place at the back
+// (ticket 0: its own revision). It returns the place's ticket and the
+// write's revision.
+func (s *Store) writePlace(ctx context.Context, key, holder string, ttl time.Duration, h placeHint) (ticket, rev uint64, err error) {
+	for range maxConflicts {
+		body, err := json.Marshal(value{Holder: holder, Token: int64(h.ticket), TTLms: ttl.Milliseconds()})
+		if err != nil {
+			return 0, 0, err
+		}
+		m := natsio.NewMsg(s.pre + key)
+		m.Data = body
+		m.Header.Set(hdrTTL, ttlHeader(ttl))
+		rev, err := s.send(ctx, m, h.rev)
+		if err == nil {
+			s.see(rev)
+			ticket := h.ticket
+			if ticket == 0 {
+				ticket = rev
+			}
+			s.placeHints.Store(key, placeHint{rev: rev, ticket: ticket})
+			return ticket, rev, nil
+		}
+		if !isConflict(err) {
+			return 0, 0, err
+		}
+		e, found, err := s.last(ctx, key)
+		switch {
+		case err != nil:
+			return 0, 0, err
+		case !found:
+			h = placeHint{}
+		case e.kind == kindValue && !e.foreign && e.v.Holder == holder:
+			h = placeHint{rev: e.rev, ticket: uint64(e.token())}
+		default: // a marker: the place left or expired
+			h = placeHint{rev: e.rev}
+		}
+	}
+	return 0, 0, fmt.Errorf("the place's key changed under %d compare-and-set attempts in a row; outcome unknown", maxConflicts)
+}
+
+// countAhead lists name's queue until the listing includes the write of
+// revision rev, and counts the places ahead of ticket.
+func (s *Store) countAhead(ctx context.Context, op, name, holder string, ticket, rev uint64) (int, error) {
+	for range listTries {
+		places, upTo, err := s.listQueue(ctx, name)
+		if err != nil {
+			return 0, s.fail(op, err)
+		}
+		if upTo >= rev {
+			return ahead(places, holder, ticket), nil
+		}
+	}
+	return 0, kit.Errorf(op, "the server that answered %d listings of the queue had not stored its place's write (revision %d)", listTries, rev)
+}
+
+// ahead counts the live places other than holder's with a ticket below ticket.
+func ahead(places []entry, holder string, ticket uint64) int {
+	n := 0
+	for _, e := range places {
+		if e.kind == kindValue && !e.foreign && e.v.Holder != holder && uint64(e.token()) < ticket {
+			n++
+		}
+	}
+	return n
+}
+
+// listQueue returns the last message of each place key of name's queue
+// (a batched direct get, multi_last), and the stream sequence up to which
+// the answering server had stored messages: every place written at or
+// below it is in the answer, unless it left since. A queue without keys
+// answers 0.
+func (s *Store) listQueue(ctx context.Context, name string) ([]entry, uint64, error) {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	req, err := json.Marshal(map[string][]string{"multi_last": {s.pre + queueFilter(name)}})
+	if err != nil {
+		return nil, 0, err
+	}
+	sub, err := s.nc.SubscribeSync(s.nc.NewInbox())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer sub.Unsubscribe()
+	subj := s.api + "DIRECT.GET." + s.stream
+	if err := s.nc.PublishRequest(subj, sub.Subject, req); err != nil {
+		return nil, 0, err
+	}
+	var places []entry
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+			seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+			if err != nil {
+				return nil, 0, fmt.Errorf("the queue's listing has a message without a sequence: %w", err)
+			}
+			s.see(seq)
+			places = append(places, entryOf(seq, time.Time{}, m.Header, m.Data))
+		case "204": // the end of the batch
+			upTo, err := strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
+			if err != nil {
+				return nil, 0, fmt.Errorf("the queue's listing ended without Nats-UpTo-Sequence: %w", err)
+			}
+			return places, upTo, nil
+		case "404": // no key matched
+			return nil, 0, nil
+		case "413":
+			return nil, 0, fmt.Errorf("the queue of %q has more than 1024 place keys (live places, and markers of places that left or expired), more than the server lists in one batch", name)
+		case "503":
+			return nil, 0, fmt.Errorf("no server answered the queue's listing on %s: the bucket's direct get (allow_direct) is off, or the user may not publish there", subj)
+		default:
+			return nil, 0, fmt.Errorf("the queue's listing on %s answered status %s %s", subj, status, m.Header.Get("Description"))
+		}
+	}
+}
+
+// Dequeue implements store.Queuer: a purge marker over holder's place, at
+// exactly the place's last revision (one round trip when this handle
+// wrote the place last), which wakes the name's watchers. No place: nothing.
+func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
+	if err := kit.CheckDequeue(name, holder); err != nil {
+		return err
+	}
+	op := fmt.Sprintf("dequeue %q for %s", name, holder)
+	if err := s.life.Check(ctx); err != nil {
+		return kit.Wrap(op, err)
+	}
+	key := placeKey(name, holder)
+	var expect uint64 // 0: read the key first
+	if v, ok := s.placeHints.Load(key); ok && v.(placeHint).ticket > 0 {
+		expect = v.(placeHint).rev
+	}
+	for range maxConflicts {
+		if expect == 0 {
+			e, found, err := s.last(ctx, key)
+			if err != nil {
+				return s.fail(op, err)
+			}
+			if !found || e.kind != kindValue {
+				return nil // no place
+			}
+			expect = e.rev
+		}
+		body, err := json.Marshal(value{Holder: holder, Event: "dequeued"})
+		if err != nil {
+			return kit.Wrap(op, err)
+		}
+		m := natsio.NewMsg(s.pre + key)
+		m.Data = body
+		m.Header.Set(hdrKVOp, "PURGE")
+		m.Header.Set(hdrTTL, ttlHeader(placeMarkerTTL))
+		rev, err := s.send(ctx, m, expect)
+		if err == nil {
+			s.see(rev)
+			s.placeHints.Store(key, placeHint{rev: rev})
+			return nil
+		}
+		if !isConflict(err) {
+			return s.fail(op, err)
+		}
+		expect = 0
+	}
+	return kit.Errorf(op, "the place's key changed under %d compare-and-set attempts in a row; outcome unknown", maxConflicts)
+}
