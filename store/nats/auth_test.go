@@ -34,6 +34,7 @@ func leastPermissions(b string) ([]string, []string) {
 			"$JS.API.STREAM.INFO.KV_" + b,
 			"$JS.API.STREAM.MSG.GET.KV_" + b,
 			"$JS.API.DIRECT.GET.KV_" + b,
+			"$JS.API.STREAM.PURGE.KV_" + b,
 			"$JS.API.CONSUMER.CREATE.KV_" + b + ".>",
 			"$JS.API.CONSUMER.DELETE.KV_" + b + ".>",
 			"$JS.FC.KV_" + b + ".>",
@@ -125,6 +126,7 @@ func TestLeastPermissions(t *testing.T) {
 		"no-info":     "$JS.API.STREAM.INFO.KV_" + bucket,
 		"no-consumer": "$JS.API.CONSUMER.CREATE.KV_" + bucket + ".>",
 		"no-direct":   "$JS.API.DIRECT.GET.KV_" + bucket,
+		"no-purge":    "$JS.API.STREAM.PURGE.KV_" + bucket,
 	}
 	for user, perm := range broken {
 		add(user, without(pub, perm))
@@ -172,6 +174,14 @@ func TestLeastPermissions(t *testing.T) {
 					t.Fatalf("Acquire: %v", err)
 				}
 				_, err = st.Enqueue(ctx, name, "x", 5*time.Second)
+			case "no-purge": // the queue's Dequeue needs it
+				if err != nil {
+					t.Fatalf("Acquire: %v", err)
+				}
+				if _, err = st.Enqueue(ctx, name, "x", 5*time.Second); err != nil {
+					t.Fatalf("Enqueue: %v", err)
+				}
+				err = st.Dequeue(ctx, name, "x")
 			}
 			if err == nil {
 				t.Fatalf("without %s every operation succeeded: the permission is not needed", perm)

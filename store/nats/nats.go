@@ -592,10 +592,10 @@ func (s *Store) WatchesGrants() bool { return true }
 
 // Watch wakes on every message stored on name's key after the call:
 // grants, renewals, releases, and the server's expiry markers; and when a
-// place leaves name's queue (a dequeue's purge marker, or the server's
-// expiry marker), but not when one is written or refreshed. It is a
-// JetStream ordered consumer (the KV watch) of the lease's key and the
-// queue's place keys, delivering headers only, which follows the server
+// place leaves name's queue (a dequeue's leave signal, or the server's
+// expiry marker of a place), but not when one is written or refreshed. It
+// is a JetStream ordered consumer (the KV watch) of the lease's key and the
+// queue's keys, delivering headers only, which follows the server
 // through reconnects by itself and resumes after the last message it
 // delivered, so a change while disconnected is delivered on resumption.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
@@ -607,8 +607,8 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, kit.Wrap(op, err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	key := keyOf(name)
-	w, err := s.kv.WatchFiltered(wctx, []string{key, queueFilter(name)}, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	key, leave := keyOf(name), leaveKey(name)
+	w, err := s.kv.WatchFiltered(wctx, []string{key, leave, queueFilter(name)}, jetstream.UpdatesOnly(), jetstream.MetaOnly())
 	if err != nil {
 		cancel()
 		if ctx.Err() != nil {
@@ -627,7 +627,13 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				if !ok {
 					return
 				}
-				if e == nil || (e.Key() != key && e.Operation() == jetstream.KeyValuePut) {
+				if e == nil {
+					continue
+				}
+				// A listing of the queue after this wake-up must show
+				// what it delivered (queue.go).
+				s.see(e.Revision())
+				if e.Key() != key && e.Key() != leave && e.Operation() == jetstream.KeyValuePut {
 					continue // a place written or refreshed: nobody moved up
 				}
 				select {

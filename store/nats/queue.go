@@ -38,10 +38,15 @@ var _ store.Queuer = (*Store)(nil)
 // explicitly by every refresh, which writes the key again with a fresh TTL
 // at exactly the key's last revision (a compare-and-set), so that a place
 // that expired meanwhile is not revived at its old position: the refresh
-// then makes a new place at the back. Dequeue writes a purge marker
-// (KV-Operation: PURGE) with a TTL of placeMarkerTTL, which the server then
-// removes without a marker of its own (it writes its expiry marker only
-// over values).
+// then makes a new place at the back.
+//
+// Dequeue purges the place's key (the stream's purge of one subject: no
+// marker is left, and the core's holders, a new one per acquisition, do
+// not leave a key each behind), then writes the name's leave signal, the
+// key =queue.<key of N>.= (a purge marker with a TTL of a second, which the
+// server then drops without a marker of its own), which wakes the watchers
+// of N. The signal comes after the purge, so a waiter it wakes lists the
+// queue without the place.
 //
 // Enqueue counts the live places of N with a ticket below its own from one
 // batched direct get of the last message of each place key (multi_last),
@@ -50,16 +55,16 @@ var _ store.Queuer = (*Store)(nil)
 // server (the stream's leader) assigns in order: of two waiters racing to
 // queue, the one with the higher ticket was stored after the other, so any
 // listing that includes its own write includes the other's place. A
-// listing from a replica that had not yet stored the waiter's own write
-// (an R3 bucket's follower) is asked again.
+// listing from a replica that had not yet stored every revision this
+// handle saw (its own writes, and what its watches delivered: an R3
+// bucket's follower) is asked again.
 
 // queuePrefix begins every key of the queues.
 const queuePrefix = "=queue."
 
-// placeMarkerTTL is how long a dequeued place's purge marker stays: long
-// enough for a watch that reconnects to be delivered it, short enough that
-// the markers of places that left do not pile up in the listings.
-const placeMarkerTTL = time.Minute
+// leaveSignalTTL is how long a name's leave signal stays (the server's
+// shortest TTL): it is there to be delivered to the watches, once.
+const leaveSignalTTL = time.Second
 
 // listTries bounds the listings Enqueue asks for until one includes its
 // own write.
@@ -71,6 +76,9 @@ func placeKey(name, holder string) string {
 
 // queueFilter matches the place keys of name's queue.
 func queueFilter(name string) string { return queuePrefix + keyOf(name) + ".=.*" }
+
+// leaveKey is the key of name's leave signal, which queueFilter does not match.
+func leaveKey(name string) string { return queuePrefix + keyOf(name) + ".=" }
 
 // holderToken writes a holder as one subject token, one to one.
 func holderToken(holder string) string {
@@ -88,16 +96,16 @@ func holderToken(holder string) string {
 }
 
 // placeHint is what this handle knows of a place key from its own last
-// write of it: the write's revision and the place's ticket (0: the write
-// was a purge marker, the holder had no place left). It is a first guess
-// only: the compare-and-set decides, and a wrong guess reads the key.
+// write of it: the write's revision and the place's ticket. It is a first
+// guess only: the compare-and-set decides, and a wrong guess reads the key.
+// Dequeue forgets it.
 type placeHint struct{ rev, ticket uint64 }
 
 // Enqueue implements store.Queuer (see above). A refresh whose hint holds
 // costs one round trip (its write and the listing are sent together: the
 // places ahead of it were stored before its ticket was, which this handle
-// saw); a new place two (its write, then the listing). A key that changed
-// under the hint costs a read and a write more.
+// saw); a new place two (its write, expecting an empty key, then the
+// listing). A key that changed under the hint costs a read and a write more.
 func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
 	if err := kit.CheckEnqueue(name, holder, ttl); err != nil {
 		return 0, err
@@ -110,11 +118,6 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	var h placeHint
 	if v, ok := s.placeHints.Load(key); ok {
 		h = v.(placeHint)
-		if h.ticket == 0 {
-			// This handle's last write was the place's purge marker: the
-			// holder has no place, and a new one need not check the key.
-			h.rev = anyRev
-		}
 	}
 	if h.ticket == 0 {
 		ticket, rev, err := s.writePlace(ctx, key, holder, ttl, h)
@@ -129,6 +132,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 		err    error
 	}
 	listed := make(chan listing, 1)
+	seen := s.high.Load()
 	go func() {
 		places, upTo, err := s.listQueue(ctx, name)
 		listed <- listing{places, upTo, err}
@@ -138,7 +142,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	if err != nil {
 		return 0, s.fail(op, err)
 	}
-	if ticket == h.ticket && l.err == nil && l.upTo >= h.rev {
+	if ticket == h.ticket && l.err == nil && l.upTo >= seen {
 		return ahead(l.places, holder, ticket), nil
 	}
 	// The place was made again (it had expired or left), or the listing
@@ -187,19 +191,21 @@ func (s *Store) writePlace(ctx context.Context, key, holder string, ttl time.Dur
 	return 0, 0, fmt.Errorf("the place's key changed under %d compare-and-set attempts in a row; outcome unknown", maxConflicts)
 }
 
-// countAhead lists name's queue until the listing includes the write of
-// revision rev, and counts the places ahead of ticket.
+// countAhead lists name's queue until the listing includes every revision
+// this handle saw (the place's write of revision rev among them), and
+// counts the places ahead of ticket.
 func (s *Store) countAhead(ctx context.Context, op, name, holder string, ticket, rev uint64) (int, error) {
+	seen := max(rev, s.high.Load())
 	for range listTries {
 		places, upTo, err := s.listQueue(ctx, name)
 		if err != nil {
 			return 0, s.fail(op, err)
 		}
-		if upTo >= rev {
+		if upTo >= seen {
 			return ahead(places, holder, ticket), nil
 		}
 	}
-	return 0, kit.Errorf(op, "the server that answered %d listings of the queue had not stored its place's write (revision %d)", listTries, rev)
+	return 0, kit.Errorf(op, "the server that answered %d listings of the queue had not stored revision %d, which this handle saw (its place's write is %d)", listTries, seen, rev)
 }
 
 // ahead counts the live places other than holder's with a ticket below ticket.
@@ -341,9 +347,9 @@ func (b *batchReplies) close() {
 	}
 }
 
-// Dequeue implements store.Queuer: a purge marker over holder's place, at
-// exactly the place's last revision (one round trip when this handle
-// wrote the place last), which wakes the name's watchers. No place: nothing.
+// Dequeue implements store.Queuer (see above): the purge of the place's
+// key, then, if it had a message, the name's leave signal. Two requests in
+// a row; one when there is no place.
 func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err := kit.CheckDequeue(name, holder); err != nil {
 		return err
@@ -353,39 +359,28 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 		return kit.Wrap(op, err)
 	}
 	key := placeKey(name, holder)
-	var expect uint64 // 0: read the key first
-	if v, ok := s.placeHints.Load(key); ok && v.(placeHint).ticket > 0 {
-		expect = v.(placeHint).rev
+	s.placeHints.Delete(key)
+	var purged struct {
+		Purged uint64 `json:"purged"`
 	}
-	for range maxConflicts {
-		if expect == 0 {
-			e, found, err := s.last(ctx, key)
-			if err != nil {
-				return s.fail(op, err)
-			}
-			if !found || e.kind != kindValue {
-				return nil // no place
-			}
-			expect = e.rev
-		}
-		body, err := json.Marshal(value{Holder: holder, Event: "dequeued"})
-		if err != nil {
-			return kit.Wrap(op, err)
-		}
-		m := natsio.NewMsg(s.pre + key)
-		m.Data = body
-		m.Header.Set(hdrKVOp, "PURGE")
-		m.Header.Set(hdrTTL, ttlHeader(placeMarkerTTL))
-		rev, err := s.send(ctx, m, expect)
-		if err == nil {
-			s.see(rev)
-			s.placeHints.Store(key, placeHint{rev: rev})
-			return nil
-		}
-		if !isConflict(err) {
-			return s.fail(op, err)
-		}
-		expect = 0
+	if err := s.request(ctx, "STREAM.PURGE."+s.stream, map[string]string{"filter": s.pre + key}, &purged); err != nil {
+		return s.fail(op, err)
 	}
-	return kit.Errorf(op, "the place's key changed under %d compare-and-set attempts in a row; outcome unknown", maxConflicts)
+	if purged.Purged == 0 {
+		return nil // no place
+	}
+	body, err := json.Marshal(value{Holder: holder, Event: "dequeued"})
+	if err != nil {
+		return kit.Wrap(op, err)
+	}
+	m := natsio.NewMsg(s.pre + leaveKey(name))
+	m.Data = body
+	m.Header.Set(hdrKVOp, "PURGE")
+	m.Header.Set(hdrTTL, ttlHeader(leaveSignalTTL))
+	rev, err := s.send(ctx, m, anyRev)
+	if err != nil {
+		return s.fail(op, fmt.Errorf("the place is gone, but the signal that wakes the waiters behind it was not written (they find out at their next refresh): %w", err))
+	}
+	s.see(rev)
+	return nil
 }

@@ -92,7 +92,8 @@ func TestQueueNamesApart(t *testing.T) {
 
 // TestQueueMessages counts the messages (requests) each call sends, as the
 // README states them: a new place two in a row (its write, then the
-// listing), a refresh two at once, a dequeue one.
+// listing), a refresh two at once, a dequeue two in a row (the purge, the
+// leave signal), or one when there is no place.
 func TestQueueMessages(t *testing.T) {
 	srv := shared(t)
 	bucket := uniqueBucket("qmsgs")
@@ -129,7 +130,8 @@ func TestQueueMessages(t *testing.T) {
 	}{
 		{"first enqueue of the handle", enqueue(1), 2},
 		{"refresh", enqueue(1), 2},
-		{"dequeue", func() error { return st.Dequeue(ctx, "job", "me") }, 1},
+		{"dequeue", func() error { return st.Dequeue(ctx, "job", "me") }, 2},
+		{"dequeue without a place", func() error { return st.Dequeue(ctx, "job", "me") }, 1},
 		{"enqueue after a dequeue", enqueue(1), 2},
 	} {
 		if n := sent(c.what, c.call); n != c.want {
@@ -309,5 +311,40 @@ func TestQueueClusterR3(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestQueueLeavesNoKeys: a dequeued place leaves no key behind (the core
+// queues a new holder for each acquisition: a key left per place would
+// pile up in every listing); the negative control is a place not dequeued.
+func TestQueueLeavesNoKeys(t *testing.T) {
+	srv := shared(t)
+	st := openStore(t, srv.url(), uniqueBucket("qkeys"))
+	ctx := testCtx(t, 30*time.Second)
+	placeKeys := func() int {
+		t.Helper()
+		var si streamInfo
+		if err := st.request(ctx, "STREAM.INFO."+st.stream, map[string]string{"subjects_filter": st.pre + queueFilter("job")}, &si); err != nil {
+			t.Fatal(err)
+		}
+		return len(si.State.Subjects)
+	}
+	for i := range 20 {
+		holder := fmt.Sprintf("node.%d", i)
+		if _, err := st.Enqueue(ctx, "job", holder, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Dequeue(ctx, "job", holder); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := placeKeys(); n != 0 {
+		t.Fatalf("20 places queued and dequeued left %d keys", n)
+	}
+	if _, err := st.Enqueue(ctx, "job", "stays", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := placeKeys(); n != 1 {
+		t.Fatalf("a place not dequeued: %d keys, want 1", n)
 	}
 }
