@@ -54,6 +54,9 @@ type Store struct {
 	stream string // KV_<bucket>
 	pre    string // $KV.<bucket>.
 	api    string // $JS.API.
+	// replicas is the bucket's replica count when the handle opened it: a
+	// direct get on an R1 bucket is answered by its only server.
+	replicas int
 	life   storekit.Lifecycle
 
 	// high is the highest revision this handle has seen in the bucket: a

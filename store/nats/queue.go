@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,7 +238,8 @@ func ahead(places []entry, holder string, ticket uint64) int {
 // (a batched direct get, multi_last), and the stream sequence up to which
 // the answering server had stored messages: every place written at or
 // below it is in the answer, unless it left since. A queue without keys
-// answers 0.
+// answers no sequence on an R3 or R5 bucket (0: it may be a follower's
+// answer from behind).
 func (s *Store) listQueue(ctx context.Context, name string) ([]entry, uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
@@ -266,7 +268,10 @@ func (s *Store) listQueue(ctx context.Context, name string) ([]entry, uint64, er
 				return nil, 0, fmt.Errorf("the queue's listing ended without Nats-UpTo-Sequence: %w", err)
 			}
 			return places, upTo, nil
-		case "404": // no key matched
+		case "404": // no key matched; the answer does not say up to where
+			if s.replicas <= 1 {
+				return nil, math.MaxUint64, nil // the only server answered: as of now
+			}
 			return nil, 0, nil
 		case "413":
 			return nil, 0, fmt.Errorf("the queue of %q has more than 1024 place keys (live places, and markers of places that left or expired), more than the server lists in one batch", name)

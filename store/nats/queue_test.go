@@ -3,6 +3,7 @@ package nats
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -59,6 +60,11 @@ func TestQueueNamesApart(t *testing.T) {
 	srv := shared(t)
 	st := openStore(t, srv.url(), uniqueBucket("qnames"))
 	ctx := testCtx(t, 30*time.Second)
+	// An empty queue's listing: the only server of an R1 bucket answered,
+	// as of now (the cluster test has the R3 case).
+	if places, upTo, err := st.listQueue(ctx, "app"); err != nil || len(places) != 0 || upTo != math.MaxUint64 {
+		t.Fatalf("listing of an empty queue on R1: %v up to %d, %v; want none, as of now", places, upTo, err)
+	}
 	names := []string{"app", "app.x", "app.", "app..x"}
 	for _, name := range names {
 		for i, holder := range []string{"first", "second"} {
@@ -279,6 +285,11 @@ func TestQueueClusterR3(t *testing.T) {
 		handles = append(handles, st)
 	}
 	ctx := testCtx(t, 60*time.Second)
+	// An empty queue's listing may come from a follower: it says nothing
+	// of how far that follower had got.
+	if places, upTo, err := handles[0].listQueue(ctx, "job-0"); err != nil || len(places) != 0 || upTo != 0 {
+		t.Fatalf("listing of an empty queue on R3: %v up to %d, %v; want none, up to 0 (unknown)", places, upTo, err)
+	}
 	for round := range 10 {
 		name := fmt.Sprintf("job-%d", round)
 		ahead := make([]int, len(handles))
