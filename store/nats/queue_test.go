@@ -50,6 +50,11 @@ func TestQueueKeyLayout(t *testing.T) {
 		if !strings.HasPrefix(pk, queuePrefix) || store.ValidateName(nameOf(pk)) == nil {
 			t.Errorf("place key %q of %q reads as a lease name", pk, name)
 		}
+		// Dequeue purges the place key as a subject filter: a wildcard
+		// in it would purge other keys.
+		if pk := placeKey(name, "*.>"); strings.ContainsAny(pk, "*>") {
+			t.Errorf("place key %q has a wildcard", pk)
+		}
 	}
 }
 
