@@ -57,7 +57,7 @@ type Store struct {
 	// replicas is the bucket's replica count when the handle opened it: a
 	// direct get on an R1 bucket is answered by its only server.
 	replicas int
-	life   storekit.Lifecycle
+	life     storekit.Lifecycle
 
 	// high is the highest revision this handle has seen in the bucket: a
 	// new term's revision at or below it is a regress (ErrTokenRegress).
