@@ -3,14 +3,18 @@ package main_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	natsio "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -65,6 +69,63 @@ func TestFairRunEtcd(t *testing.T) {
 		var out []string
 		for _, kv := range resp.Kvs {
 			out = append(out, strings.TrimPrefix(string(kv.Key), markers))
+		}
+		return out
+	})
+}
+
+// TestFairRunNATS: the same on NATS, whose queue is one key per place
+// (=queue.NAME.=.HOLDER) in the lease's bucket: the places are the live
+// values among those keys, in the order of the tickets they carry (a
+// ticket of 0 is the value's own revision).
+func TestFairRunNATS(t *testing.T) {
+	host := embeddedNATS(t)
+	nc, err := natsio.Connect("nats://" + host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fairRun(t, "nats://"+host+"/lh-fair", func() []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		kv, err := js.KeyValue(ctx, "lh-fair")
+		if err != nil {
+			return nil // the bucket is made by the first run's Open
+		}
+		keys, err := kv.ListKeysFiltered(ctx, "=queue.fair-job.=.*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		type place struct {
+			holder string
+			ticket uint64
+		}
+		var places []place
+		for key := range keys.Keys() {
+			e, err := kv.Get(ctx, key)
+			if err != nil {
+				continue // left or expired since it was listed
+			}
+			var v struct {
+				Holder string `json:"holder"`
+				Token  uint64 `json:"token"`
+			}
+			if err := json.Unmarshal(e.Value(), &v); err != nil {
+				t.Fatalf("place %s: %v", key, err)
+			}
+			if v.Token == 0 {
+				v.Token = e.Revision()
+			}
+			places = append(places, place{v.Holder, v.Token})
+		}
+		sort.Slice(places, func(i, j int) bool { return places[i].ticket < places[j].ticket })
+		var out []string
+		for _, p := range places {
+			out = append(out, p.holder)
 		}
 		return out
 	})

@@ -33,6 +33,8 @@ func leastPermissions(b string) ([]string, []string) {
 			"$KV." + b + ".>",
 			"$JS.API.STREAM.INFO.KV_" + b,
 			"$JS.API.STREAM.MSG.GET.KV_" + b,
+			"$JS.API.DIRECT.GET.KV_" + b,
+			"$JS.API.STREAM.PURGE.KV_" + b,
 			"$JS.API.CONSUMER.CREATE.KV_" + b + ".>",
 			"$JS.API.CONSUMER.DELETE.KV_" + b + ".>",
 			"$JS.FC.KV_" + b + ".>",
@@ -97,10 +99,16 @@ func exercise(t *testing.T, raw string, admin *Store) {
 	if _, err := st.ForceRelease(ctx, name); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
+	if n, err := st.Enqueue(ctx, name, "restricted", 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("Enqueue: %d, %v", n, err)
+	}
+	if err := st.Dequeue(ctx, name, "restricted"); err != nil {
+		t.Fatalf("Dequeue: %v", err)
+	}
 }
 
 // TestLeastPermissions: a user allowed only the subjects the README lists
-// can do everything with an existing bucket; without each of the ones that
+// can do everything with an existing bucket, the queue included; without each of the ones that
 // matter, the operation that needs it fails.
 func TestLeastPermissions(t *testing.T) {
 	bucket := uniqueBucket("perm")
@@ -117,6 +125,8 @@ func TestLeastPermissions(t *testing.T) {
 		"no-msgget":   "$JS.API.STREAM.MSG.GET.KV_" + bucket,
 		"no-info":     "$JS.API.STREAM.INFO.KV_" + bucket,
 		"no-consumer": "$JS.API.CONSUMER.CREATE.KV_" + bucket + ".>",
+		"no-direct":   "$JS.API.DIRECT.GET.KV_" + bucket,
+		"no-purge":    "$JS.API.STREAM.PURGE.KV_" + bucket,
 	}
 	for user, perm := range broken {
 		add(user, without(pub, perm))
@@ -153,11 +163,25 @@ func TestLeastPermissions(t *testing.T) {
 			st := sti.(*Store)
 			name := "perm/" + randHex(3)
 			_, err = st.Acquire(ctx, name, "x", 5*time.Second, "")
-			if user == "no-consumer" {
+			switch user {
+			case "no-consumer":
 				if err != nil {
 					t.Fatalf("Acquire: %v", err)
 				}
 				_, err = st.Watch(ctx, name)
+			case "no-direct": // only the queue's listing needs it
+				if err != nil {
+					t.Fatalf("Acquire: %v", err)
+				}
+				_, err = st.Enqueue(ctx, name, "x", 5*time.Second)
+			case "no-purge": // the queue's Dequeue needs it
+				if err != nil {
+					t.Fatalf("Acquire: %v", err)
+				}
+				if _, err = st.Enqueue(ctx, name, "x", 5*time.Second); err != nil {
+					t.Fatalf("Enqueue: %v", err)
+				}
+				err = st.Dequeue(ctx, name, "x")
 			}
 			if err == nil {
 				t.Fatalf("without %s every operation succeeded: the permission is not needed", perm)

@@ -54,7 +54,10 @@ type Store struct {
 	stream string // KV_<bucket>
 	pre    string // $KV.<bucket>.
 	api    string // $JS.API.
-	life   storekit.Lifecycle
+	// replicas is the bucket's replica count when the handle opened it: a
+	// direct get on an R1 bucket is answered by its only server.
+	replicas int
+	life     storekit.Lifecycle
 
 	// high is the highest revision this handle has seen in the bucket: a
 	// new term's revision at or below it is a regress (ErrTokenRegress).
@@ -64,6 +67,12 @@ type Store struct {
 	// hint is only a first guess: the compare-and-set is what decides, and
 	// a wrong guess falls back to reading the key.
 	hints sync.Map // name -> hint
+	// placeHints remember, per place key of the queues, this handle's
+	// last write of it, so that a refresh or a dequeue tries its
+	// compare-and-set at once (queue.go).
+	placeHints sync.Map // place key -> placeHint
+	// batches receives the queue's listings (queue.go).
+	batches batchReplies
 	// reported keeps the server's asynchronous errors (Open sets it; nil
 	// on a connection the caller owns).
 	reported *asyncErrors
@@ -253,9 +262,22 @@ func (s *Store) publish(ctx context.Context, key string, v value, expect uint64,
 	if ttl > 0 {
 		m.Header.Set(hdrTTL, ttlHeader(ttl))
 	}
+	return s.send(ctx, m, expect)
+}
+
+// anyRev, as the revision a write expects, writes whatever the key holds.
+const anyRev = ^uint64(0)
+
+// send stores m if its key's last revision is expect (0: the key has no
+// message; anyRev: whatever it has) and returns the new revision.
+func (s *Store) send(ctx context.Context, m *natsio.Msg, expect uint64) (uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
+	var opts []jetstream.PublishOpt
+	if expect != anyRev {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expect))
+	}
+	ack, err := s.js.PublishMsg(ctx, m, opts...)
 	if err != nil {
 		return 0, err
 	}
@@ -572,8 +594,11 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 func (s *Store) WatchesGrants() bool { return true }
 
 // Watch wakes on every message stored on name's key after the call:
-// grants, renewals, releases, and the server's expiry markers. It is a
-// JetStream ordered consumer (the KV watch), which follows the server
+// grants, renewals, releases, and the server's expiry markers; and when a
+// place leaves name's queue (a dequeue's leave signal, or the server's
+// expiry marker of a place), but not when one is written or refreshed. It
+// is a JetStream ordered consumer (the KV watch) of the lease's key and the
+// queue's keys, delivering headers only, which follows the server
 // through reconnects by itself and resumes after the last message it
 // delivered, so a change while disconnected is delivered on resumption.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
@@ -585,7 +610,8 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, kit.Wrap(op, err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	w, err := s.kv.Watch(wctx, keyOf(name), jetstream.UpdatesOnly())
+	key, leave := keyOf(name), leaveKey(name)
+	w, err := s.kv.WatchFiltered(wctx, []string{key, leave, queueFilter(name)}, jetstream.UpdatesOnly(), jetstream.MetaOnly())
 	if err != nil {
 		cancel()
 		if ctx.Err() != nil {
@@ -607,6 +633,12 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				if e == nil {
 					continue
 				}
+				// A listing of the queue after this wake-up must show
+				// what it delivered (queue.go).
+				s.see(e.Revision())
+				if e.Key() != key && e.Key() != leave && e.Operation() == jetstream.KeyValuePut {
+					continue // a place written or refreshed: nobody moved up
+				}
 				select {
 				case ch <- struct{}{}:
 				default:
@@ -624,6 +656,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 // Close closes the connection if the store opened it. It releases no lease.
 func (s *Store) Close() error {
 	return s.life.Close(func() error {
+		s.batches.close()
 		if s.own {
 			s.nc.Close()
 		}

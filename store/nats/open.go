@@ -283,6 +283,7 @@ func (s *Store) ensure(ctx context.Context, o Options) error {
 	if err != nil {
 		return kit.Errorf(op, "bucket %q: %w", s.bucket, err)
 	}
+	s.replicas = si.Config.Replicas
 	return checkBucket(s.bucket, si.Config)
 }
 

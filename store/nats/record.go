@@ -79,16 +79,21 @@ const (
 // decodeEntry reads a stored message: its headers (NATS wire form, as
 // STREAM.MSG.GET returns them) and body.
 func decodeEntry(rev uint64, at time.Time, hdrs, data []byte) entry {
-	e := entry{rev: rev, at: at, kind: kindValue}
+	var h natsio.Header
 	if len(hdrs) > 0 {
-		if h, err := natsio.DecodeHeadersMsg(hdrs); err == nil {
-			switch {
-			case h.Get(hdrKVOp) == "DEL" || h.Get(hdrKVOp) == "PURGE":
-				e.kind = kindDeleted
-			case h.Get(hdrMarkerReason) != "":
-				e.kind = kindExpired
-			}
-		}
+		h, _ = natsio.DecodeHeadersMsg(hdrs)
+	}
+	return entryOf(rev, at, h, data)
+}
+
+// entryOf reads a stored message from its parsed headers and body.
+func entryOf(rev uint64, at time.Time, h natsio.Header, data []byte) entry {
+	e := entry{rev: rev, at: at, kind: kindValue}
+	switch {
+	case h.Get(hdrKVOp) == "DEL" || h.Get(hdrKVOp) == "PURGE":
+		e.kind = kindDeleted
+	case h.Get(hdrMarkerReason) != "":
+		e.kind = kindExpired
 	}
 	if len(data) > 0 {
 		if err := json.Unmarshal(data, &e.v); err != nil {
