@@ -172,20 +172,20 @@ func (s *Store) sawQueue(l *lease, q queue, now time.Time) map[string]bool {
 func (s *Store) setMine(qn, holder string, queued bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sg := s.queues[qn]
-	switch {
-	case queued && sg != nil:
-		sg.mine[holder] = true
-	case !queued && sg != nil:
-		delete(sg.mine, holder)
-		if len(sg.mine) == 0 {
-			// Nothing of this store waits here: forget the object, so
-			// that a store that queued on many names keeps nothing of
-			// them. (Its judgement of others' places starts again at
-			// its next read.)
-			delete(s.queues, qn)
+	if sg := s.queues[qn]; sg != nil {
+		if queued {
+			sg.mine[holder] = true
+		} else {
+			delete(sg.mine, holder)
 		}
 	}
+}
+
+// forgetQueue drops what this store knows of queue object qn, which is gone.
+func (s *Store) forgetQueue(qn string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.queues, qn)
 }
 
 // queueToFollow returns the version of queue object qn to follow a watch
@@ -234,6 +234,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 			return fail(err)
 		}
 		if cur == nil {
+			s.forgetQueue(qn)
 			l := new(lease)
 			l.Metadata.Name, l.Metadata.Namespace = qn, s.ns
 			l.Metadata.Annotations = map[string]string{AnnotationQueueOf: o.obj}
@@ -307,7 +308,7 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 			return fail(err)
 		}
 		if cur == nil {
-			s.setMine(qn, holder, false)
+			s.forgetQueue(qn)
 			return nil
 		}
 		expired := s.sawQueue(cur, q, s.now())
@@ -325,7 +326,7 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 				continue // a waiter queued or refreshed since: read again
 			}
 			if err == nil || isNotFound(err) {
-				s.setMine(qn, holder, false)
+				s.forgetQueue(qn)
 				return nil
 			}
 			if !IsForbidden(err) {
@@ -338,7 +339,7 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 			continue
 		}
 		if isNotFound(err) {
-			s.setMine(qn, holder, false)
+			s.forgetQueue(qn)
 			return nil
 		}
 		if err != nil {
