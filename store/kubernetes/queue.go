@@ -86,9 +86,16 @@ type queueSighting struct {
 	// since is, per holder, the seq of its place this store saw last and
 	// when it first saw that seq.
 	since map[string]placeSighting
-	// mine is the holders this store queued and has not dequeued: a Watch
+	// mine is the places this store wrote and has not dequeued: a Watch
 	// on the lease follows the queue object only for them.
-	mine map[string]bool
+	mine map[string]myPlace
+}
+
+// myPlace is a place this store wrote: the seq it stamped and when it sent
+// the write (no observer can have seen that seq earlier).
+type myPlace struct {
+	seq  int64 // 0: not known in this version of the object
+	sent time.Time
 }
 
 type placeSighting struct {
@@ -144,9 +151,11 @@ func (s *Store) sawQueue(l *lease, q queue, now time.Time) map[string]bool {
 	if sg == nil || sg.uid != l.Metadata.UID {
 		// New, or deleted and created again: a seq of the old object
 		// says nothing of the new one.
-		mine := map[string]bool{}
+		mine := map[string]myPlace{}
 		if sg != nil {
-			mine = sg.mine
+			for h, p := range sg.mine {
+				mine[h] = myPlace{sent: p.sent}
+			}
 		}
 		sg = &queueSighting{uid: l.Metadata.UID, since: map[string]placeSighting{}, mine: mine}
 		s.queues[l.Metadata.Name] = sg
@@ -168,17 +177,49 @@ func (s *Store) sawQueue(l *lease, q queue, now time.Time) map[string]bool {
 	return expired
 }
 
-// setMine notes whether holder has a place that this store wrote.
-func (s *Store) setMine(qn, holder string, queued bool) {
+// setMine notes that this store wrote holder's place, stamped seq, in a
+// write it sent at sent.
+func (s *Store) setMine(qn, holder string, seq int64, sent time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sg := s.queues[qn]; sg != nil {
-		if queued {
-			sg.mine[holder] = true
-		} else {
-			delete(sg.mine, holder)
-		}
+		sg.mine[holder] = myPlace{seq: seq, sent: sent}
 	}
+}
+
+// dropMine notes that holder has left the queue.
+func (s *Store) dropMine(qn, holder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sg := s.queues[qn]; sg != nil {
+		delete(sg.mine, holder)
+	}
+}
+
+// refreshedLately returns holder's position in places if its place there is
+// the one this store last wrote, with ttl ms, less than a tenth of that ttl
+// before now: an observer cannot judge it expired for at least nine tenths
+// of its ttl more, so a refresh need not write. (The core refreshes each
+// RetryPeriod, by default 2/15 of the ttl, and also on every wake-up of its
+// watch, which under contention is several times a hand-off: those extra
+// refreshes cost one read each instead of a write to the object every
+// waiter writes.)
+func (s *Store) refreshedLately(qn, holder string, places []place, ms int64, now time.Time) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sg := s.queues[qn]
+	if sg == nil {
+		return 0, false
+	}
+	mp, ok := sg.mine[holder]
+	if !ok || now.Sub(mp.sent) >= time.Duration(ms)*time.Millisecond/10 {
+		return 0, false
+	}
+	i := slices.IndexFunc(places, func(p place) bool { return p.Holder == holder })
+	if i < 0 || places[i].Seq != mp.seq || places[i].TTLMillis != ms {
+		return 0, false
+	}
+	return i, true
 }
 
 // forgetQueue drops what this store knows of queue object qn, which is gone.
@@ -211,7 +252,10 @@ func holderSet(places []place) map[string]bool {
 // Enqueue implements store.Queuer: one read of the queue object and one
 // write (a create for the first place), conditional on the version read.
 // Places this store has seen unchanged for their ttl are dropped by the same
-// write. A place's ttl is kept to the millisecond.
+// write. A place's ttl is kept to the millisecond. A refresh less than a
+// tenth of the ttl after this store's last write of the place (with the same
+// ttl, nothing expired) writes nothing (see refreshedLately): the place then
+// lives at least nine tenths of the ttl from now, not the whole ttl.
 func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return 0, err
@@ -239,6 +283,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 			l.Metadata.Name, l.Metadata.Namespace = qn, s.ns
 			l.Metadata.Annotations = map[string]string{AnnotationQueueOf: o.obj}
 			q := queue{Next: 1, Places: []place{{Holder: holder, TTLMillis: ms, Seq: 1}}}
+			sent := s.now()
 			created, err := s.leases.create(ctx, withQueue(l, q))
 			if isAlreadyExists(err) {
 				continue
@@ -247,10 +292,14 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 				return fail(err)
 			}
 			s.sawQueue(created, q, s.now())
-			s.setMine(qn, holder, true)
+			s.setMine(qn, holder, 1, sent)
 			return 0, nil
 		}
-		expired := s.sawQueue(cur, q, s.now())
+		now := s.now()
+		expired := s.sawQueue(cur, q, now)
+		if i, ok := s.refreshedLately(qn, holder, q.Places, ms, now); ok && len(expired) == 0 {
+			return i, nil
+		}
 		next := queue{Next: q.Next + 1}
 		ahead := -1
 		for _, p := range q.Places {
@@ -267,6 +316,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 			ahead = len(next.Places)
 			next.Places = append(next.Places, place{Holder: holder, TTLMillis: ms, Seq: next.Next})
 		}
+		sent := s.now()
 		written, err := s.leases.update(ctx, withQueue(cur, next))
 		if isConflict(err) || isNotFound(err) {
 			continue // another waiter wrote, or the last one left: read again
@@ -275,7 +325,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 			return fail(err)
 		}
 		s.sawQueue(written, next, s.now())
-		s.setMine(qn, holder, true)
+		s.setMine(qn, holder, next.Next, sent)
 		return ahead, nil
 	}
 	return fail(fmt.Errorf("lost the race to write the queue object %s %d times in a row", qn, maxQueueRaces))
@@ -317,7 +367,7 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 			return p.Holder == holder || expired[p.Holder]
 		})
 		if len(next.Places) == len(q.Places) {
-			s.setMine(qn, holder, false)
+			s.dropMine(qn, holder)
 			return nil // nothing to remove: no write
 		}
 		if len(next.Places) == 0 {
@@ -346,7 +396,7 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 			return fail(err)
 		}
 		s.sawQueue(written, next, s.now())
-		s.setMine(qn, holder, false)
+		s.dropMine(qn, holder)
 		return nil
 	}
 	return fail(fmt.Errorf("lost the race to write the queue object %s %d times in a row", qn, maxQueueRaces))

@@ -132,10 +132,12 @@ func mustDequeue(t *testing.T, st *k8sstore.Store, holder string) {
 
 // TestQueueObject: the queue is one Lease object beside the lease, with no
 // holder, not listed and not usable as a lease; each Enqueue and Dequeue is
-// one read and at most one write; the last place's Dequeue deletes it.
+// one read and at most one write, a refresh soon after the last one only a
+// read; the last place's Dequeue deletes it.
 func TestQueueObject(t *testing.T) {
 	ns := namespace(t)
-	st, spy := spiedStore(t, ns, nil)
+	var clock offsetClock
+	st, spy := spiedStore(t, ns, &clock)
 	cost := func(op, want string) {
 		t.Helper()
 		if got := spy.take(); got != want {
@@ -147,7 +149,12 @@ func TestQueueObject(t *testing.T) {
 	mustEnqueue(t, st, "node-b", time.Minute, 1)
 	cost("second Enqueue", "GET 1 PUT 1")
 	mustEnqueue(t, st, "node-a", time.Minute, 0)
-	cost("refresh", "GET 1 PUT 1")
+	cost("refresh at once", "GET 1")
+	clock.add(time.Minute / 10)
+	mustEnqueue(t, st, "node-a", time.Minute, 0)
+	cost("refresh a tenth of the ttl later", "GET 1 PUT 1")
+	mustEnqueue(t, st, "node-a", 2*time.Minute, 0)
+	cost("refresh with another ttl", "GET 1 PUT 1")
 
 	qn := k8sstore.QueueName("job")
 	l, err := adminClient(t).CoordinationV1().Leases(ns).Get(ctxT(t), qn, metav1.GetOptions{})
@@ -203,8 +210,8 @@ func TestQueueForeignObject(t *testing.T) {
 // without the refresh, the place is removed.
 func TestQueueExpiryOnObserversClock(t *testing.T) {
 	ns := namespace(t)
-	waiter := openStore(t, apiserver(t).AdminConfig(), ns)
-	var clock offsetClock
+	var clock, waiterClock offsetClock
+	waiter, _ := spiedStore(t, ns, &waiterClock)
 	observer, spy := spiedStore(t, ns, &clock)
 	ttl := 2 * time.Second
 	mustEnqueue(t, waiter, "node-b", ttl, 0)
@@ -213,9 +220,11 @@ func TestQueueExpiryOnObserversClock(t *testing.T) {
 	clock.add(ttl / 2)
 	mustEnqueue(t, observer, "node-a", time.Minute, 1) // not yet expired by its clock
 
-	// Past the ttl on the observer's clock; node-b refreshes its place just
-	// after the observer has read the object.
+	// Past the ttl on the observer's clock, which runs fast: by node-b's
+	// own, only half of it has passed, and it refreshes its place just after
+	// the observer has read the object.
 	clock.add(ttl)
+	waiterClock.add(ttl / 2)
 	qn := k8sstore.QueueName("job")
 	var refreshed atomic.Bool
 	spy.setAfter(func(r *http.Request) {
@@ -226,8 +235,8 @@ func TestQueueExpiryOnObserversClock(t *testing.T) {
 	spy.take()
 	mustEnqueue(t, observer, "node-a", time.Minute, 1)
 	spy.setAfter(nil)
-	if got := spy.take(); got != "GET 2 PUT 2 409 1" {
-		t.Fatalf("the observer's requests: %s; want its removal refused (409) and a second read and write", got)
+	if got := spy.take(); got != "GET 2 PUT 1 409 1" {
+		t.Fatalf("the observer's requests: %s; want its removal refused (409), then a second read (its own place needs no refresh yet)", got)
 	}
 	if places, _ := queuePlaces(t, ns, "job"); fmt.Sprint(places) != "[node-b node-a]" {
 		t.Fatalf("places %v, want the refreshed node-b kept first", places)
