@@ -217,6 +217,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 				r.Machine["kubernetes"] = ke.version
 				libs = append(libs, ke.floorLib())
 				libs = append(libs, ke.libs(o.kubeTTL)...)
+				libs = append(libs, fairLibs("kubernetes", ke.st, o.kubeTTL, "Lease watch, queue object watch")...)
 			}
 		}
 	}

@@ -17,6 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientset "k8s.io/client-go/kubernetes"
+
+	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
 )
 
 // TestFairRunSQLite: `leasehold run --fair` on the default kind of store.
@@ -32,7 +37,7 @@ func TestFairRunSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	fairRun(t, "sqlite://"+path, func() []string {
+	fairRun(t, "sqlite://"+path, timingArgs, func() []string {
 		rows, err := db.Query(`SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' ORDER BY seq`)
 		if err != nil {
 			return nil // the table is made by the first run's Open
@@ -59,7 +64,7 @@ func TestFairRunEtcd(t *testing.T) {
 	}
 	defer cli.Close()
 	markers := "lh-fair/.leasehold/queue/fair-job "
-	fairRun(t, "etcd://"+host+"/lh-fair", func() []string {
+	fairRun(t, "etcd://"+host+"/lh-fair", timingArgs, func() []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		resp, err := cli.Get(ctx, markers, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -89,7 +94,7 @@ func TestFairRunNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fairRun(t, "nats://"+host+"/lh-fair", func() []string {
+	fairRun(t, "nats://"+host+"/lh-fair", timingArgs, func() []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		kv, err := js.KeyValue(ctx, "lh-fair")
@@ -131,11 +136,42 @@ func TestFairRunNATS(t *testing.T) {
 	})
 }
 
+// TestFairRunKubernetes: the same on Kubernetes, whose queue is a Lease
+// object beside the lease (kubernetes.QueueName) holding the places in an
+// annotation; an emptied queue's object is deleted.
+func TestFairRunKubernetes(t *testing.T) {
+	srv := kubeServer(t)
+	leases, err := clientset.NewForConfig(srv.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fairRun(t, kubernetesURL(t, srv), kubeTimingArgs, func() []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l, err := leases.CoordinationV1().Leases("default").Get(ctx, k8sstore.QueueName("fair-job"), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var q struct{ Places []struct{ Holder string } }
+		if err := json.Unmarshal([]byte(l.Annotations[k8sstore.AnnotationQueue]), &q); err != nil {
+			t.Fatalf("queue object %s: %v", l.Name, err)
+		}
+		var out []string
+		for _, p := range q.Places {
+			out = append(out, p.Holder)
+		}
+		return out
+	})
+}
+
 // fairRun: a holds the lease; b and then c start and queue behind it
 // (queued lists the holders of the places, first first); when a's command
 // ends, b runs before c, each with a higher token, and the queue is empty at
 // the end.
-func fairRun(t *testing.T, url string, queued func() []string) {
+func fairRun(t *testing.T, url string, timings []string, queued func() []string) {
 	dir := t.TempDir()
 	order := filepath.Join(dir, "order")
 	release := filepath.Join(dir, "go")
@@ -148,7 +184,7 @@ func fairRun(t *testing.T, url string, queued func() []string) {
 		out  strings.Builder
 	}
 	start := func(name string, wait string) *proc {
-		args := append([]string{"run", "--fair", "--store", url, "--lease", "fair-job", "--identity", name}, timingArgs...)
+		args := append([]string{"run", "--fair", "--store", url, "--lease", "fair-job", "--identity", name}, timings...)
 		args = append(args, "--", "sh", "-c", script)
 		p := &proc{cmd: exec.Command(leaseholdBin, args...), done: make(chan struct{})}
 		p.cmd.Env = append(os.Environ(), "LEASEHOLD_STORE=", "ORDER="+order, "WAIT="+wait)

@@ -51,6 +51,13 @@ func TestHandOffWokenEtcd(t *testing.T) {
 }
 
 func TestHandOffWokenKubernetes(t *testing.T) {
+	handOff(t, kubernetesURL(t, kubeServer(t)))
+}
+
+// kubeServer starts a kube-apiserver for this test, stopped when it ends;
+// without the binaries the test is skipped loudly (failed in CI).
+func kubeServer(t *testing.T) *kubetest.Server {
+	t.Helper()
 	if os.Getenv(kubetest.EnvBin) == "" {
 		testenv.Missing(t, "kube-apiserver", "set "+kubetest.EnvBin+" to the directory hack/kube-apiserver/build.sh fills")
 	}
@@ -59,11 +66,17 @@ func TestHandOffWokenKubernetes(t *testing.T) {
 		t.Fatalf("start kube-apiserver: %v", err)
 	}
 	t.Cleanup(srv.Stop)
+	return srv
+}
+
+// kubernetesURL is the store URL of srv's default namespace, as the admin.
+func kubernetesURL(t *testing.T, srv *kubetest.Server) string {
+	t.Helper()
 	kc, err := srv.Kubeconfig("admin", srv.AdminToken, "test", "default")
 	if err != nil {
 		t.Fatal(err)
 	}
-	handOff(t, "kubernetes://default?kubeconfig="+url.QueryEscape(kc))
+	return "kubernetes://default?kubeconfig=" + url.QueryEscape(kc)
 }
 
 // embeddedEtcd runs etcd's own server in the test process and returns its

@@ -299,6 +299,10 @@ const (
 
 var timingArgs = []string{"--lease-duration", "2s", "--renew-deadline", "1200ms", "--renew-interval", "400ms", "--retry-period", "200ms"}
 
+// kubeTimingArgs are timingArgs for Kubernetes, which tells renewals apart
+// to the second: the lease must outlast the renew deadline by more than one.
+var kubeTimingArgs = []string{"--lease-duration", "3s", "--renew-deadline", "1500ms", "--renew-interval", "500ms", "--retry-period", "250ms"}
+
 func sqliteURL(t *testing.T) string {
 	return "sqlite://" + filepath.Join(t.TempDir(), "leases.db")
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/testenv"
-	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 )
 
 // Two `leasehold run --every 2s` processes on one store run the command at
@@ -36,20 +34,7 @@ func TestScheduledRunsEtcd(t *testing.T) {
 
 // Kubernetes tells renewals apart to the second: a 3s lease, a 4s period.
 func TestScheduledRunsKubernetes(t *testing.T) {
-	if os.Getenv(kubetest.EnvBin) == "" {
-		testenv.Missing(t, "kube-apiserver", "set "+kubetest.EnvBin+" to the directory hack/kube-apiserver/build.sh fills")
-	}
-	srv, err := kubetest.Start(kubetest.Options{})
-	if err != nil {
-		t.Fatalf("start kube-apiserver: %v", err)
-	}
-	t.Cleanup(srv.Stop)
-	kc, err := srv.Kubeconfig("admin", srv.AdminToken, "test", "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheduledRuns(t, "kubernetes://default?kubeconfig="+url.QueryEscape(kc), false, 4,
-		[]string{"--lease-duration", "3s", "--renew-deadline", "1500ms", "--renew-interval", "500ms", "--retry-period", "250ms"})
+	scheduledRuns(t, kubernetesURL(t, kubeServer(t)), false, 4, kubeTimingArgs)
 }
 
 type periodRun struct {

@@ -17,7 +17,7 @@ import (
 
 // The store speaks to the API server in JSON over HTTP, about one resource:
 // coordination.k8s.io/v1 leases in one namespace (get, create, update, list,
-// watch). client-go's typed clientset would link every API group Kubernetes
+// watch, and delete for an emptied queue). client-go's typed clientset would link every API group Kubernetes
 // has into every program that links this store.
 
 // maxBody bounds the answer to one request (a Lease is a few kilobytes; a
@@ -209,6 +209,24 @@ func (c *client) update(ctx context.Context, l *lease) (*lease, error) {
 	return out, nil
 }
 
+// deleteAt deletes object name if its resourceVersion is still rv: the
+// server refuses with 409 Conflict if it changed.
+func (c *client) deleteAt(ctx context.Context, name, rv string) error {
+	body, err := json.Marshal(map[string]any{
+		"apiVersion":    "v1",
+		"kind":          "DeleteOptions",
+		"preconditions": map[string]string{"resourceVersion": rv},
+	})
+	if err != nil {
+		return err
+	}
+	resp, err := c.send(ctx, http.MethodDelete, "/"+url.PathEscape(name), nil, body)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
 func (c *client) list(ctx context.Context) ([]*lease, error) {
 	var list struct {
 		Items []*lease `json:"items"`
@@ -244,10 +262,13 @@ func (c *client) watch(ctx context.Context, name, rv string) (io.ReadCloser, err
 // and keeps every other one (see encode).
 type lease struct {
 	Metadata struct {
-		Name            string            `json:"name"`
-		Namespace       string            `json:"namespace,omitempty"`
-		ResourceVersion string            `json:"resourceVersion,omitempty"`
-		Annotations     map[string]string `json:"annotations,omitempty"`
+		Name            string `json:"name"`
+		Namespace       string `json:"namespace,omitempty"`
+		ResourceVersion string `json:"resourceVersion,omitempty"`
+		// UID tells an object from one deleted and created again under
+		// its name. Read only: encode leaves it as the server sent it.
+		UID         string            `json:"uid,omitempty"`
+		Annotations map[string]string `json:"annotations,omitempty"`
 	} `json:"metadata"`
 	Spec struct {
 		HolderIdentity       *string    `json:"holderIdentity,omitempty"`

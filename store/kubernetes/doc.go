@@ -130,10 +130,11 @@
 //
 // # Permissions
 //
-// The store needs get, create, update and watch on leases in its namespace;
-// deploy/kubernetes/rbac.yaml is that Role, and the package's tests run the
-// conformance suite under it. List (store.Lister, for `leasehold status`)
-// also needs list.
+// The store needs get, create, update, watch and delete on leases in its
+// namespace (delete only removes an emptied fair queue; without it the
+// object stays); deploy/kubernetes/rbac.yaml is that Role, and the package's
+// tests run the conformance suite under it. List (store.Lister, for
+// `leasehold status`) also needs list.
 //
 // # Watch
 //
@@ -144,4 +145,15 @@
 // Release or client-go's ReleaseOnCancel; renewals do not wake it. A crashed
 // holder's expiry is not an event: waiters wake for it on their own timer,
 // set from Record.Remaining.
+//
+// # Fair queue
+//
+// The store implements store.Queuer (leasehold.Config.Fair) with one more
+// Lease object per queued lease, QueueName, holding the places in order in
+// an annotation, written with the version read. A place is judged expired
+// as a Lease is, by an observer that has seen it unrefreshed for its ttl on
+// its own clock, and removed conditional on the version it read; a place
+// grants nothing, so a wrong judgement can only reorder waiters. A store
+// that has a place in a lease's queue also follows the queue object when it
+// watches the lease, and wakes when a place leaves. See queue.go.
 package kubernetes

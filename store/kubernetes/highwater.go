@@ -42,12 +42,17 @@ const highWaterPrefix = "leasehold-hw."
 // HighWaterName is the name of the Lease object that keeps the highest token
 // granted on Lease object obj: "leasehold-hw." followed by obj, or by a hash
 // of obj when that would be longer than an object name may be.
-func HighWaterName(obj string) string {
-	if n := highWaterPrefix + obj; len(n) <= 253 {
+func HighWaterName(obj string) string { return companionName(highWaterPrefix, obj) }
+
+// companionName is the name of an object leasehold keeps beside Lease
+// object obj: prefix followed by obj, or by a hash of obj when that would be
+// longer than an object name may be.
+func companionName(prefix, obj string) string {
+	if n := prefix + obj; len(n) <= 253 {
 		return n
 	}
 	sum := sha256.Sum256([]byte(obj))
-	return highWaterPrefix + hex.EncodeToString(sum[:])
+	return prefix + hex.EncodeToString(sum[:])
 }
 
 // isHighWater reports whether l is a high-water object.

@@ -72,8 +72,9 @@ type Store struct {
 	// made itself (OpenURL); nil for one it was given.
 	closeIdle func()
 
-	mu   sync.Mutex
-	seen map[string]*sighting // by object name
+	mu     sync.Mutex
+	seen   map[string]*sighting      // by object name
+	queues map[string]*queueSighting // by queue object name
 }
 
 // sighting is what this Store has seen of one Lease object.
@@ -94,6 +95,7 @@ var (
 	_ store.Watcher       = (*Store)(nil)
 	_ store.ForceReleaser = (*Store)(nil)
 	_ store.Lister        = (*Store)(nil)
+	_ store.Queuer        = (*Store)(nil)
 )
 
 // New returns a Store for cfg. It makes no request.
@@ -127,6 +129,7 @@ func New(cfg Config) (*Store, error) {
 		ns:     cfg.Namespace,
 		now:    now,
 		seen:   map[string]*sighting{},
+		queues: map[string]*queueSighting{},
 	}, nil
 }
 
@@ -155,6 +158,8 @@ func (o object) claim(l *lease) error {
 	switch {
 	case isHighWater(l):
 		return fmt.Errorf("%w: lease name %q names Lease object %q, which keeps the high-water mark of Lease %q", store.ErrInvalid, o.name, o.obj, l.Metadata.Annotations[AnnotationHighWaterOf])
+	case isQueue(l):
+		return fmt.Errorf("%w: lease name %q names Lease object %q, which keeps the queue of Lease %q", store.ErrInvalid, o.name, o.obj, l.Metadata.Annotations[AnnotationQueueOf])
 	case ok && owner != o.name:
 		return fmt.Errorf("%w: lease name %q maps to Lease object %q, which belongs to lease %q", store.ErrInvalid, o.name, o.obj, owner)
 	case !ok && !o.verbatim:
@@ -510,7 +515,7 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 	now := s.now()
 	var recs []store.Record
 	for _, l := range list {
-		if isHighWater(l) {
+		if isHighWater(l) || isQueue(l) {
 			continue
 		}
 		name := l.Metadata.Name

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -61,6 +63,12 @@ func strict(t testing.TB, doc []byte, obj any) {
 // and returns a client config with a token of that service account.
 func applyRBAC(t testing.TB, ns string) *rest.Config {
 	t.Helper()
+	return applyRBACRole(t, ns, func(*rbacv1.Role) {})
+}
+
+// applyRBACRole is applyRBAC with the Role changed by edit first.
+func applyRBACRole(t testing.TB, ns string, edit func(*rbacv1.Role)) *rest.Config {
+	t.Helper()
 	c := adminClient(t)
 	ctx := context.Background()
 	docs := yamlDocs(t, filepath.Join(deployDir, "rbac.yaml"))
@@ -70,6 +78,7 @@ func applyRBAC(t testing.TB, ns string) *rest.Config {
 	strict(t, docs["ServiceAccount"], &sa)
 	strict(t, docs["Role"], &role)
 	strict(t, docs["RoleBinding"], &rb)
+	edit(&role)
 	if len(docs) != 3 {
 		t.Fatalf("rbac.yaml has kinds %v, want ServiceAccount, Role and RoleBinding", keys(docs))
 	}
@@ -100,12 +109,13 @@ func applyRBAC(t testing.TB, ns string) *rest.Config {
 	return cfg
 }
 
-// roleStore is what the minimal Role supports: the store, its watch, and
-// forced release; not List.
+// roleStore is what the minimal Role supports: the store, its watch, its
+// queue, and forced release; not List.
 type roleStore interface {
 	store.Store
 	store.Watcher
 	store.ForceReleaser
+	store.Queuer
 }
 
 func keys(m map[string][]byte) []string {
@@ -117,7 +127,7 @@ func keys(m map[string][]byte) []string {
 }
 
 // TestRBAC proves the shipped least-privilege Role enough: the conformance
-// suite (acquire, renew, release, get, watch) runs as a service account
+// suite (acquire, renew, release, get, watch, queue) runs as a service account
 // bound only to it, with the server in RBAC authorization mode. It also
 // checks that the credential is really that narrow.
 func TestRBAC(t *testing.T) {
@@ -149,7 +159,8 @@ func TestRBAC(t *testing.T) {
 		}
 		checks := map[string]error{}
 		_, checks["list leases"] = c.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
-		checks["delete a lease"] = c.CoordinationV1().Leases(ns).Delete(ctx, "job", metav1.DeleteOptions{})
+		_, checks["patch a lease"] = c.CoordinationV1().Leases(ns).Patch(ctx, "job", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+		checks["delete all leases"] = c.CoordinationV1().Leases(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		_, checks["read config maps"] = c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 		_, checks["read leases in another namespace"] = c.CoordinationV1().Leases("default").Get(ctx, "job", metav1.GetOptions{})
 		for what, err := range checks {
@@ -167,6 +178,36 @@ func TestRBAC(t *testing.T) {
 			t.Errorf("Release under the Role: %v", err)
 		}
 	})
+}
+
+// TestQueueWithoutDelete: under a Role without the "delete" verb (the one
+// shipped before the queue), the last place's Dequeue still succeeds and
+// leaves the queue object behind, empty; the queue goes on working. Under
+// the shipped Role the object is deleted (the negative control).
+func TestQueueWithoutDelete(t *testing.T) {
+	apiserver(t)
+	for _, withDelete := range []bool{false, true} {
+		ns := namespace(t)
+		cfg := applyRBACRole(t, ns, func(r *rbacv1.Role) {
+			if !withDelete {
+				r.Rules[0].Verbs = slices.DeleteFunc(r.Rules[0].Verbs, func(v string) bool { return v == "delete" })
+			}
+		})
+		st := openStore(t, cfg, ns)
+		if n, err := st.Enqueue(ctxT(t), "job", "node-a", time.Minute); err != nil || n != 0 {
+			t.Fatalf("Enqueue: %d, %v; want 0 ahead", n, err)
+		}
+		if err := st.Dequeue(ctxT(t), "job", "node-a"); err != nil {
+			t.Fatalf("delete allowed %v: Dequeue of the last place: %v", withDelete, err)
+		}
+		places, exists := queuePlaces(t, ns, "job")
+		if exists == withDelete || len(places) != 0 {
+			t.Fatalf("delete allowed %v: queue object exists %v with places %v", withDelete, exists, places)
+		}
+		if n, err := st.Enqueue(ctxT(t), "job", "node-b", time.Minute); err != nil || n != 0 {
+			t.Fatalf("delete allowed %v: Enqueue after the queue emptied: %d, %v; want 0 ahead", withDelete, n, err)
+		}
+	}
 }
 
 // TestDeployExamples checks the shipped manifests: they decode strictly into

@@ -23,34 +23,47 @@ import (
 )
 
 // checkedTransport passes the store's requests on, and fails the test on
-// any update (PUT) without a resourceVersion: the server accepts such an
-// update whatever the object's version, so it would overwrite a rival's
-// write.
+// any update (PUT) without a resourceVersion, or delete without one as a
+// precondition: the server accepts either whatever the object's version,
+// so it would overwrite or remove a rival's write.
 type checkedTransport struct {
 	next    http.RoundTripper
 	t       testing.TB
 	updates *atomic.Int64
+	deletes *atomic.Int64 // nil: not counted
 }
 
 func (c checkedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodPut {
+	if r.Method != http.MethodPut && r.Method != http.MethodDelete {
 		return c.next.RoundTrip(r)
 	}
-	b, err := io.ReadAll(r.Body)
-	r.Body.Close()
-	if err != nil {
-		return nil, err
+	var b []byte
+	if r.Body != nil {
+		var err error
+		b, err = io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
 	}
 	var l struct {
-		Metadata struct{ Name, ResourceVersion string }
+		Metadata      struct{ Name, ResourceVersion string }
+		Preconditions struct{ ResourceVersion string }
 	}
 	if err := json.Unmarshal(b, &l); err != nil {
-		c.t.Errorf("update with a body that is not an object: %v", err)
+		c.t.Errorf("%s with a body that is not an object: %v", r.Method, err)
 	}
-	if l.Metadata.ResourceVersion == "" {
+	switch {
+	case r.Method == http.MethodPut && l.Metadata.ResourceVersion == "":
 		c.t.Errorf("update of Lease %s without a resourceVersion", l.Metadata.Name)
+	case r.Method == http.MethodDelete && l.Preconditions.ResourceVersion == "":
+		c.t.Errorf("delete of %s without a resourceVersion precondition", r.URL.Path)
 	}
-	c.updates.Add(1)
+	if r.Method == http.MethodPut {
+		c.updates.Add(1)
+	} else if c.deletes != nil {
+		c.deletes.Add(1)
+	}
 	r2 := r.Clone(r.Context())
 	r2.Body = io.NopCloser(bytes.NewReader(b))
 	return c.next.RoundTrip(r2)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -14,7 +16,9 @@ import (
 // event for the current state. The channel receives a value when the
 // Lease's holder or token changes or the object is created or deleted;
 // renewals do not wake it, but each version it delivers counts as seen (the
-// store's clock for that version starts then, see observe). It is closed when ctx ends, the store is closed,
+// store's clock for that version starts then, see observe). If this store
+// has a place in the lease's queue (Enqueue), the channel also receives a
+// value when a place leaves the queue. It is closed when ctx ends, the store is closed,
 // or the watch ends (the server ends watches after its request timeout, and
 // a version too old to watch from ends it at once).
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
@@ -46,11 +50,27 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		cancel()
 		return nil, fmt.Errorf("leasehold/kubernetes: watch %q: %w", name, err)
 	}
+	// A waiter queued through this store also learns when a place ahead of
+	// it leaves: a second watch, on the queue object, from the version this
+	// store last read or wrote (so nothing since its Enqueue is missed).
+	var qbody io.ReadCloser
+	qn := QueueName(o.obj)
+	qrv, qlast, queued := s.queueToFollow(qn)
+	if queued {
+		if qbody, err = s.leases.watch(wctx, qn, qrv); err != nil {
+			cancel()
+			body.Close()
+			return nil, fmt.Errorf("leasehold/kubernetes: watch the queue of %q: %w", name, err)
+		}
+	}
 	s.mu.Lock()
 	if s.life.Closed() {
 		s.mu.Unlock()
 		cancel()
 		body.Close()
+		if qbody != nil {
+			qbody.Close()
+		}
 		return nil, store.ErrClosed
 	}
 	s.wg.Add(2)
@@ -65,28 +85,34 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	}()
 
 	out := make(chan struct{}, 1)
+	wake := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
-		defer body.Close()
+		var streams sync.WaitGroup
+		defer streams.Wait()
+		// Either watch ending ends both: the channel is closed once, when
+		// neither can wake it any more.
 		defer cancel()
-		wake := func() {
-			select {
-			case out <- struct{}{}:
-			default:
-			}
+		if qbody != nil {
+			streams.Go(func() {
+				defer cancel()
+				defer qbody.Close()
+				follow(qbody, queueEvents(qlast, wake))
+			})
 		}
-		dec := json.NewDecoder(body)
-		for {
-			var ev watchEvent
-			if err := dec.Decode(&ev); err != nil {
-				return // the watch ended, or ctx or the store did
-			}
+		defer body.Close()
+		follow(body, func(ev watchEvent) bool {
 			switch ev.Type {
 			case "ADDED", "MODIFIED":
 				var l lease
 				if err := json.Unmarshal(ev.Object, &l); err != nil {
-					return
+					return false
 				}
 				// Note the sighting: a renewal seen here starts this store's
 				// clock for the new version now, not at the next read, so
@@ -105,9 +131,22 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				wake()
 			case "BOOKMARK":
 			default: // ERROR: the watch is broken
-				return
+				return false
 			}
-		}
+			return true
+		})
 	}()
 	return out, nil
+}
+
+// follow decodes the events of a watch and hands each to event, until the
+// watch ends (or ctx or the store does) or event returns false.
+func follow(body io.Reader, event func(watchEvent) bool) {
+	dec := json.NewDecoder(body)
+	for {
+		var ev watchEvent
+		if err := dec.Decode(&ev); err != nil || !event(ev) {
+			return
+		}
+	}
 }
