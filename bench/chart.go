@@ -15,12 +15,13 @@ func chart(r *Results) string {
 	type panel struct {
 		title string
 		sc    string
-		sub   float64 // subtracted from each sample (failover: nothing)
+		sub   func(store string) float64 // subtracted from each sample of a store (failover: its lease)
 	}
+	noSub := func(string) float64 { return 0 }
 	panels := []panel{
-		{"Hand-off, release long after the waiter started (ms, log scale)", scHandoff, 0},
-		{"Hand-off, release right after the waiter started (ms, log scale)", scEarly, 0},
-		{fmt.Sprintf("Crash failover: ms after the %v lease ran out, counted from the holder's last renewal (log scale)", fmtTick(r.FailoverLeaseMs)), scFailover, r.FailoverLeaseMs},
+		{"Hand-off, release long after the waiter started (ms, log scale)", scHandoff, noSub},
+		{"Hand-off, release right after the waiter started (ms, log scale)", scEarly, noSub},
+		{fmt.Sprintf("Crash failover: ms after the %v lease ran out (Kubernetes: its own lease), counted from the holder's last renewal (log scale)", fmtTick(r.FailoverLeaseMs)), scFailover, r.failoverLeaseMs},
 	}
 	const (
 		width    = 980
@@ -44,8 +45,9 @@ func chart(r *Results) string {
 		sortKeys(keys)
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, k := range keys {
+			st, _ := splitKey(k)
 			for _, x := range r.get(p.sc, k) {
-				if x -= p.sub; x > 0 {
+				if x -= p.sub(st); x > 0 {
 					lo = math.Min(lo, x)
 					hi = math.Max(hi, x)
 				}
@@ -95,7 +97,7 @@ func chart(r *Results) string {
 			fmt.Fprintf(&body, `<text x="%d" y="%d" font-size="12" text-anchor="end" font-weight="%s" fill="%s">%s</text>`+"\n", left-10, cy+4, weight, color, html.EscapeString(s+" / "+n))
 			var xs []float64
 			for _, x := range r.get(p.sc, k) {
-				xs = append(xs, x-p.sub)
+				xs = append(xs, x-p.sub(s))
 			}
 			for j, x := range xs {
 				jit := float64((j*7)%9-4) * 1.2

@@ -42,6 +42,7 @@ type options struct {
 	pglockLease  time.Duration
 	failovers    int
 	failTTL      time.Duration
+	kubeFailTTL  time.Duration // failTTL on Kubernetes
 	cycleTime    time.Duration
 	contendTime  time.Duration
 	contenders   int
@@ -103,10 +104,11 @@ func run(args []string) int {
 	fs.DurationVar(&o.long, "long", 150*time.Millisecond, "release this long after the waiter started (the 'long after' case)")
 	fs.DurationVar(&o.earlyMax, "early", 50*time.Millisecond, "release at a random point this soon after the waiter started (the 'right after' case)")
 	fs.DurationVar(&o.handoffTTL, "ttl", 15*time.Second, "lease of the hand-off, cycles and contention scenarios (leasehold's default)")
-	fs.DurationVar(&o.kubeTTL, "kube-ttl", 3*time.Second, "lease on Kubernetes for the hand-off scenario; client-go's retry period is 2/15 of it (its defaults are 15 s and 2 s)")
+	fs.DurationVar(&o.kubeTTL, "kube-ttl", 4500*time.Millisecond, "lease on Kubernetes for the hand-off scenario (above 3 s: the store refuses a margin, lease - renew deadline, of 1 s or less); client-go's retry period is 2/15 of it (its defaults are 15 s and 2 s)")
 	fs.DurationVar(&o.pglockLease, "pglock-lease", time.Second, "pglock's lease in the hand-off and contention scenarios (a pglock waiter polls once per lease; its default is 20 s)")
 	fs.IntVar(&o.failovers, "failovers", 1, "crash failovers per library per round")
-	fs.DurationVar(&o.failTTL, "fail-ttl", time.Second, "lease of the failover scenario, for every library")
+	fs.DurationVar(&o.failTTL, "fail-ttl", time.Second, "lease of the failover scenario, for every library (on Kubernetes: -kube-fail-ttl)")
+	fs.DurationVar(&o.kubeFailTTL, "kube-fail-ttl", 3500*time.Millisecond, "lease of the failover scenario on Kubernetes, for every library there (above 3 s: the store refuses a margin, lease - renew deadline, of 1 s or less)")
 	fs.DurationVar(&o.cycleTime, "cycle-time", time.Second, "duration of the single-client cycles run per library per round")
 	fs.DurationVar(&o.contendTime, "contend-time", 1500*time.Millisecond, "duration of the contention run per library per round")
 	fs.IntVar(&o.contenders, "contenders", 8, "contenders on one lock")
@@ -271,4 +273,12 @@ func machine(r *Results) {
 		line := strings.SplitN(string(b), "\n", 2)[0]
 		r.Machine["memory"] = strings.Join(strings.Fields(line)[1:], " ")
 	}
+}
+
+// failTTLFor is the failover scenario's lease on store s.
+func (o options) failTTLFor(s string) time.Duration {
+	if s == "kubernetes" {
+		return o.kubeFailTTL
+	}
+	return o.failTTL
 }

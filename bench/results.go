@@ -29,10 +29,21 @@ type Results struct {
 
 	// FailoverLeaseMs is the lease of the failover scenario.
 	FailoverLeaseMs float64 `json:"failover_lease_ms"`
+	// FailoverLeaseMsByStore is the failover lease of a store whose lease
+	// differs from FailoverLeaseMs (Kubernetes: -kube-fail-ttl).
+	FailoverLeaseMsByStore map[string]float64 `json:"failover_lease_ms_by_store,omitempty"`
 	// Diag is the text of the -diag section, if it ran.
 	Diag string `json:"diag,omitempty"`
 
 	mu sync.Mutex
+}
+
+// failoverLeaseMs is the failover scenario's lease on store s.
+func (r *Results) failoverLeaseMs(s string) float64 {
+	if v, ok := r.FailoverLeaseMsByStore[s]; ok {
+		return v
+	}
+	return r.FailoverLeaseMs
 }
 
 func newResults() *Results {

@@ -79,6 +79,9 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 	r.Started = time.Now().UTC().Format(time.RFC3339)
 	r.Command = "go run . " + strings.Join(args, " ")
 	r.FailoverLeaseMs = ms(o.failTTL)
+	if o.kubeFailTTL != o.failTTL {
+		r.FailoverLeaseMsByStore = map[string]float64{"kubernetes": ms(o.kubeFailTTL)}
+	}
 	machine(r)
 	runID := randHex(4)
 	var e envs
@@ -313,7 +316,7 @@ func runRound(ctx context.Context, r *Results, o options, e *envs, libs []*lib, 
 				if l.store == "zookeeper" {
 					continue
 				}
-				runFailover(ctx, r, l, tag("f", l), o.failTTL)
+				runFailover(ctx, r, l, tag("f", l), o.failTTLFor(l.store))
 			}
 		}
 	}

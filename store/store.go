@@ -367,6 +367,12 @@ type Queuer interface {
 	// leaves the queue (Dequeue, or an expiry it notices), at least on the
 	// handle through which the place behind it last called Enqueue, so
 	// that the next waiter learns at once that it moved up.
+	// A refresh may write nothing when it comes less than a tenth of ttl
+	// after the handle's own last write of the place with the same ttl (so
+	// that wake-ups under contention do not each write): the place then
+	// lives at least nine tenths of ttl from the call (Kubernetes, whose
+	// places are judged expired by observers, does this). The core
+	// refreshes every RetryPeriod, normally far inside that.
 	// It returns ErrInvalid for a bad name, holder or ttl.
 	Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (ahead int, err error)
 
