@@ -108,7 +108,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.pglockLease, "pglock-lease", time.Second, "pglock's lease in the hand-off and contention scenarios (a pglock waiter polls once per lease; its default is 20 s)")
 	fs.IntVar(&o.failovers, "failovers", 1, "crash failovers per library per round")
 	fs.DurationVar(&o.failTTL, "fail-ttl", time.Second, "lease of the failover scenario, for every library (on Kubernetes: -kube-fail-ttl)")
-	fs.DurationVar(&o.kubeFailTTL, "kube-fail-ttl", 3500*time.Millisecond, "lease of the failover scenario on Kubernetes, for every library there (above 3 s: the store refuses a margin, lease - renew deadline, of 1 s or less)")
+	fs.DurationVar(&o.kubeFailTTL, "kube-fail-ttl", 4*time.Second, "lease of the failover scenario on Kubernetes, for every library there (above 3 s: the store refuses a margin, lease - renew deadline, of 1 s or less; whole seconds: a Lease records leaseDurationSeconds, so 3.5 s is kept as 4 s)")
 	fs.DurationVar(&o.cycleTime, "cycle-time", time.Second, "duration of the single-client cycles run per library per round")
 	fs.DurationVar(&o.contendTime, "contend-time", 1500*time.Millisecond, "duration of the contention run per library per round")
 	fs.IntVar(&o.contenders, "contenders", 8, "contenders on one lock")

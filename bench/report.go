@@ -178,7 +178,7 @@ func report(w io.Writer, r *Results, o options) {
 		sortKeys(keys)
 		leaseNote := fmt.Sprintf("lease %v for every library", o.failTTL)
 		if len(r.FailoverLeaseMsByStore) > 0 {
-			leaseNote += fmt.Sprintf(" (on Kubernetes %v, the shortest the store accepts at scaled timings)", o.kubeFailTTL)
+			leaseNote += fmt.Sprintf(" (on Kubernetes %v, the shortest whole-second lease the store accepts at scaled timings)", o.kubeFailTTL)
 		}
 		fmt.Fprintf(w, "\n== Crash failover: the holder stops renewing (crash) without releasing; %s. ms from the answer to its last successful renewal to the waiter's acquire returning\n", leaseNote)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
