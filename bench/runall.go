@@ -79,7 +79,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 	r.Started = time.Now().UTC().Format(time.RFC3339)
 	r.Command = "go run . " + strings.Join(args, " ")
 	r.FailoverLeaseMs = ms(o.failTTL)
-	if o.kubeFailTTL != o.failTTL {
+	if o.stores["kubernetes"] && o.kubeFailTTL != o.failTTL {
 		r.FailoverLeaseMsByStore = map[string]float64{"kubernetes": ms(o.kubeFailTTL)}
 	}
 	machine(r)
