@@ -176,9 +176,9 @@ func report(w io.Writer, r *Results, o options) {
 	// Failover.
 	if keys := r.keys(scFailover); len(keys) > 0 {
 		sortKeys(keys)
-		leaseNote := fmt.Sprintf("lease %v for every library", o.failTTL)
-		if len(r.FailoverLeaseMsByStore) > 0 {
-			leaseNote += fmt.Sprintf(" (on Kubernetes %v, the shortest whole-second lease the store accepts at scaled timings)", o.kubeFailTTL)
+		leaseNote := fmt.Sprintf("lease %v for every library", msDuration(r.FailoverLeaseMs))
+		if v, ok := r.FailoverLeaseMsByStore["kubernetes"]; ok {
+			leaseNote += fmt.Sprintf(" (on Kubernetes %v, the shortest whole-second lease the store accepts at scaled timings)", msDuration(v))
 		}
 		fmt.Fprintf(w, "\n== Crash failover: the holder stops renewing (crash) without releasing; %s. ms from the answer to its last successful renewal to the waiter's acquire returning\n", leaseNote)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -205,7 +205,7 @@ func report(w io.Writer, r *Results, o options) {
 			}
 			xs := r.get(scFailover, k)
 			ttl := r.failoverLeaseMs(s)
-			addT(maxOf(xs) <= ttl+50, "%s %s: crash failover (every sample) <= lease %v + 50 ms: max %s ms, p50 %s ms", s, n, o.failTTLFor(s), fmtMs(maxOf(xs)), fmtMs(median(xs)))
+			addT(maxOf(xs) <= ttl+50, "%s %s: crash failover (every sample) <= lease %v + 50 ms: max %s ms, p50 %s ms", s, n, msDuration(ttl), fmtMs(maxOf(xs)), fmtMs(median(xs)))
 			if fl := r.get(scFailover, s+"/"+floorName); len(fl) > 0 {
 				addT(median(xs) <= median(fl)+50, "%s %s: crash failover p50 %s ms <= the store's own expiry (a bare etcd lease's failover, p50 %s ms) + 50 ms", s, n, fmtMs(median(xs)), fmtMs(median(fl)))
 			}

@@ -17,6 +17,9 @@ func randHex(n int) string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// msDuration is the inverse of ms.
+func msDuration(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
 // quantile of xs (nearest rank on a sorted copy); NaN if empty.
 func quantile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {

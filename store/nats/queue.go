@@ -160,14 +160,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 // write's revision.
 func (s *Store) writePlace(ctx context.Context, key, holder string, ttl time.Duration, h placeHint) (ticket, rev uint64, err error) {
 	for range maxConflicts {
-		body, err := json.Marshal(value{Holder: holder, Token: int64(h.ticket), TTLms: ttl.Milliseconds()})
-		if err != nil {
-			return 0, 0, err
-		}
-		m := natsio.NewMsg(s.pre + key)
-		m.Data = body
-		m.Header.Set(hdrTTL, ttlHeader(ttl))
-		rev, err := s.send(ctx, m, h.rev)
+		rev, err := s.publish(ctx, key, value{Holder: holder, Token: int64(h.ticket), TTLms: ttl.Milliseconds()}, h.rev, ttl, false)
 		if err == nil {
 			s.see(rev)
 			ticket := h.ticket
