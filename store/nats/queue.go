@@ -3,6 +3,7 @@ package nats
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -234,6 +235,35 @@ func ahead(places []entry, holder string, ticket uint64) int {
 // answers no sequence on an R3 or R5 bucket (0: it may be a follower's
 // answer from behind).
 func (s *Store) listQueue(ctx context.Context, name string) ([]entry, uint64, error) {
+	// Right after an R3 bucket is made, its servers may not answer direct
+	// gets yet (no responders, status 503; seen for over half a second):
+	// ask again for up to noResponderWait, waiting from 1 ms, twice as
+	// long each time, at most 100 ms.
+	wait, deadline := time.Millisecond, time.Now().Add(noResponderWait)
+	for {
+		places, upTo, err := s.listQueueOnce(ctx, name)
+		if !errors.Is(err, errNoResponders) || time.Now().Add(wait).After(deadline) {
+			return places, upTo, err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, 0, err
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// noResponderWait bounds how long a listing is asked again while no server
+// answers it.
+const noResponderWait = 5 * time.Second
+
+// errNoResponders: no server answered a direct get.
+var errNoResponders = errors.New("no server answered")
+
+func (s *Store) listQueueOnce(ctx context.Context, name string) ([]entry, uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
 	req, err := json.Marshal(map[string][]string{"multi_last": {s.pre + queueFilter(name)}})
@@ -269,7 +299,7 @@ func (s *Store) listQueue(ctx context.Context, name string) ([]entry, uint64, er
 		case "413":
 			return nil, 0, fmt.Errorf("the queue of %q has more than 1024 place keys (live places, and markers of places that left or expired), more than the server lists in one batch", name)
 		case "503":
-			return nil, 0, fmt.Errorf("no server answered the queue's listing on %s: the bucket's direct get (allow_direct) is off", subj)
+			return nil, 0, fmt.Errorf("%w the queue's listing on %s: the bucket's direct get (allow_direct) is off, or its servers are not ready", errNoResponders, subj)
 		default:
 			return nil, 0, fmt.Errorf("the queue's listing on %s answered status %s %s", subj, status, m.Header.Get("Description"))
 		}
