@@ -34,7 +34,9 @@ type Timer interface {
 // clock stops while the host sleeps, so without that a holder resumed after a
 // suspend would go on trusting a term the store expired meanwhile. Its timers
 // notice a suspend within suspendCheck of resuming.
-func SystemClock() Clock { return newSuspendAwareClock(suspendedTime) }
+func SystemClock() Clock {
+	return &suspendAwareClock{read: suspendedTime, shift: wallShift}
+}
 
 // suspendCheck bounds how late a timer of the system clock fires after the
 // host resumes from a suspend that crossed its deadline.
@@ -57,17 +59,52 @@ type afterFuncClock interface {
 }
 
 type suspendAwareClock struct {
-	read func() time.Duration // time suspended since start, or 0 if unknown
+	read func() time.Duration // time suspended since start, or 0 if unknown: exact, but system calls
+	// shift, if not nil, is a cheap reading taken from a time.Now value
+	// that moves by as much as read whenever the host is suspended (on
+	// Linux: the wall clock minus Go's monotonic clock). Now calls read
+	// only when shift moved, or rereadEvery after its last read; without
+	// shift every Now calls read.
+	shift func(now time.Time) time.Duration
 
-	mu  sync.Mutex
-	max time.Duration // never goes back
+	mu      sync.Mutex
+	max     time.Duration // never goes back
+	readAt  time.Time     // when read was last called; zero: never
+	shiftAt time.Duration // shift at readAt
 }
+
+// rereadEvery bounds, in Go's monotonic time, how long Now goes on using
+// the suspended time it last read while shift has not moved: a host whose
+// wall clock was stepped back by exactly a suspend's length as it resumed
+// is seen that much later. The timers read it afresh at every check.
+const rereadEvery = 10 * time.Millisecond
+
+// shiftNoise: shift moves by this much between two readings without a
+// suspend (time.Now reads the wall and the monotonic clocks one after the
+// other, and a thread can be preempted between them).
+const shiftNoise = time.Millisecond
 
 func newSuspendAwareClock(read func() time.Duration) *suspendAwareClock {
 	return &suspendAwareClock{read: read}
 }
 
-func (c *suspendAwareClock) suspended() time.Duration {
+// suspendedAt is the time suspended as of now (a time.Now value): the last
+// reading if shift has not moved since it and it is recent, unless exact;
+// read afresh otherwise.
+func (c *suspendAwareClock) suspendedAt(now time.Time, exact bool) time.Duration {
+	var sh time.Duration
+	if c.shift != nil {
+		sh = c.shift(now)
+		if !exact {
+			c.mu.Lock()
+			if !c.readAt.IsZero() && now.Sub(c.readAt) < rereadEvery && (sh-c.shiftAt).Abs() < shiftNoise {
+				d := c.max
+				c.mu.Unlock()
+				return d
+			}
+			c.mu.Unlock()
+		}
+	}
 	d := c.read()
 	if d < suspendFloor {
 		d = 0
@@ -77,10 +114,23 @@ func (c *suspendAwareClock) suspended() time.Duration {
 	if d > c.max {
 		c.max = d
 	}
+	c.readAt, c.shiftAt = now, sh
 	return c.max
 }
 
-func (c *suspendAwareClock) Now() time.Time { return time.Now().Add(c.suspended()) }
+// Now reads the host's suspended time only when it may have changed (see
+// shift): a system call costs microseconds on a virtual machine, and a lock
+// cycle reads the clock several times.
+func (c *suspendAwareClock) Now() time.Time {
+	now := time.Now()
+	return now.Add(c.suspendedAt(now, false))
+}
+
+// exactNow is Now with the suspended time read afresh.
+func (c *suspendAwareClock) exactNow() time.Time {
+	now := time.Now()
+	return now.Add(c.suspendedAt(now, true))
+}
 
 func (c *suspendAwareClock) NewTimer(d time.Duration) Timer {
 	t := &suspendAwareTimer{clock: c, c: make(chan time.Time, 1)}
@@ -159,7 +209,7 @@ func (t *suspendAwareTimer) check(gen uint64) {
 		t.mu.Unlock()
 		return
 	}
-	now := t.clock.Now()
+	now := t.clock.exactNow()
 	if left := t.deadline.Sub(now); left > 0 {
 		t.armLocked(left)
 		t.mu.Unlock()

@@ -11,9 +11,12 @@ const (
 	clockBoottime  = 7 // CLOCK_BOOTTIME: counts the suspend too
 )
 
+// clockRead reads a clock with a raw system call: clock_gettime never
+// blocks, so the scheduler need not be told (Syscall's bookkeeping cost
+// about a third of the call here).
 func clockRead(id uintptr) (time.Duration, bool) {
 	var ts syscall.Timespec
-	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, id, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, id, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
 		return 0, false
 	}
 	return time.Duration(ts.Nano()), true
@@ -51,6 +54,21 @@ const (
 )
 
 var startOffset, haveBoottime = bootOffset()
+
+// shiftRef is the reading wallShift measures from.
+var shiftRef = time.Now()
+
+// wallShift is how far the wall clock has moved against Go's monotonic
+// clock since the process started, as of now (a time.Now value: both
+// readings come from it). Linux adds a suspend's length to the wall clock
+// and to CLOCK_BOOTTIME at the same instant and not to CLOCK_MONOTONIC, so
+// a suspend moves this by exactly as much as it moves suspendedTime; so
+// does a step of the wall clock (settimeofday, a leap second), which costs
+// one needless read. NTP's slewing moves both clocks alike. Round(0) drops
+// the monotonic reading, so that Sub compares the wall clocks.
+func wallShift(now time.Time) time.Duration {
+	return now.Round(0).Sub(shiftRef.Round(0)) - now.Sub(shiftRef)
+}
 
 // suspendedTime is the time the host has spent suspended since the process
 // started.

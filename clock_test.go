@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -61,15 +62,132 @@ func TestSuspendAwareTimerExactAndReset(t *testing.T) {
 	})
 }
 
+// cachedClock is the system clock's shape on a fake host: read counted,
+// and a shift that moves with each suspend (as Linux's wall clock does) or,
+// if stepped, stays put (a wall clock stepped back by the suspend's length
+// as the host resumed: the case the shift cannot see).
+func cachedClock(host *fakeSuspend, reads *atomic.Int64, stepped bool) *suspendAwareClock {
+	return &suspendAwareClock{
+		read: func() time.Duration { reads.Add(1); return host.read() },
+		shift: func(time.Time) time.Duration {
+			if stepped {
+				return 0
+			}
+			return host.read()
+		},
+	}
+}
+
+// Now reads the host's suspended time only when the shift moved or
+// rereadEvery passed, and counts a suspend at once when the shift moved.
+func TestSuspendAwareClockReadsWhenShiftMoves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		host := &fakeSuspend{}
+		var reads atomic.Int64
+		c := cachedClock(host, &reads, false)
+		start := c.Now()
+		for range 1000 {
+			c.Now()
+		}
+		if n := reads.Load(); n != 1 {
+			t.Fatalf("1001 Now calls with nothing moved read the host %d times, want 1", n)
+		}
+		host.suspend(30 * time.Second)
+		if got := c.Now().Sub(start); got != 30*time.Second {
+			t.Fatalf("Now right after a 30s suspend is +%v, want +30s", got)
+		}
+		if n := reads.Load(); n != 2 {
+			t.Fatalf("reads = %d after the shift moved, want 2", n)
+		}
+		time.Sleep(rereadEvery)
+		c.Now()
+		if n := reads.Load(); n != 3 {
+			t.Fatalf("reads = %d after rereadEvery, want 3", n)
+		}
+	})
+}
+
+// Negative control of the cache: a suspend that the shift does not show
+// (the wall clock stepped back by its length) is missed by Now for at most
+// rereadEvery, and a timer still fires within suspendCheck of resuming: its
+// checks read the host afresh (with the cached reading, this timer would
+// fire a whole step, 1s, later).
+func TestSuspendAwareClockSteppedWallClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		host := &fakeSuspend{}
+		var reads atomic.Int64
+		c := cachedClock(host, &reads, true)
+		start := c.Now()
+		tm := c.NewTimer(10 * time.Second)
+		// Suspended 5ms before the timer's third step, right after a read.
+		time.Sleep(3*time.Second - 5*time.Millisecond)
+		c.Now()
+		host.suspend(30 * time.Second)
+		resumed := time.Now()
+		if got := c.Now().Sub(start); got != 3*time.Second-5*time.Millisecond {
+			t.Fatalf("Now right after the unseen suspend is +%v, want +2.995s (the cached reading)", got)
+		}
+		<-tm.C()
+		if late := time.Since(resumed); late > suspendCheck/2 {
+			t.Fatalf("timer fired %v after resuming, want at its next step, 5ms", late)
+		}
+
+		// And Now sees such a suspend rereadEvery later.
+		before := c.Now()
+		host.suspend(10 * time.Second)
+		if got := c.Now().Sub(before); got != 0 {
+			t.Fatalf("Now right after the second unseen suspend moved %v, want 0 (cached)", got)
+		}
+		time.Sleep(rereadEvery)
+		if got := c.Now().Sub(before); got != 10*time.Second+rereadEvery {
+			t.Fatalf("Now rereadEvery after resuming moved %v, want %v", got, 10*time.Second+rereadEvery)
+		}
+	})
+}
+
+// The system clock reads the host's clocks (system calls) far less often
+// than it is read.
+func TestSystemClockReadsHostRarely(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the suspended time is read on Linux only")
+	}
+	var reads atomic.Int64
+	c := &suspendAwareClock{read: func() time.Duration { reads.Add(1); return suspendedTime() }, shift: wallShift}
+	const calls = 1000
+	for range calls {
+		c.Now()
+	}
+	if n := reads.Load(); n > calls/2 {
+		t.Fatalf("%d Now calls read the host clocks %d times, want far fewer", calls, n)
+	}
+}
+
 // A leader whose host is suspended past its safeUntil stops trusting its
 // term within suspendCheck of resuming, not RenewDeadline of monotonic time
-// later (SAFETY.md rule 7: the trust window counts a suspend).
+// later (SAFETY.md rule 7: the trust window counts a suspend): with a clock
+// that reads the host at every Now, with the system clock's cached reading,
+// and with a suspend the cache cannot see (the wall clock stepped back).
 func TestSuspendedLeaderStopsOnResume(t *testing.T) {
+	clocks := map[string]func(*fakeSuspend) *suspendAwareClock{
+		"exact": func(h *fakeSuspend) *suspendAwareClock { return newSuspendAwareClock(h.read) },
+		"cached": func(h *fakeSuspend) *suspendAwareClock {
+			return cachedClock(h, new(atomic.Int64), false)
+		},
+		"cached-stepped": func(h *fakeSuspend) *suspendAwareClock {
+			return cachedClock(h, new(atomic.Int64), true)
+		},
+	}
+	for name, clock := range clocks {
+		t.Run(name, func(t *testing.T) { testSuspendedLeaderStopsOnResume(t, clock) })
+	}
+}
+
+func testSuspendedLeaderStopsOnResume(t *testing.T, clock func(*fakeSuspend) *suspendAwareClock) {
 	synctest.Test(t, func(t *testing.T) {
 		host := &fakeSuspend{}
 		// The store runs elsewhere: its clock goes on while this host sleeps.
 		st := memstore.Open(memstore.NewBackend(func() time.Time { return time.Now().Add(host.read()) }))
-		e, err := NewElector(st, "job", Config{Identity: "a", Clock: newSuspendAwareClock(host.read)})
+		e, err := NewElector(st, "job", Config{Identity: "a", Clock: clock(host)})
 		if err != nil {
 			t.Fatal(err)
 		}

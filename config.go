@@ -54,7 +54,9 @@ type Config struct {
 	// acquire, and a release wakes it by the store's watch alone, so no
 	// waiter starves however many contend. It costs one write to join the
 	// queue and one to leave it per acquisition (and a refresh of the place
-	// every RetryPeriod while waiting). The queue only orders who tries:
+	// every RetryPeriod while waiting); the place leaves while the term
+	// starts, not before Acquire returns, and before the term is released.
+	// The queue only orders who tries:
 	// tokens, expiry and every other rule are those of the default mode. A
 	// waiter that dies leaves its place to expire LeaseDuration after its
 	// last refresh, delaying those behind it by at most that long. Holders

@@ -34,6 +34,10 @@ type contender struct {
 	// in the queue (zero: not known to be first). A place first stays first
 	// until it leaves, so it is only refreshed every RetryPeriod.
 	firstAt time.Time
+	// leaving is closed when the place a granted acquire left behind has
+	// left the queue (see acquire); nil when none is leaving. The term's
+	// keeper waits for it (waitLeft) before it releases.
+	leaving chan struct{}
 }
 
 // errQueued: a fair contender's place is not first in the queue, so it
@@ -83,15 +87,25 @@ func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
 
 // acquire tries until it holds the lease or ctx ends. With ctx ended it gives
 // back any term an unknown outcome may have granted, and returns ctx's error.
-func (c *contender) acquire(ctx context.Context) (store.Record, time.Time, error) {
+func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, err error) {
 	var watch <-chan struct{}
 	var noWatchUntil time.Time // after a watch broke, poll until then
 	stopWatch := func() {}
 	defer func() { stopWatch() }()
 	if c.queue != nil {
 		// Leave the queue on every way out: with the lease (the next
-		// waiter moves up while this one holds), or without it.
-		defer c.leaveQueue(ctx)
+		// waiter moves up while this one holds), or without it. With the
+		// lease, the place leaves while the term starts, not before the
+		// caller has it: a place only orders who tries, and the holder's
+		// keeper waits for it to be gone before it releases the term, so
+		// the next waiter still finds it gone when the term ends.
+		defer func() {
+			if err == nil {
+				c.leaveQueueLater(ctx)
+			} else {
+				c.leaveQueue(ctx)
+			}
+		}()
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -209,11 +223,16 @@ func (c *contender) retryWait() time.Duration {
 // release gives back term with a detached context bounded by RenewDeadline:
 // waiting longer than that is pointless, the lease will soon expire anyway.
 func (c *contender) release(ctx context.Context, term store.Term) error {
+	return c.releaseEmit(ctx, term, c.emit)
+}
+
+// releaseEmit is release, reporting EventReleased with emit.
+func (c *contender) releaseEmit(ctx context.Context, term store.Term, emit func(Event)) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timings.RenewDeadline)
 	defer cancel()
 	sent := c.clock.Now()
 	err := c.store.Release(rctx, term)
-	c.emit(Event{Kind: EventReleased, Name: term.Name, Term: term, Latency: c.clock.Now().Sub(sent), Err: err})
+	emit(Event{Kind: EventReleased, Name: term.Name, Term: term, Latency: c.clock.Now().Sub(sent), Err: err})
 	return err
 }
 
@@ -270,4 +289,28 @@ func (c *contender) leaveQueue(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timings.RenewDeadline)
 	defer cancel()
 	_ = c.queue.Dequeue(qctx, c.name, c.holder)
+}
+
+// leaveQueueLater removes this contender's place from the queue on a
+// goroutine of its own, which waitLeft waits for. The call is bounded as
+// leaveQueue's is.
+func (c *contender) leaveQueueLater(ctx context.Context) {
+	c.firstAt = time.Time{}
+	done := make(chan struct{})
+	c.leaving = done
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timings.RenewDeadline)
+	go func() {
+		defer close(done)
+		defer cancel()
+		_ = c.queue.Dequeue(qctx, c.name, c.holder)
+	}()
+}
+
+// waitLeft waits until the place a granted acquire left behind has left
+// the queue (leaveQueueLater), if one is leaving.
+func (c *contender) waitLeft() {
+	if c.leaving != nil {
+		<-c.leaving
+		c.leaving = nil
+	}
 }

@@ -147,7 +147,7 @@ func (e *Elector) Run(ctx context.Context, work WorkFunc) error {
 // returned while the term was still live (and then its error), why the term
 // ended, and, if it was handed over, how long to stand aside.
 func (e *Elector) lead(ctx context.Context, c *contender, rec store.Record, sent time.Time, work WorkFunc) (returned bool, werr error, cause error, aside time.Duration) {
-	h := startHolding(ctx, &e.hold, rec, sent)
+	h := startHolding(ctx, &e.hold, rec, sent, false)
 	l := &Lease{term: rec.Term, ctx: h.ctx, keep: electorKeeping{h}}
 	e.setLease(l)
 	hw := watchHandover(ctx, c, h)
@@ -163,6 +163,7 @@ func (e *Elector) lead(ctx context.Context, c *contender, rec store.Record, sent
 	cause = h.stop()
 	req, handedOver := hw.stop()
 	e.setLease(nil)
+	c.waitLeft() // the place leaves the queue before the term ends
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
 	case handedOver && errors.Is(cause, ErrHandedOver):

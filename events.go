@@ -99,17 +99,30 @@ func LossReason(err error) string {
 // eventQueue hands events to fn one at a time, in the order they were added.
 // Adding never waits for fn: a goroutine started when the queue fills, and
 // ended when it is empty, calls fn; while fn runs, events wait in the queue.
-// flush waits until fn has been given every event added before it.
+// flush waits until fn has been given every event added before it, and
+// gives them itself, on its caller's goroutine, while no goroutine is
+// calling fn: a Lock's Acquire and Release flush before they return, and
+// would otherwise wait for the goroutine to be scheduled.
 type eventQueue struct {
 	fn func(Event)
 
 	mu        sync.Mutex
-	cond      sync.Cond // signalled with mu when delivered moves
+	cond      sync.Cond // signalled with mu when delivered or state moves
 	pending   []Event
 	added     uint64
 	delivered uint64
-	draining  bool // a goroutine is delivering
+	state     deliverer
 }
+
+// deliverer is who calls fn.
+type deliverer int
+
+const (
+	idle    deliverer = iota // nobody: the queue is empty, or holds only addLater's events
+	spawned                  // a drain goroutine was started and will, unless flush has taken over
+	drainGo                  // a drain goroutine
+	flushGo                  // a flush, on its caller's goroutine
+)
 
 func newEventQueue(fn func(Event)) *eventQueue {
 	q := &eventQueue{fn: fn}
@@ -126,33 +139,54 @@ func (q *eventQueue) add(e Event) {
 	defer q.mu.Unlock()
 	q.pending = append(q.pending, e)
 	q.added++
-	if !q.draining {
-		q.draining = true
+	if q.state == idle {
+		q.state = spawned
 		go q.drain()
 	}
 }
 
-func (q *eventQueue) drain() {
-	for {
-		q.mu.Lock()
-		if len(q.pending) == 0 {
-			q.draining = false
-			q.pending = nil
-			q.mu.Unlock()
-			return
-		}
-		e := q.pending[0]
-		q.pending[0] = Event{}
-		q.pending = q.pending[1:]
-		q.mu.Unlock()
-
-		q.fn(e)
-
-		q.mu.Lock()
-		q.delivered++
-		q.cond.Broadcast()
-		q.mu.Unlock()
+// addLater queues e for fn without starting a goroutine to give it: for a
+// caller that flushes soon on its own goroutine (a Lock's Acquire and
+// Release), which then gives it, unless an add meanwhile started a
+// goroutine that does.
+func (q *eventQueue) addLater(e Event) {
+	if q.fn == nil {
+		return
 	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = append(q.pending, e)
+	q.added++
+}
+
+// deliverOne gives the first pending event to fn, with q.mu held on entry
+// and on return (not while fn runs).
+func (q *eventQueue) deliverOne() {
+	e := q.pending[0]
+	q.pending[0] = Event{}
+	q.pending = q.pending[1:]
+	q.mu.Unlock()
+
+	q.fn(e)
+
+	q.mu.Lock()
+	q.delivered++
+	q.cond.Broadcast()
+}
+
+func (q *eventQueue) drain() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != spawned {
+		return // a flush took over; it starts another drain if events are left
+	}
+	q.state = drainGo
+	for len(q.pending) > 0 {
+		q.deliverOne()
+	}
+	q.state = idle
+	q.pending = nil
+	q.cond.Broadcast()
 }
 
 // flush waits until fn has returned for every event added before the call.
@@ -163,7 +197,25 @@ func (q *eventQueue) flush() {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for n := q.added; q.delivered < n; {
-		q.cond.Wait()
+	n := q.added
+	for q.delivered < n {
+		if q.state == drainGo || q.state == flushGo {
+			q.cond.Wait()
+			continue
+		}
+		// Nobody is calling fn (a drain goroutine may be about to): give
+		// the events here.
+		q.state = flushGo
+		for q.delivered < n {
+			q.deliverOne()
+		}
+		if len(q.pending) > 0 {
+			q.state = spawned // events added since the call: a goroutine gives them
+			go q.drain()
+		} else {
+			q.state = idle
+			q.pending = nil
+		}
+		q.cond.Broadcast()
 	}
 }

@@ -293,3 +293,103 @@ func TestBlockedOnEventDoesNotDelayCancel(t *testing.T) {
 		})
 	}
 }
+
+// The queue's flush gives events itself while no goroutine is giving them:
+// with adders and flushers racing, fn still runs one call at a time, each
+// adder's events come in its order, and a flush returns only once every
+// event added before it was given.
+func TestEventQueueFlushRaces(t *testing.T) {
+	const adders, each = 8, 500
+	var running atomic.Int32
+	var overlapped atomic.Bool
+	last := make([]int, adders) // written by fn only, one call at a time
+	var disorder atomic.Bool
+	q := newEventQueue(func(e Event) {
+		if running.Add(1) != 1 {
+			overlapped.Store(true)
+		}
+		a, i := int(e.Latency), int(e.Term.Token)
+		if i != last[a]+1 {
+			disorder.Store(true)
+		}
+		last[a] = i
+		running.Add(-1)
+	})
+	var wg sync.WaitGroup
+	var early atomic.Bool
+	for a := range adders {
+		wg.Go(func() {
+			for i := 1; i <= each; i++ {
+				q.add(Event{Latency: time.Duration(a), Term: store.Term{Token: int64(i)}})
+				if i%3 == 0 {
+					q.flush()
+					if last[a] != i { // all of a's events were given: no fn call writes last[a] now
+						early.Store(true)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	q.flush()
+	if overlapped.Load() {
+		t.Fatal("fn ran twice at once")
+	}
+	if disorder.Load() {
+		t.Fatal("an adder's events came out of order")
+	}
+	if early.Load() {
+		t.Fatal("a flush returned before its caller's events were given")
+	}
+	for a := range adders {
+		if last[a] != each {
+			t.Fatalf("adder %d: last event given %d, want %d", a, last[a], each)
+		}
+	}
+}
+
+// A Lock's Acquire and Release return only once OnEvent has had the
+// events they reported: the term's EventAcquired and, for a term without
+// KeepAlive (ended by Release on its caller's goroutine), EventLost and
+// EventReleased, which are queued without a goroutine and given by the
+// flush (with that flush left out, neither comes before Release returns).
+func TestLockGivesEventsBeforeReturning(t *testing.T) {
+	for _, keepAlive := range []bool{false, true} {
+		t.Run(fmt.Sprint("keepalive=", keepAlive), func(t *testing.T) {
+			log := &eventLog{}
+			lk, err := NewLock(memstore.New(), "job", Config{Identity: "a", KeepAlive: keepAlive, OnEvent: log.on})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for i := range 3 {
+				l, err := lk.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := log.all()
+				if n := len(got); n != 4*i+2 || got[n-2].Kind != EventAcquireAttempt || got[n-1].Kind != EventAcquired {
+					t.Fatalf("cycle %d: after Acquire returned OnEvent had %v, want it to end with acquire-attempt, acquired", i, kinds(got))
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				got = log.all()
+				if n := len(got); n != 4*i+4 || got[n-2].Kind != EventLost || got[n-1].Kind != EventReleased {
+					t.Fatalf("cycle %d: after Release returned OnEvent had %v, want it to end with lost, released", i, kinds(got))
+				}
+			}
+			if err := checkTermOrder(log.all()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func kinds(es []Event) []EventKind {
+	out := make([]EventKind, len(es))
+	for i, e := range es {
+		out[i] = e.Kind
+	}
+	return out
+}

@@ -240,3 +240,71 @@ func TestFairNeedsAQueue(t *testing.T) {
 		t.Errorf("NewSemaphore with Fair: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestFairGrantDoesNotWaitForTheQueue: a fair Lock's Acquire and a fair
+// Elector's work start as soon as the store grants the term; the place
+// leaves the queue meanwhile (here in one second, the store's latency for
+// Dequeue alone), and the term is released only after the place has left,
+// so a waiter woken by the release never finds the old holder's place
+// ahead of it. The control: a Lock whose Acquire is slowed the same way,
+// which the same clock measures at one second.
+func TestFairGrantDoesNotWaitForTheQueue(t *testing.T) {
+	const slow = time.Second
+	for _, kind := range []string{"Lock", "Elector", "control"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture()
+				fs := f.faulty()
+				op := faultstore.OpDequeue
+				if kind == "control" {
+					op = faultstore.OpAcquire
+				}
+				fs.Inject(faultstore.Fault{Latency: slow}, op)
+				ctx := context.Background()
+				start := time.Now()
+				var granted, released time.Time
+				switch kind {
+				case "Lock", "control":
+					l, err := leasehold.NewLock(fs, "invoice-42", leasehold.Config{Identity: "node-a", Fair: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					h, err := l.Acquire(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					granted = time.Now()
+					if err := h.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+					released = time.Now()
+				case "Elector":
+					e := newElector(t, fs, "node-a", nil, fair)
+					err := e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
+						granted = time.Now()
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					released = time.Now()
+				}
+				if kind == "control" {
+					if granted.Sub(start) != slow {
+						t.Fatalf("control: a grant slowed by %v took %v", slow, granted.Sub(start))
+					}
+					return
+				}
+				if d := granted.Sub(start); d != 0 {
+					t.Errorf("the term started %v after Acquire was called: it waited for the place to leave the queue", d)
+				}
+				if d := released.Sub(start); d < slow {
+					t.Errorf("the term was released %v after Acquire was called, before its place left the queue (%v)", d, slow)
+				}
+				if n, err := memstore.Open(f.backend).Enqueue(ctx, "invoice-42", "probe", time.Second); err != nil || n != 0 {
+					t.Errorf("after the release a new place has %d ahead (err %v), want 0", n, err)
+				}
+			})
+		})
+	}
+}

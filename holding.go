@@ -30,6 +30,15 @@ func (c *holdConfig) emit(e Event) {
 	c.events.add(e)
 }
 
+// emitLater is emit for a caller that flushes the event queue before it
+// returns, with no wait between (see eventQueue.addLater).
+func (c *holdConfig) emitLater(e Event) {
+	if c.observe != nil {
+		c.observe(e)
+	}
+	c.events.addLater(e)
+}
+
 // holding keeps one term: it renews it every RenewInterval (if keepAlive),
 // retries a failed renewal every RetryPeriod, and cancels ctx at
 // safeUntil - WindDown, where safeUntil = (send time of the last successful
@@ -47,6 +56,7 @@ type holding struct {
 	tr trust
 
 	stopc    chan struct{} // nil for a timed holding
+	endNow   func()        // a timed holding's end, for stop
 	stopOnce sync.Once
 	done     chan struct{} // closed by loop when it has ended
 	cause    error         // why it ended; written by loop before done closes
@@ -61,12 +71,13 @@ type renewResult struct {
 
 // startHolding begins holding the term of rec, granted by a request sent at
 // sentAt, and reports EventAcquired before anything else of the term. The
-// term's context derives from parent.
+// term's context derives from parent. flushed says the caller flushes the
+// event queue right after (Lock's Acquire and TryAcquire).
 //
 // A term that is renewed (keepAlive) has one goroutine, loop. A term that is
 // not has none on the system clock: a timer cancels it at its deadline, and
 // context.AfterFunc ends it (see timed).
-func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sentAt time.Time) *holding {
+func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sentAt time.Time, flushed bool) *holding {
 	ctx, cancel := context.WithCancelCause(parent)
 	tr := granted(cfg.timings, sentAt, rec.Remaining)
 	tr.capHold(sentAt, cfg.maxHold)
@@ -78,7 +89,12 @@ func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sen
 		tr:     tr,
 		done:   make(chan struct{}),
 	}
-	cfg.emit(Event{Kind: EventAcquired, Name: rec.Name, Term: rec.Term, Record: rec, SafeUntil: h.tr.safeUntil})
+	acquired := Event{Kind: EventAcquired, Name: rec.Name, Term: rec.Term, Record: rec, SafeUntil: h.tr.safeUntil}
+	if flushed {
+		cfg.emitLater(acquired)
+	} else {
+		cfg.emit(acquired)
+	}
 	if afc, ok := cfg.clock.(afterFuncClock); ok && !cfg.keepAlive {
 		h.timed(afc)
 		return h
@@ -104,12 +120,23 @@ func (h *holding) timed(afc afterFuncClock) {
 			h.cancel(ErrSafeUntilPassed)
 		}
 	})
-	context.AfterFunc(h.ctx, func() {
+	end := func(emit func(Event)) {
 		deadline.Stop()
 		h.cause = context.Cause(h.ctx)
-		h.cfg.emit(Event{Kind: EventLost, Name: h.term.Name, Term: h.term, SafeUntil: tr.safeUntil, Err: h.cause})
+		emit(Event{Kind: EventLost, Name: h.term.Name, Term: h.term, SafeUntil: tr.safeUntil, Err: h.cause})
 		close(h.done)
-	})
+	}
+	stopEnd := context.AfterFunc(h.ctx, func() { end(h.cfg.emit) })
+	// stop ends the holding on its caller's goroutine when nothing has
+	// cancelled the context yet, rather than wait for AfterFunc's: a
+	// release then sends its request without a goroutine hop first. Its
+	// caller (lockKeeping.release) flushes the events.
+	h.endNow = func() {
+		if stopEnd() {
+			h.cancel(ErrReleased)
+			end(h.cfg.emitLater)
+		}
+	}
 }
 
 // SafeUntil is the current local deadline of the term.
@@ -134,7 +161,7 @@ func (h *holding) end(cause error) { h.cancel(cause) }
 func (h *holding) stop() error {
 	h.stopOnce.Do(func() {
 		if h.stopc == nil {
-			h.cancel(ErrReleased) // timed: context.AfterFunc ends it
+			h.endNow() // timed: ended here, or already by context.AfterFunc
 		} else {
 			close(h.stopc)
 		}

@@ -99,7 +99,7 @@ func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 }
 
 func (l *Lock) lease(ctx context.Context, c *contender, rec store.Record, sent time.Time) *Lease {
-	h := startHolding(context.WithoutCancel(ctx), &l.hold, rec, sent)
+	h := startHolding(context.WithoutCancel(ctx), &l.hold, rec, sent, true)
 	return &Lease{term: rec.Term, ctx: h.ctx, keep: lockKeeping{h: h, c: c, l: l}}
 }
 
@@ -160,11 +160,12 @@ func (k lockKeeping) safeUntil() time.Time { return k.h.SafeUntil() }
 // store already said it was lost.
 func (k lockKeeping) release(ctx context.Context) error {
 	defer k.c.events.flush()
+	k.c.waitLeft() // the place leaves the queue before the term ends
 	if cause := k.h.stop(); errors.Is(cause, ErrLeaseLost) {
 		return store.ErrNotHeld
 	}
 	sent := k.c.clock.Now()
-	err := k.c.release(ctx, k.h.term)
+	err := k.c.releaseEmit(ctx, k.h.term, k.c.emitLater) // flushed by the defer above
 	if err == nil && k.l != nil && k.c.sawHeld && k.c.queue == nil {
 		k.l.yield(k.c.clock.Now().Sub(sent))
 	}

@@ -348,7 +348,7 @@ func (s *Scheduler) runPeriod(ctx context.Context, p time.Time, job JobFunc) err
 		return err
 	}
 	// Unlike a Lock's lease, the run's ends with Run's context.
-	h := startHolding(ctx, &l.hold, rec, sent)
+	h := startHolding(ctx, &l.hold, rec, sent, false)
 	lease := &Lease{term: rec.Term, ctx: h.ctx, keep: lockKeeping{h: h, c: c}}
 	jerr := job(lease.Context(), p, lease)
 	// MinHold: keep the lease (renewed) until MinHold after its grant.

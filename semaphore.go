@@ -237,7 +237,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 }
 
 func (s *Semaphore) lease(ctx context.Context, c *contender, rec store.Record, sent time.Time) *Lease {
-	h := startHolding(context.WithoutCancel(ctx), &s.hold, rec, sent)
+	h := startHolding(context.WithoutCancel(ctx), &s.hold, rec, sent, false)
 	return &Lease{term: rec.Term, ctx: h.ctx, keep: lockKeeping{h: h, c: c}}
 }
 
