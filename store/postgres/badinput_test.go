@@ -134,10 +134,16 @@ func TestBadConnectionString(t *testing.T) {
 		"postgres://127.0.0.1/test?create_if_missing=maybe",
 		"postgres://127.0.0.1/test?watch=sometimes",
 		"postgres://127.0.0.1/test?session_port=http",
+		"postgres://127.0.0.1/test?prepared_statements=often",
 	} {
 		u, _ := url.Parse(raw)
-		if _, err := postgres.OpenURL(ctxFor(t), u); !errors.Is(err, store.ErrInvalid) {
+		_, err := postgres.OpenURL(ctxFor(t), u)
+		if !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("OpenURL(%s): err = %v, want ErrInvalid", raw, err)
+			continue
+		}
+		if name := strings.SplitN(u.RawQuery, "=", 2)[0]; u.RawQuery != "" && !strings.Contains(err.Error(), name) {
+			t.Errorf("OpenURL(%s): error %q does not name the parameter %s", raw, err, name)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"net/url"
 	"testing"
 	"time"
 
@@ -159,17 +160,7 @@ func TestConformanceSimpleProtocol(t *testing.T) {
 // connection has no named prepared statement that a transaction pooler could
 // hand to another client, although pgx's default mode would have made some.
 func TestNoPreparedStatements(t *testing.T) {
-	schema := migrated(t)
-	conn, err := pgx.Connect(ctxFor(t), testDSN(t)) // pgx's default: cache prepared statements
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	st, err := postgres.NewConn(ctxFor(t), conn, postgres.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	conn, st := storeOnConn(t, postgres.Options{})
 	ctx := ctxFor(t)
 	rec, err := st.Acquire(ctx, "job", "node-a", time.Minute, "")
 	if err != nil {
@@ -191,4 +182,69 @@ func TestNoPreparedStatements(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d prepared statements on the store's connection, want only the test's own", n)
 	}
+}
+
+// TestConformancePreparedStatements runs the suite with the lease statements
+// as named prepared statements (the URL parameter prepared_statements=true).
+func TestConformancePreparedStatements(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) func() (store.Store, error) {
+			schema := migrated(t)
+			u, err := url.Parse(withParams(t, testDSN(t), "pool_max_conns", "2", "schema", schema, postgres.ParamPrepared, "true"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() (store.Store, error) { return postgres.OpenURL(context.Background(), u) }
+		},
+		MinTTL:   harnessMinTTL,
+		QueueTTL: harnessQueueTTL,
+	})
+}
+
+// TestPreparedStatementsOption: with Options.PreparedStatements the store's
+// connection keeps a named prepared statement per lease statement it ran
+// (TestNoPreparedStatements is the default's side: none).
+func TestPreparedStatementsOption(t *testing.T) {
+	conn, st := storeOnConn(t, postgres.Options{PreparedStatements: true})
+	ctx := ctxFor(t)
+	rec, err := st.Acquire(ctx, "job", "node-a", time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Renew(ctx, rec.Term, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, rec.Term); err != nil {
+		t.Fatal(err)
+	}
+	again, err := st.Acquire(ctx, "job", "node-b", time.Minute, "")
+	if err != nil || again.Term.Token <= rec.Term.Token {
+		t.Fatalf("second grant: %+v, %v; want a token above %d", again.Term, err, rec.Term.Token)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%leader_lease%' AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n < 3 { // the grant, the renewal and the release, each prepared once
+		t.Fatalf("%d prepared lease statements on the store's connection, want at least 3", n)
+	}
+}
+
+// storeOnConn returns a store with opts in a fresh schema on a connection of
+// its own, made with pgx's defaults (which cache prepared statements), so a
+// test can look at what the store left on it. Both close at cleanup.
+func storeOnConn(t *testing.T, opts postgres.Options) (*pgx.Conn, *postgres.Store) {
+	t.Helper()
+	opts.Schema = migrated(t)
+	conn, err := pgx.Connect(ctxFor(t), testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	st, err := postgres.NewConn(ctxFor(t), conn, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return conn, st
 }

@@ -14,7 +14,7 @@ var Descriptor = store.Descriptor{
 	ExampleURL:  "postgres://user@host/db",
 	Reach:       store.ReachNetwork,
 	DefaultPort: "5432",
-	Params:      []string{ParamTable, ParamSchema, ParamCreateIfMissing, ParamWatch, ParamSessionHost, ParamSessionPort},
+	Params:      []string{ParamTable, ParamSchema, ParamCreateIfMissing, ParamWatch, ParamSessionHost, ParamSessionPort, ParamPrepared},
 	AddrParams:  []string{"host", "port", ParamSessionHost, ParamSessionPort},
 	ReadOnly:    storekit.WithoutParam(ParamCreateIfMissing),
 	Creating:    storekit.DefaultParam(ParamCreateIfMissing, "true"),

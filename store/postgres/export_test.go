@@ -26,3 +26,6 @@ var Channel = channelFor
 
 // PID is the server pid of the advisory lock's connection.
 func (a *AdvisoryLock) PID() uint32 { return a.conn.PgConn().PID() }
+
+// MigrateLockKey is the advisory lock Migrate takes when it has work to do.
+const MigrateLockKey = migrateLockKey

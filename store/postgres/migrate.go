@@ -38,19 +38,48 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 // upgraded by running Migrate again; so is one whose triggers were dropped
 // or disabled.
 //
-// It is idempotent, changes no lease, and runs no DDL (so needs no DDL
-// privilege) when everything is current.
+// It is idempotent, changes no lease, and when everything is current runs
+// no DDL (so needs no DDL privilege) and takes no lock: one catalogue read.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.life.Check(ctx); err != nil {
 		return err
 	}
 	err := s.retry(ctx, func() error {
+		// Most calls find everything current: one read, no lock, so that a
+		// fleet of processes starting at once does not queue behind one
+		// another on the migration lock (on a loaded server the queue grew
+		// past the callers' timeouts and no process got through).
+		if ok, err := s.current(ctx, s.q); err != nil || ok {
+			return err
+		}
 		return s.q.inTx(ctx, func(q querier) error { return s.migrate(ctx, q) })
 	})
 	if err != nil {
 		return kit.Wrap("migrate "+s.qtable, err)
 	}
 	return nil
+}
+
+// leaseColumns are the lease table's columns, leasehold's own included.
+var leaseColumns = []string{"name", "holder", "epoch", "expires_at", "metadata", "ttl", "meta_epoch"}
+
+// current reports whether everything migrate would create or upgrade is
+// there and current, in one catalogue read that takes no lock. What it
+// finds cannot be undone by a concurrent Migrate, which only adds.
+func (s *Store) current(ctx context.Context, q querier) (bool, error) {
+	var ok bool
+	_, err := queryOne(ctx, q, `SELECT coalesce((SELECT
+	(SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attname = ANY ($2::text[])) = cardinality($2::text[])
+	AND to_regclass(format('%I.%I', n.nspname, $3::text || '_history')) IS NOT NULL
+	AND to_regclass(format('%I.%I', n.nspname, $3::text || '_epochs')) IS NOT NULL
+	AND to_regclass(format('%I.%I', n.nspname, $3::text || '_queue')) IS NOT NULL
+	AND to_regclass(format('%I.%I', n.nspname, $3::text || '_qseq')) IS NOT NULL
+	AND coalesce(obj_description(to_regprocedure(format('%I.%I()', n.nspname, $3::text || '_changed')), 'pg_proc'), '') = $4
+	AND coalesce(obj_description(to_regprocedure(format('%I.%I()', n.nspname, $3::text || '_guard')), 'pg_proc'), '') = $4
+	AND (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgenabled <> 'D' AND t.tgname = ANY ($5::text[])) = cardinality($5::text[])
+	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)), false)`,
+		[]any{s.qtable, textArray(leaseColumns), s.table, schemaVersion, textArray(allTriggers)}, &ok)
+	return ok, err
 }
 
 func queryOne(ctx context.Context, q querier, sql string, args []any, dest ...any) (bool, error) {

@@ -41,6 +41,15 @@ type Options struct {
 	// the config of the pool or connection given. Behind a transaction-mode
 	// pooler point it at the server or at a session-mode pool.
 	SessionConfig *pgx.ConnConfig
+	// PreparedStatements sends the lease statements as named prepared
+	// statements, prepared once per connection and kept (pgx's
+	// QueryExecModeCacheStatement), so the server parses and plans each
+	// once per connection instead of on every call. Off by default: a named
+	// statement lives on a server connection, which PgBouncer in
+	// transaction mode hands to other clients unless it tracks prepared
+	// statements itself (1.21 and later, with max_prepared_statements set).
+	// Ignored on a pool configured for the simple protocol.
+	PreparedStatements bool
 }
 
 // New returns a store on a pgx pool the caller owns: Close does not close
@@ -127,12 +136,13 @@ func parseErr(dsn string, err error) error {
 // connecting; every other parameter goes to pgx (sslmode, pool_max_conns,
 // connect_timeout, application_name, ...).
 const (
-	ParamTable           = "table"             // Options.Table
-	ParamSchema          = "schema"            // Options.Schema
-	ParamCreateIfMissing = "create_if_missing" // Options.CreateIfMissing: true or false
-	ParamWatch           = "watch"             // false sets Options.NoWatch
-	ParamSessionHost     = "session_host"      // host of the session connection (LISTEN, advisory locks)
-	ParamSessionPort     = "session_port"      // its port
+	ParamTable           = "table"               // Options.Table
+	ParamSchema          = "schema"              // Options.Schema
+	ParamCreateIfMissing = "create_if_missing"   // Options.CreateIfMissing: true or false
+	ParamWatch           = "watch"               // false sets Options.NoWatch
+	ParamSessionHost     = "session_host"        // host of the session connection (LISTEN, advisory locks)
+	ParamSessionPort     = "session_port"        // its port
+	ParamPrepared        = "prepared_statements" // Options.PreparedStatements: true or false
 )
 
 // OpenURL opens a store from a URL of the form
@@ -140,9 +150,10 @@ const (
 //	postgres://user:password@host:5432/db?sslmode=verify-full&table=leader_lease&schema=app
 //
 // (scheme postgres or postgresql). The parameters table, schema,
-// create_if_missing, watch, session_host and session_port configure the
-// store (see the Param constants) and are removed; the rest of the URL is
-// passed to Open. This is the function the CLI's store registry calls.
+// create_if_missing, watch, session_host, session_port and
+// prepared_statements configure the store (see the Param constants) and are
+// removed; the rest of the URL is passed to Open. This is the function the
+// CLI's store registry calls.
 func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 	if u == nil {
 		return nil, kit.Invalid("", "URL is nil")
@@ -152,10 +163,11 @@ func OpenURL(ctx context.Context, u *url.URL) (store.Store, error) {
 	}
 	p := kit.Params(u)
 	opts := Options{
-		Table:           p.String(ParamTable, ""),
-		Schema:          p.String(ParamSchema, ""),
-		CreateIfMissing: p.Bool(ParamCreateIfMissing, false),
-		NoWatch:         !p.Bool(ParamWatch, true),
+		Table:              p.String(ParamTable, ""),
+		Schema:             p.String(ParamSchema, ""),
+		CreateIfMissing:    p.Bool(ParamCreateIfMissing, false),
+		NoWatch:            !p.Bool(ParamWatch, true),
+		PreparedStatements: p.Bool(ParamPrepared, false),
 	}
 	sessHost := p.String(ParamSessionHost, "")
 	sessPort := p.Int(ParamSessionPort, 0, 1, 65535)
@@ -200,6 +212,9 @@ func newStore(ctx context.Context, q querier, opts Options, closePool func()) (*
 		closePool: closePool,
 	}
 	s.sql = newStatements(s.qtable, s.qhist)
+	if opts.PreparedStatements {
+		q.prepare()
+	}
 	if opts.CreateIfMissing {
 		if err := s.Migrate(ctx); err != nil {
 			return nil, err

@@ -26,6 +26,9 @@ type querier interface {
 	// sessionConfig returns a copy of the connection config, for a dedicated
 	// session connection the store opens itself.
 	sessionConfig(ctx context.Context) (*pgx.ConnConfig, error)
+	// prepare makes later statements named prepared statements, cached per
+	// connection, where the driver can (Options.PreparedStatements).
+	prepare()
 }
 
 type rowScanner interface{ Scan(dest ...any) error }
@@ -57,6 +60,14 @@ func execMode(def pgx.QueryExecMode) pgx.QueryExecMode {
 		return def
 	}
 	return pgx.QueryExecModeExec
+}
+
+// prepare implements querier: lease statements become named prepared
+// statements, cached per connection (not on the simple protocol).
+func (q *pgxQuerier) prepare() {
+	if q.mode == pgx.QueryExecModeExec {
+		q.mode = pgx.QueryExecModeCacheStatement
+	}
 }
 
 func (q *pgxQuerier) lock() func() {
@@ -119,6 +130,14 @@ type sqlQuerier struct {
 	db   sqlDB
 	root *sql.DB // for transactions and the session config; nil inside one
 	pre  []any   // arguments put before each statement's own: the exec mode for pgx
+}
+
+// prepare implements querier: with the pgx stdlib driver, lease statements
+// are sent in pgx's statement-caching mode; other drivers keep their own.
+func (q *sqlQuerier) prepare() {
+	if len(q.pre) == 1 && q.pre[0] == pgx.QueryExecModeExec {
+		q.pre = []any{pgx.QueryExecModeCacheStatement}
+	}
 }
 
 func newSQLQuerier(db *sql.DB) *sqlQuerier {

@@ -107,10 +107,30 @@ func recordCols(a string) string {
 	CASE WHEN {{a}}.meta_epoch = {{a}}.epoch THEN coalesce({{a}}.metadata, '') ELSE '' END`)
 }
 
+// grantCols are recordCols for a row the acquire statement has just granted,
+// with the same values from fewer expressions: the statement's text is parsed,
+// analysed and planned on every call (the unnamed statement, for poolers), and
+// recordCols' expressions were a fifth of that work for the acquire statement
+// (EXPLAIN of it in a server-side loop: 154 against 123 µs per call, the
+// fastest of 12 alternated runs on a loaded machine). On a grant the row
+// holds what the statement wrote: holder is $2 (never empty), epoch is set,
+// meta_epoch equals epoch (the guard lifts both together), ttl is $3
+// microseconds and metadata $4. Only the time remaining is read from the
+// row, computed on the database's clock as recordCols does: the expiry may be
+// later than now() + ttl when a holder acquires its own live term again.
+func grantCols(a string) string {
+	return strings.NewReplacer("{{a}}", a).Replace(`{{a}}.name,
+	{{a}}.holder,
+	{{a}}.epoch,
+	coalesce(((extract(epoch FROM {{a}}.expires_at) - extract(epoch FROM now())) * 1000000)::float8, '-Infinity'),
+	$3::float8,
+	coalesce({{a}}.metadata, '')`)
+}
+
 // The term is live while expires_at > now(); it is expired (free to take)
 // once expires_at <= now(). A NULL or empty holder is a free row.
 func newStatements(table, history string) statements {
-	r := strings.NewReplacer("{{t}}", table, "{{h}}", history, "{{cols l}}", recordCols("l"), "{{cols o}}", recordCols("o"))
+	r := strings.NewReplacer("{{t}}", table, "{{h}}", history, "{{cols l}}", recordCols("l"), "{{cols o}}", recordCols("o"), "{{grant l}}", grantCols("l"))
 	return statements{
 		// One compare-and-swap: insert the row, or take it over only if it
 		// is free, expired, or this holder's own. The epoch (fencing token)
@@ -138,7 +158,7 @@ ON CONFLICT (name) DO UPDATE SET
 	meta_epoch = coalesce(l.epoch, 0) + 1
 WHERE coalesce(l.epoch, 0) >= 0
 	AND (coalesce(l.holder, '') = '' OR l.holder = excluded.holder OR coalesce(l.expires_at <= now(), true))
-RETURNING {{cols l}}`),
+RETURNING {{grant l}}`),
 		// Renew names the exact term and never bumps the epoch.
 		renew: r.Replace(`UPDATE {{t}} AS l SET
 	expires_at = greatest(l.expires_at, now() + $4::float8 * interval '1 microsecond'),
