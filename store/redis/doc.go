@@ -15,7 +15,7 @@
 // For a lease name N under the prefix P (default "leasehold:") the store uses
 //
 //	P{N}          the lock: the holder string, PX = the term's TTL
-//	P{N}:token    the fencing token counter: INCRemented by each grant, never expires
+//	P{N}:token    the fencing token counter: raised by each grant, never expires
 //	P{N}:term     the term's record, "token:ttl:metadata", with the same PX as the lock
 //	P{N}:events   the pub/sub channel on which releases are published (not grants: a
 //	              waiter has nothing to do while the lease is held)
@@ -26,9 +26,10 @@
 // term of the same holder cannot touch a newer one.
 //
 // Each call is one EVALSHA (after a restart or SCRIPT FLUSH, go-redis sends a
-// script once more with EVAL). Taking a free lease runs three Redis commands
-// inside the script (SET NX PX, INCR, and the term record's SET PX) and
-// releasing one runs five (GET of the lock and of the term record, PTTL,
+// script once more with EVAL). Taking a free lease runs four Redis commands
+// inside the script (TIME, SET NX PX, the counter's SET ... GET, and the
+// term record's SET PX; with tokens=counter three: SET NX PX, INCR and the
+// record's SET) and releasing one runs five (GET of the lock and of the term record, PTTL,
 // DEL, PUBLISH), where bsm/redislock's lock and unlock run one and two: the
 // counter, the exact-term check and the publish are what the token and the
 // instant hand-off cost.

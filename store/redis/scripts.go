@@ -42,8 +42,10 @@ import goredis "github.com/redis/go-redis/v9"
 //
 // The common case, a free lock, is three commands: SET NX PX (which is the
 // whole of redislock's acquire), INCR, and the term's SET PX; with
-// TokensServerTime also TIME and, when the clock is above the counter (the
-// usual case), a SET of the counter to it. The new token is max(counter+1,
+// TokensServerTime (the default) four: TIME, SET NX PX, a SET of the counter
+// to the clock with GET (which returns the counter before it: one command
+// where INCR and a SET were two), and the term's SET PX; a second SET of
+// the counter only when the clock is not above it. The new token is max(counter+1,
 // clock): it rises by at least one whatever the clock does, and after the
 // counter is lost it starts again from the server's clock, above every
 // token granted before the loss. TIME is non-deterministic; Redis 7 runs
@@ -57,9 +59,12 @@ import goredis "github.com/redis/go-redis/v9"
 // has lost increments (a restart without fsync, a promoted replica). The
 // script then raises the counter to the floor, takes back the SET, and
 // grants nothing; the caller reports the regress and may try again. A
-// counter that is not an integer (written by something else) fails the INCR:
-// the SET is taken back and the error returned, so nothing is granted. No
-// other client sees the undone writes: the script is atomic.
+// counter that is not an integer (written by something else) fails the INCR,
+// or, with TokensServerTime, is written back as it was and fails the script
+// with INCR's error (as is one of 2^53 or more, which Lua's numbers would
+// not hold exactly): the SET is taken back and the error returned, so
+// nothing is granted. No other client sees the undone writes: the script is
+// atomic.
 //
 // A lock key that exists (SET NX refused) is read: another holder's live
 // term is returned as it is; this same holder's term, or a key with PTTL 0
@@ -72,7 +77,7 @@ import goredis "github.com/redis/go-redis/v9"
 //	2 regress, nothing granted: {2, counter-before}
 //	0 held by another, or 3 held and the counter was below the floor:
 //	  {status, holder, term record, pttl, counter-before}
-var acquireScript = goredis.NewScript(`
+var acquireScript = goredis.NewScript(nextTokenLua + `
 local floor = tonumber(ARGV[4])
 local clock = 0
 if ARGV[5] == '1' then
@@ -80,19 +85,10 @@ if ARGV[5] == '1' then
   clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local tok = redis.pcall('INCR', KEYS[2])
-  if type(tok) == 'table' then
+  local tok, refused = nextToken(KEYS[2], clock, floor, ARGV[4], ARGV[5] == '1')
+  if not tok then
     redis.call('DEL', KEYS[1])
-    return tok
-  end
-  if tok <= floor then
-    redis.call('SET', KEYS[2], ARGV[4])
-    redis.call('DEL', KEYS[1])
-    return {2, tok - 1}
-  end
-  if tok < clock then
-    tok = clock
-    redis.call('SET', KEYS[2], string.format('%d', tok))
+    return refused
   end
   redis.call('SET', KEYS[3], string.format('%d', tok) .. ARGV[3], 'PX', ARGV[2])
   return tok
@@ -113,15 +109,66 @@ end
 if regressed then
   return {2, ctr}
 end
-local tok = redis.call('INCR', KEYS[2])
-if tok < clock then
-  tok = clock
-  redis.call('SET', KEYS[2], string.format('%d', tok))
+local tok, refused = nextToken(KEYS[2], clock, floor, ARGV[4], ARGV[5] == '1')
+if not tok then
+  return refused
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], string.format('%d', tok) .. ARGV[3], 'PX', ARGV[2])
 return tok
 `)
+
+// nextTokenLua defines nextToken, the one place where a grant's token is
+// taken (acquireScript and transferScript start with it).
+//
+// nextToken(key, clock, floor, floorArg, serverTime) raises the counter at
+// key for a grant and returns the grant's token: max(counter+1, clock), the
+// counter then set to it. With serverTime the counter is set to the clock
+// and its old value read in one command (SET ... GET); a second SET follows
+// only when the clock is not above the counter (clock is 0 without
+// serverTime, and the token is INCR's). A counter at or below floor has
+// lost increments (a restart without fsync, a promoted replica): the
+// counter is set to floorArg (floor as sent, digits and all) and nothing is
+// granted. A counter that is not an integer, or not one Lua's numbers hold
+// exactly (2^53 or more), is left as it was and nothing is granted. On a
+// refusal it returns nil and the script's reply: {2, counter-before} for
+// the regress, else the error (INCR's, or the same words).
+const nextTokenLua = `
+local function nextToken(key, clock, floor, floorArg, serverTime)
+  local prev
+  if serverTime then
+    local old = redis.pcall('SET', key, string.format('%d', clock), 'GET')
+    if type(old) == 'table' then
+      return nil, old
+    end
+    prev = 0
+    if old then
+      prev = string.match(old, '^-?%d+$') and tonumber(old)
+      if not prev or prev >= 9007199254740992 or prev <= -9007199254740992 then
+        redis.call('SET', key, old)
+        return nil, redis.error_reply('ERR value is not an integer or out of range')
+      end
+    end
+  else
+    local n = redis.pcall('INCR', key)
+    if type(n) == 'table' then
+      return nil, n
+    end
+    prev = n - 1
+  end
+  if prev + 1 <= floor then
+    redis.call('SET', key, floorArg)
+    return nil, {2, prev}
+  end
+  if serverTime and prev + 1 <= clock then
+    return clock
+  end
+  if serverTime then
+    redis.call('SET', key, string.format('%d', prev + 1))
+  end
+  return prev + 1
+end
+`
 
 // Status codes of the scripts.
 const (

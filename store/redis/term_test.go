@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +82,55 @@ func TestCorruptCounterGrantsNothing(t *testing.T) {
 	}
 	if n, err := c.Exists(ctx, st.LockKey("job"), st.LockKey("job")+":term").Result(); err != nil || n != 0 {
 		t.Fatalf("after the failed Acquire, %d of the lock and term keys exist (%v); want none", n, err)
+	}
+	// The script wrote the clock over the counter and read it back in one
+	// command (SET ... GET): it must have put the value back.
+	if v, err := c.Get(ctx, st.LockKey("job")+":token").Result(); err != nil || v != "not-a-number" {
+		t.Fatalf("after the failed Acquire the counter holds %q (%v); want it as it was, \"not-a-number\"", v, err)
+	}
+	// A counter Lua's numbers cannot hold exactly is refused the same way.
+	if err := c.Set(ctx, st.LockKey("job")+":token", "9007199254740992", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Acquire(ctx, "job", "node-a", time.Minute, ""); err == nil || !strings.Contains(err.Error(), "not an integer") {
+		t.Fatalf("Acquire over a counter of 2^53: err = %v, want the \"not an integer\" error", err)
+	}
+	if v, err := c.Get(ctx, st.LockKey("job")+":token").Result(); err != nil || v != "9007199254740992" {
+		t.Fatalf("after the refused Acquire the counter holds %q (%v); want 9007199254740992", v, err)
+	}
+}
+
+// TestServerTimeRegress: with tokens=server_time (the default) a counter
+// below the floor the caller has seen is a regress even when the clock is
+// above the counter (here the floor is an hour ahead of the clock): the
+// Acquire grants nothing, leaves the lock free and raises the counter to
+// the floor; the next Acquire's token is the floor plus one.
+func TestServerTimeRegress(t *testing.T) {
+	addr := redisAddr(t)
+	c := admin(t, addr)
+	ctx := testCtx(t)
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := now.UnixMicro() + int64(time.Hour/time.Microsecond)
+	st := openStore(t, storeURL(addr, freshPrefix(t, addr))+"&token_floor="+strconv.FormatInt(floor, 10))
+	if err := c.Set(ctx, st.LockKey("job")+":token", 5, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var re *lhredis.TokenRegressError
+	if _, err := st.Acquire(ctx, "job", "node-a", time.Minute, ""); !errors.As(err, &re) || re.Seen != floor || re.Found != 5 {
+		t.Fatalf("Acquire over counter 5 with floor %d: err = %v, want TokenRegressError (seen %d, found 5)", floor, err, floor)
+	}
+	if n, err := c.Exists(ctx, st.LockKey("job"), st.LockKey("job")+":term").Result(); err != nil || n != 0 {
+		t.Fatalf("after the regress, %d of the lock and term keys exist (%v); want none", n, err)
+	}
+	if v, err := c.Get(ctx, st.LockKey("job")+":token").Int64(); err != nil || v != floor {
+		t.Fatalf("after the regress the counter is %d (%v); want the floor %d", v, err, floor)
+	}
+	rec, err := st.Acquire(ctx, "job", "node-a", time.Minute, "")
+	if err != nil || rec.Token != floor+1 {
+		t.Fatalf("Acquire after the regress = %+v, %v; want token %d", rec, err, floor+1)
 	}
 }
 

@@ -17,15 +17,15 @@ var _ store.Transferer = (*Store)(nil)
 // transferScript ends exactly the term (holder ARGV[1], token ARGV[2], sent
 // as "token:", as releaseScript checks it) and, in the same script, grants
 // the lease to ARGV[3] for ARGV[4] ms with the term record
-// "token" .. ARGV[5], the token taken as acquireScript takes it (INCR, raised
-// to the server's clock with ARGV[6] == "1"). A counter at or below ARGV[7]
-// (the floor: the highest token seen, at least the term's own) has lost
-// increments: the counter is raised to it and nothing is changed, as
+// "token" .. ARGV[5], the token taken by nextToken as acquireScript takes it
+// (raised to the server's clock with ARGV[6] == "1"). A counter at or below
+// ARGV[7] (the floor: the highest token seen, at least the term's own) has
+// lost increments: the counter is raised to it and nothing is changed, as
 // acquireScript does. It publishes on the lease's channel, so waiters wake
 // and find the successor's reservation.
 //
 // Reply: {1, token} transferred, {0} not held, {2, counter-before} regress.
-var transferScript = goredis.NewScript(`
+var transferScript = goredis.NewScript(nextTokenLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
 local rec = redis.call('GET', KEYS[3])
 if not rec or string.sub(rec, 1, #ARGV[2]) ~= ARGV[2] then return {0} end
@@ -35,15 +35,9 @@ if ARGV[6] == '1' then
   local t = redis.call('TIME')
   clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local floor = tonumber(ARGV[7])
-local tok = redis.call('INCR', KEYS[2])
-if tok <= floor then
-  redis.call('SET', KEYS[2], ARGV[7])
-  return {2, tok - 1}
-end
-if tok < clock then
-  tok = clock
-  redis.call('SET', KEYS[2], string.format('%d', tok))
+local tok, refused = nextToken(KEYS[2], clock, tonumber(ARGV[7]), ARGV[7], ARGV[6] == '1')
+if not tok then
+  return refused
 end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
 redis.call('SET', KEYS[3], string.format('%d', tok) .. ARGV[5], 'PX', ARGV[4])
