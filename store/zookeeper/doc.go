@@ -16,10 +16,20 @@
 //     creates nothing and answers ErrHeld with that holder's record.
 //     Otherwise it creates its node, in one transaction (a multi) with a
 //     write of a small record on the path node and the deletion of any node
-//     of the same holder (an earlier term, which the new one replaces), and
-//     lists the children again: the term is granted if its node is the
-//     lowest, and else the node is deleted again. Leasehold does not queue;
-//     a refused Acquire leaves nothing behind.
+//     of the same holder (an earlier term, which the new one replaces). The
+//     term is granted if its node is the lowest: the path node's stat,
+//     which the record's write returns from inside that transaction, says
+//     so when the new node is the path's only child; else the children are
+//     listed again. A node that is not the lowest is deleted again.
+//     Leasehold does not queue; a refused Acquire leaves nothing behind.
+//   - A handle that saw a lease go free last (it released the term, or its
+//     watch saw the node its waiters wait on deleted) skips the first
+//     listing on the next Acquire of that name: it creates its node at
+//     once, and the same check decides. A node that is not the lowest (the
+//     guess was wrong, or the holder's own earlier node is below it) is
+//     deleted again and the Acquire goes on as above. An uncontended
+//     acquire and release, or a hand-off to a waiting leasehold client, is
+//     then one write to take the lease and one to give it back.
 //   - The token is the node's czxid, the zxid of the transaction that
 //     created it: the ensemble's transaction id, which rises with every
 //     write to the ensemble and is never reused. The sequence number is not

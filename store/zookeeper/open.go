@@ -72,9 +72,16 @@ type Store struct {
 	retired []*session
 	entries map[string]*entry     // by node prefix
 	byTerm  map[store.Term]*entry // granted terms
+	held    map[string]int        // granted terms by name: how many
 	watches map[string]*watchLoop
 	// placeWatches are the queue places this handle watches (queue.go).
 	placeWatches map[string]bool
+	// places are the queue places this handle last found of each waiter
+	// (queue.go): Dequeue deletes such a place without listing the queue.
+	places map[placeKey]string
+	// free holds the names this handle saw go free last (see markFree): the
+	// next Acquire of such a name creates its node without looking first.
+	free map[string]struct{}
 }
 
 var (
@@ -126,7 +133,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.DialTimeout = 5 * time.Second
 	}
 	s := &Store{cfg: cfg, root: root, pool: map[time.Duration]*session{},
-		entries: map[string]*entry{}, byTerm: map[store.Term]*entry{}, watches: map[string]*watchLoop{}}
+		entries: map[string]*entry{}, byTerm: map[store.Term]*entry{}, held: map[string]int{}, watches: map[string]*watchLoop{}}
 	s.hub.Idle = s.watchIdle
 	where := strings.Join(cfg.Servers, ",")
 	octx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)

@@ -91,13 +91,25 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 			}
 		}
 		sort.Slice(places, func(i, j int) bool { return places[i].seq < places[j].seq })
+		at, mine := -1, 0
 		for i, p := range places {
 			if strings.HasPrefix(p.child, pfx) {
-				if i > 0 {
-					s.watchPlace(sess, name, qp+"/"+places[i-1].child)
+				if at < 0 {
+					at = i
 				}
-				return i, nil
+				mine++
 			}
+		}
+		if at >= 0 {
+			if mine == 1 {
+				s.notePlace(name, holder, places[at].child)
+			} else {
+				s.notePlace(name, holder, "")
+			}
+			if at > 0 {
+				s.watchPlace(sess, name, qp+"/"+places[at-1].child)
+			}
+			return at, nil
 		}
 		if created {
 			// Our node is not there: its session ended meanwhile. Queue again.
@@ -112,6 +124,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 			return sess.conn.Create(qp+"/"+pfx, nil, zk.FlagEphemeral|zk.FlagSequence, s.cfg.ACL)
 		})
 		if err != nil {
+			s.notePlace(name, holder, "") // a place may have been written
 			return 0, kit.Wrap(op, s.life.ClosedOr(describe(err)))
 		}
 		created = true
@@ -154,7 +167,36 @@ func (s *Store) watchPlace(sess *session, name, p string) {
 	}()
 }
 
-// Dequeue implements store.Queuer: it deletes holder's place nodes.
+// placeKey names a waiter's place: its lease name and holder.
+type placeKey struct{ name, holder string }
+
+// notePlace records the place node child as holder's only place for name,
+// as an Enqueue's listing found it; "" forgets what was recorded (the
+// listing found more than one, or a place may have been written unseen).
+func (s *Store) notePlace(name, holder, child string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := placeKey{name, holder}
+	if child == "" {
+		delete(s.places, k)
+		return
+	}
+	if s.places == nil {
+		s.places = map[placeKey]string{}
+	}
+	if _, ok := s.places[k]; !ok && len(s.places) >= maxNotes {
+		for o := range s.places {
+			delete(s.places, o) // one, any: Dequeue then lists
+			break
+		}
+	}
+	s.places[k] = child
+}
+
+// Dequeue implements store.Queuer: it deletes holder's place nodes. A place
+// this handle's last Enqueue of holder found, as holder's only one, is
+// deleted without listing the queue; if it is gone already (another handle
+// dequeued it, or its session ended), the queue is listed.
 func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err := s.life.Check(ctx); err != nil {
 		return err
@@ -165,6 +207,20 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	op := fmt.Sprintf("dequeue %q for %s", name, holder)
 	conn := s.ctl.conn
 	qp := s.queuePath(name)
+	s.mu.Lock()
+	k := placeKey{name, holder}
+	known := s.places[k]
+	delete(s.places, k)
+	s.mu.Unlock()
+	if known != "" {
+		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(qp+"/"+known, -1) })
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			return kit.Wrap(op, s.life.ClosedOr(describe(err)))
+		}
+	}
 	kids, err := call(ctx, func() ([]string, error) { k, _, err := conn.Children(qp); return k, err })
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil

@@ -26,9 +26,14 @@ var errQueued = errors.New("foreign contenders queue behind the term")
 // sooner if this handle closes; the successor's own Acquire replaces it (a
 // node of the same holder), anyone else's is refused while it lives.
 //
-// If foreign contenders queue behind t, a new node would rank behind them:
-// Transfer then releases t (the queue's first contender gets the lock, as
-// on any release) and returns an error saying so.
+// The transaction applies only if no contender created a node since
+// Transfer looked (it checks the path's data version, which every leasehold
+// attempt writes): such a node would rank before the successor's and take
+// the lock when t's node goes. Leasehold attempts behind t delete their
+// nodes at once, and Transfer waits for them; if foreign contenders queue
+// behind t, a new node would rank behind them: Transfer then releases t
+// (the queue's first contender gets the lock, as on any release) and
+// returns an error saying so.
 func (s *Store) Transfer(ctx context.Context, t store.Term, to string, ttl time.Duration, metadata string) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
@@ -88,23 +93,44 @@ func (s *Store) transfer(ctx context.Context, sess *session, t store.Term, to st
 	if node == "" {
 		return store.Record{}, store.ErrNotHeld
 	}
-	for attempt := 0; attempt < 4; attempt++ {
+	for attempt := 0; attempt < 8; attempt++ {
 		sent := time.Now()
-		kids, err := call(ctx, func() ([]string, error) { k, _, err := s.ctl.conn.Children(p); return k, err })
+		type look struct {
+			kids []string
+			stat *zk.Stat
+		}
+		l, err := call(ctx, func() (look, error) { k, st, err := s.ctl.conn.Children(p); return look{k, st}, err })
 		if errors.Is(err, zk.ErrNoNode) {
 			return store.Record{}, store.ErrNotHeld
 		}
 		if err != nil {
 			return store.Record{}, describe(err)
 		}
-		all := contenders(kids)
+		all := contenders(l.kids)
 		if len(all) == 0 || all[0].name != node {
 			return store.Record{}, store.ErrNotHeld
 		}
 		if len(all) > 1 {
-			return store.Record{}, errQueued
+			// Leasehold attempts behind the term delete their nodes at
+			// once: wait for them. A foreign contender queues.
+			transient, err := s.onlyLeaseholdNodes(ctx, s.ctl.conn, p, all[1:])
+			if err != nil {
+				return store.Record{}, err
+			}
+			if !transient {
+				return store.Record{}, errQueued
+			}
+			if err := s.waitGone(ctx, s.ctl.conn, p+"/"+all[1].name); err != nil {
+				return store.Record{}, err
+			}
+			continue
 		}
-		rec, retry, err := s.create(ctx, sess, p, t.Name, to, ttl, metadata, []any{&zk.DeleteRequest{Path: p + "/" + node, Version: -1}}, sent)
+		// The transaction checks the path's data version it looked at: an
+		// attempt that created a node since (each writes the path's data)
+		// would rank before the successor's node, and take the lock when
+		// the term's node goes; then nothing is written, and Transfer looks
+		// again.
+		rec, retry, err := s.create(ctx, sess, p, t.Name, to, ttl, metadata, []any{&zk.DeleteRequest{Path: p + "/" + node, Version: -1}}, l.stat.Version, sent)
 		if err != nil {
 			return store.Record{}, err
 		}

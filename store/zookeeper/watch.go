@@ -106,7 +106,7 @@ func (s *Store) watchLoop(ctx context.Context, name string, wl *watchLoop) {
 	conn := s.ctl.conn
 	armed := false
 	for ctx.Err() == nil {
-		ev, fired, err := s.setWatch(ctx, conn, p)
+		ev, sole, fired, err := s.setWatch(ctx, conn, p)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -134,17 +134,25 @@ func (s *Store) watchLoop(ctx context.Context, name string, wl *watchLoop) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ev:
+		case e := <-ev:
 			// A change, or the watch ended with the session: either way,
-			// wake the waiters and look again.
+			// wake the waiters and look again. The deletion of the node
+			// waited on, when it was the only contender (the holder's),
+			// most likely freed the lease: the next Acquire tries at once.
+			// (Not the deletion of a node behind the holder: a contender
+			// that gave up, or a refused speculative create.)
+			if sole && e.Type == zk.EventNodeDeleted {
+				s.markFree(name)
+			}
 			s.hub.Notify(name)
 		}
 	}
 }
 
-// setWatch sets the watch Watch describes. fired says the watched change
-// happened already (the node to watch is gone): look again.
-func (s *Store) setWatch(ctx context.Context, conn *zk.Conn, p string) (<-chan zk.Event, bool, error) {
+// setWatch sets the watch Watch describes. sole says the node watched is
+// the only contender; fired says the watched change happened already (the
+// node to watch is gone): look again.
+func (s *Store) setWatch(ctx context.Context, conn *zk.Conn, p string) (_ <-chan zk.Event, sole, fired bool, _ error) {
 	type w struct {
 		kids []string
 		ok   bool
@@ -154,16 +162,16 @@ func (s *Store) setWatch(ctx context.Context, conn *zk.Conn, p string) (<-chan z
 	if errors.Is(err, zk.ErrNoNode) {
 		r, err = call(ctx, func() (w, error) { ok, _, ev, err := conn.ExistsW(p); return w{nil, ok, ev}, err })
 		if err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
-		return r.ev, r.ok, nil // created meanwhile: look again
+		return r.ev, false, r.ok, nil // created meanwhile: look again
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	all := contenders(r.kids)
 	if len(all) == 0 {
-		return r.ev, false, nil
+		return r.ev, false, false, nil
 	}
 	// The children watch just set fires on the next contender's arrival too;
 	// leave it be (the client keeps one watch per path) and wait on the
@@ -171,9 +179,9 @@ func (s *Store) setWatch(ctx context.Context, conn *zk.Conn, p string) (<-chan z
 	tail := p + "/" + all[len(all)-1].name
 	x, err := call(ctx, func() (w, error) { ok, _, ev, err := conn.ExistsW(tail); return w{nil, ok, ev}, err })
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
-	return x.ev, !x.ok, nil
+	return x.ev, len(all) == 1, !x.ok, nil
 }
 
 // List implements store.Lister: the record of every lease path under the

@@ -19,11 +19,14 @@ import (
 // Leasehold does not queue: if another contender's node exists, Acquire
 // creates nothing and returns that holder's record with ErrHeld; if its new
 // node turns out not to be the lowest (a contender created one meanwhile),
-// it deletes it again. Nodes of the same holder (an earlier term, or an
+// it deletes it again. A handle that saw the lease go free last creates its
+// node without looking first (see markFree), and deletes it again likewise. Nodes of the same holder (an earlier term, or an
 // attempt whose answer was lost) are deleted in the transaction that creates
 // the new node, so the new term replaces them; behind a foreign queued
 // contender (zk.Lock, Curator) they are only deleted, since a new node
-// would queue behind it.
+// would queue behind it. Behind leasehold attempts (which delete their
+// nodes at once) Acquire waits for those to go first: a successor replacing
+// its reservation must not hand the lock to one of them.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
@@ -54,8 +57,21 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 
 func (s *Store) acquire(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	p := s.Path(name)
+	// A lease this handle saw go free last is tried at once, without the
+	// look: create's transaction or its listing decides, as after a look
+	// (see create), and a node that is not the lowest is deleted again, after
+	// which the attempt looks as usual. Only one Acquire takes the hint.
+	speculate := s.takeFree(name)
 	for attempt := 0; attempt < 8; attempt++ {
 		sent := time.Now()
+		if speculate {
+			speculate = false
+			rec, retry, err := s.create(ctx, sess, p, name, holder, ttl, metadata, nil, -1, sent)
+			if !retry {
+				return rec, err
+			}
+			continue
+		}
 		kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(p); return k, err })
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return store.Record{}, describe(err)
@@ -72,6 +88,26 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 		var ops []any
 		for _, c := range mine {
 			ops = append(ops, &zk.DeleteRequest{Path: p + "/" + c.name, Version: -1})
+		}
+		if len(others) > 0 && len(mine) > 0 && all[0].name == mine[0].name {
+			// This holder's node heads the lock (its live term, or a
+			// reservation a Transfer made for it) and other nodes are
+			// behind it. If they are all leasehold's, they are attempts
+			// that found themselves behind and are deleting their nodes
+			// (or lost attempts their reapers delete): wait for them, so
+			// that deleting this holder's node does not hand the lock to
+			// one of them. A foreign node (zk.Lock, Curator) waits its
+			// turn instead: see below.
+			transient, err := s.onlyLeaseholdNodes(ctx, sess.conn, p, others)
+			if err != nil {
+				return store.Record{}, err
+			}
+			if transient {
+				if err := s.waitGone(ctx, sess.conn, p+"/"+others[0].name); err != nil {
+					return store.Record{}, err
+				}
+				continue
+			}
 		}
 		if len(others) > 0 {
 			if len(mine) > 0 {
@@ -94,7 +130,7 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 			}
 			return rec, store.ErrHeld
 		}
-		rec, retry, err := s.create(ctx, sess, p, name, holder, ttl, metadata, ops, sent)
+		rec, retry, err := s.create(ctx, sess, p, name, holder, ttl, metadata, ops, -1, sent)
 		if retry {
 			if len(mine) > 0 {
 				s.forgetNodes(name, mine)
@@ -111,8 +147,11 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 
 // create creates the contender node (deleting the nodes in ops first, in the
 // same transaction) and checks that it is the lowest. retry says to look at
-// the children again.
-func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, ops []any, sent time.Time) (_ store.Record, retry bool, _ error) {
+// the children again. A pathVersion other than -1 is the data version of
+// the lease's path that the caller's look saw: the transaction then applies
+// only if no leasehold contender created a node since (each one writes the
+// path's data in its own transaction).
+func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, ops []any, pathVersion int32, sent time.Time) (_ store.Record, retry bool, _ error) {
 	e := &entry{s: s, prefix: newNodePrefix(holder), name: name, holder: holder, meta: metadata, sess: sess, ttl: ttl}
 	s.mu.Lock()
 	if s.life.Closed() {
@@ -135,7 +174,7 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 	}
 	ops = append(ops,
 		&zk.CreateRequest{Path: p + "/" + e.prefix, Data: encodeNode(holder, metadata, ttl), Acl: s.cfg.ACL, Flags: zk.FlagEphemeralSequential},
-		&zk.SetDataRequest{Path: p, Data: encodeRecord(e.prefix), Version: -1})
+		&zk.SetDataRequest{Path: p, Data: encodeRecord(e.prefix), Version: pathVersion})
 	resp, err := call(ctx, func() ([]zk.MultiResponse, error) { return sess.conn.Multi(ops...) })
 	if err == nil {
 		for _, r := range resp {
@@ -146,6 +185,11 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 		}
 	}
 	switch {
+	case errors.Is(err, zk.ErrBadVersion) && pathVersion != -1:
+		// A contender created a node since the caller looked: nothing was
+		// written.
+		s.dropLocked(e)
+		return store.Record{}, true, nil
 	case errors.Is(err, zk.ErrNoNode):
 		// The lease's path is missing, or a node to delete went meanwhile.
 		s.dropLocked(e)
@@ -182,28 +226,140 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 	e.sessionID = sid
 	// The path node's data was set in the same transaction: its mzxid is
 	// that transaction's zxid, the new node's czxid.
-	e.token = resp[len(resp)-1].Stat.Mzxid
+	pathStat := resp[len(resp)-1].Stat
+	e.token = pathStat.Mzxid
 
-	kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(p); return k, err })
-	if err != nil {
-		// The node exists; the reaper deletes it at the deadline unless a
-		// later attempt of this holder replaces it first.
-		return store.Record{}, false, describe(err)
+	// The path node's stat is the one after the create, in the same
+	// transaction: if the new node is its only child, it is the lowest
+	// contender, with no other node of this holder beside it. Else the
+	// children say.
+	lowest := pathStat.NumChildren == 1
+	if !lowest {
+		kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(p); return k, err })
+		if err != nil {
+			// The node exists; the reaper deletes it at the deadline unless a
+			// later attempt of this holder replaces it first.
+			return store.Record{}, false, describe(err)
+		}
+		all := contenders(kids)
+		lowest = len(all) > 0 && all[0].name == e.node
 	}
-	all := contenders(kids)
-	if len(all) > 0 && all[0].name == e.node {
+	if lowest {
 		e.granted = true
 		s.mu.Lock()
 		s.byTerm[e.term()] = e
+		s.held[e.name]++
 		s.mu.Unlock()
 		return store.Record{Term: e.term(), Remaining: ttl - time.Since(sent), TTL: ttl, Metadata: metadata}, false, nil
 	}
-	// A contender created its node between our look and our create: ours is
-	// not the lowest. Delete it again and report the holder.
+	// A contender created its node between our look and our create (or
+	// before a create without a look, or this holder's earlier node is
+	// there): ours is not the lowest. Delete it again and look.
 	if err := s.deleteLocked(ctx, e); err != nil {
 		return store.Record{}, false, err
 	}
 	return store.Record{}, true, nil
+}
+
+// onlyLeaseholdNodes reports whether every node in others is a leasehold
+// contender node (or gone). Leasehold never queues on a lease's path: its
+// node behind another is an attempt that is about to delete it, or a lost
+// attempt that its handle's reaper deletes at its deadline.
+func (s *Store) onlyLeaseholdNodes(ctx context.Context, conn *zk.Conn, p string, others []contender) (bool, error) {
+	for _, c := range others {
+		data, err := call(ctx, func() ([]byte, error) { d, _, err := conn.Get(p + "/" + c.name); return d, err })
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if errors.Is(err, zk.ErrNoAuth) {
+			return false, nil // not ours: leasehold's nodes carry the store's ACL
+		}
+		if err != nil {
+			return false, describe(err)
+		}
+		if _, ours := decodeNode(data); !ours {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// waitGone waits until the node at path is deleted, for at most
+// transientWait: the attempt that created it deletes it within a round trip;
+// a lost attempt's node lasts until its reaper's deadline, and the caller
+// looks again meanwhile.
+func (s *Store) waitGone(ctx context.Context, conn *zk.Conn, path string) error {
+	type ex struct {
+		ok bool
+		ch <-chan zk.Event
+	}
+	r, err := call(ctx, func() (ex, error) { ok, _, ch, err := conn.ExistsW(path); return ex{ok, ch}, err })
+	if err != nil {
+		return describe(err)
+	}
+	if !r.ok {
+		return nil
+	}
+	if testHookWaitGone != nil {
+		testHookWaitGone(path)
+	}
+	timer := time.NewTimer(transientWait)
+	defer timer.Stop()
+	select {
+	case <-r.ch:
+	case <-timer.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// transientWait bounds one wait for a leasehold attempt's node to go.
+const transientWait = 250 * time.Millisecond
+
+// testHookWaitGone, if set (by tests), runs when an Acquire or Transfer
+// starts to wait for another attempt's node at path to go.
+var testHookWaitGone func(path string)
+
+// markFree notes that this handle saw lease name go free: it deleted the
+// holder's node (a release), or its watch saw the node a waiter waits on
+// deleted. The next Acquire of name through this handle then creates its
+// node at once, without listing the children first (see acquire). The note
+// is only a guess of what to try first: it grants nothing, and a node that
+// is not the lowest is deleted again. A handle that holds a term of name
+// (a waiter of its own took the lease before the release's answer came)
+// notes nothing; the notes are capped at maxNotes names.
+func (s *Store) markFree(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[name] > 0 {
+		return
+	}
+	if s.free == nil {
+		s.free = map[string]struct{}{}
+	}
+	if len(s.free) >= maxNotes {
+		for n := range s.free {
+			delete(s.free, n) // one, any: a lost note costs a listing
+			break
+		}
+	}
+	s.free[name] = struct{}{}
+}
+
+// maxNotes bounds the names a handle keeps a free note for (see
+// markFree), and the places it knows (see notePlace), for a process that
+// uses ever new names.
+const maxNotes = 1024
+
+// takeFree reports whether this handle saw name go free last, and forgets
+// it: one Acquire tries at once on one note.
+func (s *Store) takeFree(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.free[name]
+	delete(s.free, name)
+	return ok
 }
 
 // testHookBeforeCreate, if set (by tests), runs before the transaction that
@@ -240,6 +396,9 @@ func (s *Store) dropLocked(e *entry) {
 	delete(s.entries, e.prefix)
 	if e.granted && s.byTerm[e.term()] == e {
 		delete(s.byTerm, e.term())
+		if s.held[e.name]--; s.held[e.name] <= 0 {
+			delete(s.held, e.name)
+		}
 	}
 	s.carryLocked(e.sess, -1)
 }
@@ -508,6 +667,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	if err != nil {
 		return kit.Wrap(op, s.life.ClosedOr(describe(err)))
 	}
+	s.markFree(t.Name)
 	return nil
 }
 
@@ -526,6 +686,7 @@ func (s *Store) releaseOwn(ctx context.Context, op string, e *entry) error {
 	switch {
 	case err == nil:
 		s.dropLocked(e)
+		s.markFree(e.name)
 		if expired {
 			// Past its deadline the term had ended: the reaper was about to
 			// delete the node.

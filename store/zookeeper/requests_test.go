@@ -1,0 +1,506 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// opCounter is a TCP proxy in front of a server that counts the requests
+// clients send through it, by ZooKeeper opcode. A ZooKeeper request is a
+// frame (a 4-byte big-endian length, then the body) whose body begins with
+// the request header: xid and opcode, 32 bits each; the first frame of a
+// connection is the connect request, which has no header.
+type opCounter struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	n      map[int]map[int32]int // by connection, then opcode
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newOpCounter(t *testing.T, target string) *opCounter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &opCounter{ln: ln, target: target, n: map[int]map[int32]int{}}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for {
+			cl, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				c.serve(cl)
+			}()
+		}
+	}()
+	t.Cleanup(c.close)
+	return c
+}
+
+func (c *opCounter) addr() string { return c.ln.Addr().String() }
+
+func (c *opCounter) close() {
+	c.ln.Close()
+	c.mu.Lock()
+	for _, k := range c.conns {
+		k.Close()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+func (c *opCounter) serve(cl net.Conn) {
+	srv, err := net.Dial("tcp", c.target)
+	if err != nil {
+		cl.Close()
+		return
+	}
+	c.mu.Lock()
+	c.conns = append(c.conns, cl, srv)
+	id := len(c.conns)
+	c.mu.Unlock()
+	defer cl.Close()
+	defer srv.Close()
+	go func() {
+		io.Copy(cl, srv) //nolint:errcheck // ends with either side
+		cl.Close()
+	}()
+	var head [4]byte
+	for first := true; ; first = false {
+		if _, err := io.ReadFull(cl, head[:]); err != nil {
+			return
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[:]))
+		if _, err := io.ReadFull(cl, body); err != nil {
+			return
+		}
+		if !first && len(body) >= 8 {
+			op := int32(binary.BigEndian.Uint32(body[4:8]))
+			c.mu.Lock()
+			if c.n[id] == nil {
+				c.n[id] = map[int32]int{}
+			}
+			c.n[id][op]++
+			c.mu.Unlock()
+		}
+		if _, err := srv.Write(append(head[:], body...)); err != nil {
+			return
+		}
+	}
+}
+
+// opNames names the opcodes the store sends.
+var opNames = map[int32]string{1: "create", 2: "delete", 3: "exists", 4: "getData", 5: "setData",
+	8: "getChildren", 9: "sync", 11: "ping", 12: "getChildren2", 14: "multi", 15: "create2",
+	100: "auth", 101: "setWatches", -11: "closeSession"}
+
+// take returns the requests counted since the last take, by name, leaving
+// out pings and exists (the client's pings, and the store's touches of its
+// term sessions, which come on a timer), as "name n, ...".
+func (c *opCounter) take() string {
+	sum := map[int32]int{}
+	for _, m := range c.takeByConn() {
+		for op, n := range m {
+			sum[op] += n
+		}
+	}
+	return describeOps(sum)
+}
+
+// takeByConn returns the requests counted since the last take, by
+// connection.
+func (c *opCounter) takeByConn() []map[int32]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []map[int32]int
+	for _, id := range slices.Sorted(maps.Keys(c.n)) {
+		out = append(out, c.n[id])
+	}
+	c.n = map[int]map[int32]int{}
+	return out
+}
+
+func describeOps(m map[int32]int) string {
+	var parts []string
+	for _, op := range slices.Sorted(maps.Keys(m)) {
+		name := opNames[op]
+		if name == "" {
+			name = fmt.Sprintf("op%d", op)
+		}
+		if name == "ping" || name == "exists" {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", name, m[op]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TestRequestsPerCycle counts the requests of an uncontended acquire and
+// release: a first acquire lists the children and creates the node (its
+// transaction shows it is the only child, so there is no second listing);
+// after this handle's own release, or after its watch saw the holder's node
+// deleted, an acquire is the create alone; a release is one delete. The
+// control: an acquire of a held lease lists and reads the holder, and
+// creates nothing.
+func TestRequestsPerCycle(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	st := openStore(t, uniqueRoot("requests"), oc.addr())
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	// Open the term session first: its connect and the probe are not the
+	// cycle's.
+	r, err := st.Acquire(ctx, "warm", "w", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, r.Term); err != nil {
+		t.Fatal(err)
+	}
+	oc.take()
+
+	check := func(what, want string) {
+		t.Helper()
+		if got := oc.take(); got != want {
+			t.Fatalf("%s: requests %q, want %q", what, got, want)
+		}
+	}
+	r, err = st.Acquire(ctx, "job", "a", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The path node does not exist yet: the create fails, the path is made,
+	// and the create is sent again.
+	oc.take()
+	if err := st.Release(ctx, r.Term); err != nil {
+		t.Fatal(err)
+	}
+	check("release", "delete 1")
+	var last int64 = r.Token
+	for i := range 3 {
+		r, err = st.Acquire(ctx, "job", fmt.Sprintf("b%d", i), ttl, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("acquire after this handle's release", "multi 1")
+		if r.Token <= last {
+			t.Fatalf("token %d, want above %d", r.Token, last)
+		}
+		last = r.Token
+		if err := st.Release(ctx, r.Term); err != nil {
+			t.Fatal(err)
+		}
+		check("release", "delete 1")
+	}
+	// With no note of a release (another handle released): list, create.
+	r, err = st.Acquire(ctx, "job2", "c", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc.take()
+	st.takeFree("job2")
+	if err := st.Release(ctx, r.Term); err != nil {
+		t.Fatal(err)
+	}
+	st.takeFree("job2") // as if another handle had released
+	oc.take()
+	r, err = st.Acquire(ctx, "job2", "d", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("acquire of a free lease, no note", "getChildren2 1, multi 1")
+
+	// Control: a held lease is looked at, and nothing is created.
+	if _, err := st.Acquire(ctx, "job2", "e", ttl, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("acquire of a held lease: %v, want ErrHeld", err)
+	}
+	check("acquire of a held lease", "getData 1, getChildren2 1")
+}
+
+// TestSpeculativeCreate: an acquire that creates its node without looking
+// first (this handle's note says the lease is free) and finds a contender
+// below it deletes its node again and answers as a look would have:
+// ErrHeld with the holder's record, nothing left behind; a node of its own
+// holder below it (an earlier term) is replaced, as after a look, with no
+// second node of the holder left; a child of the path that is not a
+// contender (a nested lease's path) makes the store list, and does not
+// keep a grant. Controls: the same acquires without the note.
+func TestSpeculativeCreate(t *testing.T) {
+	root := uniqueRoot("speculate")
+	a, b := openStore(t, root), openStore(t, root)
+	c := rawConn(t)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	kids := func(name string) []string {
+		t.Helper()
+		k, _, err := c.Children(a.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	for _, note := range []bool{false, true} {
+		name := fmt.Sprintf("held-%v", note)
+		held, err := b.Acquire(ctx, name, "holder-b", ttl, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if note {
+			a.markFree(name)
+		}
+		rec, err := a.Acquire(ctx, name, "holder-a", ttl, "")
+		if !errors.Is(err, store.ErrHeld) || rec.Term != held.Term || rec.Metadata != "m" {
+			t.Fatalf("note %v: acquire of a held lease = %+v, %v; want ErrHeld with %+v", note, rec, err, held.Term)
+		}
+		if k := kids(name); len(k) != 1 || !isHolders(k[0], "holder-b") {
+			t.Fatalf("note %v: children after a refused acquire %v, want the holder's node alone", note, k)
+		}
+
+		name = fmt.Sprintf("same-%v", note)
+		first, err := a.Acquire(ctx, name, "holder-a", ttl, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if note {
+			a.markFree(name)
+		}
+		second, err := a.Acquire(ctx, name, "holder-a", ttl, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if second.Token <= first.Token {
+			t.Fatalf("note %v: re-acquire token %d, want above %d", note, second.Token, first.Token)
+		}
+		if _, err := a.Renew(ctx, first.Term, ttl); !errors.Is(err, store.ErrNotHeld) {
+			t.Fatalf("note %v: renew of the replaced term: %v, want ErrNotHeld", note, err)
+		}
+		if k := kids(name); len(k) != 1 {
+			t.Fatalf("note %v: children after a re-acquire %v, want one node", note, k)
+		}
+		if got, err := b.Get(ctx, name); err != nil || got.Term != second.Term {
+			t.Fatalf("note %v: Get = %+v, %v; want %+v", note, got, err, second.Term)
+		}
+
+		name = fmt.Sprintf("nested-%v", note)
+		if _, err := b.Acquire(ctx, name+"/x", "holder-b", ttl, ""); err != nil {
+			t.Fatal(err)
+		}
+		if note {
+			a.markFree(name)
+		}
+		r, err := a.Acquire(ctx, name, "holder-a", ttl, "")
+		if err != nil {
+			t.Fatalf("note %v: acquire beside a nested lease: %v", note, err)
+		}
+		if got, err := b.Get(ctx, name); err != nil || got.Term != r.Term {
+			t.Fatalf("note %v: Get = %+v, %v; want %+v", note, got, err, r.Term)
+		}
+		if note {
+			b.markFree(name)
+		}
+		if _, err := b.Acquire(ctx, name, "holder-c", ttl, ""); !errors.Is(err, store.ErrHeld) {
+			t.Fatalf("note %v: a rival's acquire beside a nested lease: %v, want ErrHeld", note, err)
+		}
+	}
+}
+
+// TestDequeueKnownPlace: a Dequeue through the handle whose Enqueue found
+// the waiter's place deletes it with one request; through another handle
+// it lists the queue first. A place this handle knew that is gone (another
+// handle dequeued it, and the waiter queued again there) makes it list, and
+// the waiter's new place goes: the control of the one-request path.
+func TestDequeueKnownPlace(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	root := uniqueRoot("dequeue")
+	a := openStore(t, root, oc.addr())
+	b := openStore(t, root)
+	c := rawConn(t)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	places := func() []string {
+		t.Helper()
+		k, _, err := c.Children(a.queuePath("job"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	if _, err := a.Enqueue(ctx, "job", "w1", ttl); err != nil {
+		t.Fatal(err)
+	}
+	oc.take()
+	if err := a.Dequeue(ctx, "job", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := oc.take(); got != "delete 1" {
+		t.Fatalf("dequeue of a known place: requests %q, want %q", got, "delete 1")
+	}
+	if k := places(); len(k) != 0 {
+		t.Fatalf("places after dequeue: %v, want none", k)
+	}
+
+	// Known to a, dequeued through b and queued again there.
+	if _, err := a.Enqueue(ctx, "job", "w2", ttl); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Dequeue(ctx, "job", "w2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Enqueue(ctx, "job", "w2", ttl); err != nil {
+		t.Fatal(err)
+	}
+	if k := places(); len(k) != 1 {
+		t.Fatalf("places after queueing again: %v, want one", k)
+	}
+	oc.take()
+	if err := a.Dequeue(ctx, "job", "w2"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := oc.take(), "delete 2, getChildren2 1"; got != want {
+		t.Fatalf("dequeue of a known place that went: requests %q, want %q", got, want)
+	}
+	if k := places(); len(k) != 0 {
+		t.Fatalf("places after dequeue: %v, want none (the new place too)", k)
+	}
+}
+
+// TestHandoffRequests: a waiter whose watch saw the holder's node deleted
+// takes the lease with one request on its term session, the create; the
+// old path was a listing, the create and a second listing. The control: a
+// waiter of another handle (its watch saw nothing) lists first.
+func TestHandoffRequests(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	root := uniqueRoot("handoff-requests")
+	holder := openStore(t, root)
+	waiter := openStore(t, root, oc.addr())
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	// The waiter's term session, opened ahead.
+	if r, err := waiter.Acquire(ctx, "warm", "w", ttl, ""); err != nil {
+		t.Fatal(err)
+	} else if err := waiter.Release(ctx, r.Term); err != nil {
+		t.Fatal(err)
+	}
+	for _, watched := range []bool{true, false} {
+		name := fmt.Sprintf("job-%v", watched)
+		h, err := holder.Acquire(ctx, name, "holder", ttl, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		var ch <-chan struct{}
+		if watched {
+			if ch, err = waiter.Watch(wctx, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := waiter.Acquire(ctx, name, "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
+			t.Fatalf("acquire of a held lease: %v, want ErrHeld", err)
+		}
+		if ch != nil {
+			for len(ch) > 0 {
+				<-ch
+			}
+		}
+		if err := holder.Release(ctx, h.Term); err != nil {
+			t.Fatal(err)
+		}
+		if ch != nil {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				t.Fatal("no wake-up after the release")
+			}
+		}
+		oc.takeByConn()
+		if _, err := waiter.Acquire(ctx, name, "waiter", ttl, ""); err != nil {
+			t.Fatalf("acquire after the release: %v", err)
+		}
+		cancel()
+		// The acquire's requests are on the term session: the connection
+		// that sent the create.
+		var got string
+		for _, m := range oc.takeByConn() {
+			if m[14] > 0 {
+				got = describeOps(m)
+			}
+		}
+		want := "multi 1"
+		if !watched {
+			want = "getChildren2 1, multi 1"
+		}
+		if got != want {
+			t.Fatalf("watched %v: the acquire after the release sent %q on its session, want %q", watched, got, want)
+		}
+	}
+}
+
+// TestNoNoteBehindHolder: a watch whose node is a contender behind the
+// holder (here a zk.Lock-style node that gives up) wakes the waiters when
+// that node goes, but notes nothing: the lease is still held, and the
+// waiter's next acquire looks first and creates nothing.
+func TestNoNoteBehindHolder(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	root := uniqueRoot("no-note")
+	holder := openStore(t, root)
+	waiter := openStore(t, root, oc.addr())
+	c := rawConn(t)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	if _, err := holder.Acquire(ctx, "job", "holder", ttl, ""); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := c.Create(waiter.Path("job")+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := waiter.Watch(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(ch) > 0 {
+		<-ch
+	}
+	if err := c.Delete(foreign, -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal("no wake-up after the node behind the holder went")
+	}
+	oc.take()
+	if _, err := waiter.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("acquire: %v, want ErrHeld", err)
+	}
+	var got string
+	for _, m := range oc.takeByConn() {
+		if m[12] > 0 && m[4] > 0 {
+			got = describeOps(m)
+		}
+	}
+	if want := "getData 1, getChildren2 1"; got != want {
+		t.Fatalf("acquire after a node behind the holder went: %q on its session, want %q (no create)", got, want)
+	}
+}
