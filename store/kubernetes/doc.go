@@ -46,7 +46,13 @@
 // server applies it only if nobody wrote in between (an update without one
 // would be applied unconditionally; this store never sends one). A 409
 // Conflict means another writer won the race: the store reads the Lease again
-// and answers from what it finds, usually store.ErrHeld.
+// and answers from what it finds, usually store.ErrHeld. Some writes start
+// from the version this store saw last instead of a fresh read, and let the
+// resourceVersion check decide: Renew and Release (the holder's own last
+// write), and an Acquire while this store watches the Lease (the version its
+// watch delivered last, if that one is free or expired by this store's
+// clock, and the high-water mark as it last read or wrote it). A write from
+// an out-of-date version is refused, and the next try reads.
 //
 // # Expiry without a server clock
 //

@@ -65,29 +65,102 @@ func isHighWater(l *lease) bool {
 // our write. Acquire then reads the Lease again.
 var errHighWaterRaced = errors.New("lost the race to raise the high-water mark")
 
+// markSighting is the version of a high-water object this store read or
+// wrote last.
+type markSighting struct {
+	last *lease
+	// checked is the Lease's token (leaseTransitions) as this store knew
+	// it when it read or wrote last: while the Lease shows no higher
+	// token, no other grant has raised the mark since, as far as this
+	// store can tell, and the mark is written from last without a read.
+	checked int64
+}
+
+// sawMark notes l, a version of high-water object name that this store read
+// or wrote, when the Lease's token was known to be checked. A mark of M
+// says that grants up to M have been made or are being made, so the Lease
+// showing a token up to M says nothing new of it either.
+func (s *Store) sawMark(name string, l *lease, checked int64) {
+	if m, err := strconv.ParseInt(l.Metadata.Annotations[AnnotationHighWater], 10, 64); err == nil {
+		checked = max(checked, m)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.marks[name] = &markSighting{last: l, checked: checked}
+}
+
+// cachedMark returns the version of high-water object name this store saw
+// last, if it saw it when the Lease's token was already known to be at least
+// token; nil otherwise.
+func (s *Store) cachedMark(name string, token int64) *lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.marks[name]; m != nil && m.checked >= token {
+		return m.last
+	}
+	return nil
+}
+
+// forgetMark drops the version of high-water object name this store saw.
+func (s *Store) forgetMark(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.marks, name)
+}
+
+// prefetchMark reads the high-water mark of o unless this store read or
+// wrote it since the Lease last showed a token above token, so that a grant
+// that follows (a waiter woken by a release) writes the mark without reading
+// it first. Errors are dropped: the grant reads the mark itself.
+func (s *Store) prefetchMark(ctx context.Context, o object, token int64) {
+	name := HighWaterName(o.obj)
+	if s.cachedMark(name, token) != nil {
+		return
+	}
+	if cur, err := s.leases.get(ctx, name); err == nil && cur.Metadata.Annotations[AnnotationHighWaterOf] == o.obj {
+		s.sawMark(name, cur, token)
+	}
+}
+
 // raiseHighWater records that a token of at least want is about to be granted
 // on Lease object o.obj, and returns the token to grant: want, or one above
 // the recorded mark if that is higher. Each write carries the version it read
 // (create, or update with resourceVersion), so two contenders never record
 // the same value; a token is granted only after the mark holds it, so the
 // mark is never below a token granted by leasehold.
+//
+// The first write starts from the version of the mark this store saw last
+// (no read) if it saw it since the Lease last showed a token of want-1 or
+// more: the mark then changes only with a grant this store would have
+// seen. The server's resourceVersion check decides; if the version was not
+// the current one, the mark is read, and if another grant has raised it to
+// want or more since, the caller looks at the Lease again.
 func (s *Store) raiseHighWater(ctx context.Context, o object, want int64) (int64, error) {
 	name := HighWaterName(o.obj)
+	cur := s.cachedMark(name, want-1)
+	cached, recheck := cur != nil, false
 	for range maxConflicts {
-		cur, err := s.leases.get(ctx, name)
-		if isNotFound(err) {
-			l := new(lease)
-			l.Metadata.Name, l.Metadata.Namespace = name, s.ns
-			l.Metadata.Annotations = map[string]string{AnnotationHighWaterOf: o.obj, AnnotationHighWater: strconv.FormatInt(want, 10)}
-			if _, err := s.leases.create(ctx, l); isAlreadyExists(err) {
-				continue
-			} else if err != nil {
-				return 0, fmt.Errorf("create the high-water mark %s: %w", name, err)
+		if cur == nil {
+			var err error
+			cur, err = s.leases.get(ctx, name)
+			if isNotFound(err) {
+				s.forgetMark(name)
+				l := new(lease)
+				l.Metadata.Name, l.Metadata.Namespace = name, s.ns
+				l.Metadata.Annotations = map[string]string{AnnotationHighWaterOf: o.obj, AnnotationHighWater: strconv.FormatInt(want, 10)}
+				created, err := s.leases.create(ctx, l)
+				if isAlreadyExists(err) {
+					continue
+				} else if err != nil {
+					return 0, fmt.Errorf("create the high-water mark %s: %w", name, err)
+				}
+				s.sawMark(name, created, want)
+				return want, nil
 			}
-			return want, nil
-		}
-		if err != nil {
-			return 0, fmt.Errorf("read the high-water mark %s: %w", name, err)
+			if err != nil {
+				return 0, fmt.Errorf("read the high-water mark %s: %w", name, err)
+			}
+			s.sawMark(name, cur, want-1)
 		}
 		if of := cur.Metadata.Annotations[AnnotationHighWaterOf]; of != o.obj {
 			return 0, fmt.Errorf("%w: Lease %q, where lease %q keeps its high-water mark, is not leasehold's mark for it (annotation %s is %q)", store.ErrInvalid, name, o.name, AnnotationHighWaterOf, of)
@@ -96,21 +169,35 @@ func (s *Store) raiseHighWater(ctx context.Context, o object, want int64) (int64
 		if err != nil || mark < 0 {
 			return 0, fmt.Errorf("high-water mark %s holds %q, not a token: repair it by hand (set %s to the highest token the fenced resource has accepted)", name, cur.Metadata.Annotations[AnnotationHighWater], AnnotationHighWater)
 		}
+		if recheck && mark >= want {
+			// The version this store had was out of date, and the mark
+			// now holds a token another contender is granting or has
+			// granted since: look at the Lease again.
+			return 0, errHighWaterRaced
+		}
 		tok := max(want, mark+1)
 		if tok > math.MaxInt32 {
 			return 0, errors.New("leaseTransitions is at its largest value; no higher token can be granted")
 		}
 		next := cur.clone()
 		next.Metadata.Annotations[AnnotationHighWater] = strconv.FormatInt(tok, 10)
-		if _, err := s.leases.update(ctx, next); isConflict(err) {
+		updated, err := s.leases.update(ctx, next)
+		switch {
+		case err == nil:
+			s.sawMark(name, updated, tok)
+			return tok, nil
+		case cached && (isConflict(err) || isNotFound(err)):
+			// The version this store saw last is not the current one.
+			s.forgetMark(name)
+			cur, cached, recheck = nil, false, true
+		case isConflict(err):
 			// Another contender raised it first: it may by now hold the
 			// Lease, so the caller looks at the Lease again before trying
 			// once more (or answers ErrHeld).
 			return 0, errHighWaterRaced
-		} else if err != nil {
+		default:
 			return 0, fmt.Errorf("raise the high-water mark %s: %w", name, err)
 		}
-		return tok, nil
 	}
 	return 0, fmt.Errorf("lost the race to raise the high-water mark %s %d times in a row", name, maxConflicts)
 }

@@ -75,6 +75,11 @@ type Store struct {
 	mu     sync.Mutex
 	seen   map[string]*sighting      // by object name
 	queues map[string]*queueSighting // by queue object name
+	marks  map[string]*markSighting  // by high-water object name
+	// watched counts this store's live watches per Lease object: while
+	// one runs, the version in seen is the latest the server has sent it,
+	// and Acquire starts from it (see Acquire).
+	watched map[string]int
 }
 
 // sighting is what this Store has seen of one Lease object.
@@ -125,11 +130,13 @@ func New(cfg Config) (*Store, error) {
 		now = time.Now
 	}
 	return &Store{
-		leases: c,
-		ns:     cfg.Namespace,
-		now:    now,
-		seen:   map[string]*sighting{},
-		queues: map[string]*queueSighting{},
+		leases:  c,
+		ns:      cfg.Namespace,
+		now:     now,
+		seen:    map[string]*sighting{},
+		queues:  map[string]*queueSighting{},
+		marks:   map[string]*markSighting{},
+		watched: map[string]int{},
 	}, nil
 }
 
@@ -220,6 +227,16 @@ func (o object) setAnnotations(l *lease, token int64, metadata string) {
 // before it writes the Lease (see raiseHighWater); a new Lease starts at 1. The term is judged live, and Acquire
 // refuses with store.ErrHeld, until this store has seen the Lease unchanged
 // for its full duration; see the package documentation.
+//
+// While this store watches the Lease (a waiter woken by its watch), the
+// first try starts from the version the watch delivered last instead of
+// reading it, if that version is free or expired by this store's clock:
+// the write is conditional on that resourceVersion, so it applies only if
+// the Lease is still exactly that version, seen unchanged for as long as a
+// read would have shown; a conflict sends the next try to read it. A
+// refusal while this store watches also reads the high-water mark if the
+// Lease's token has changed since this store last saw the mark, so that
+// the grant that follows the release writes the mark without reading it.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
@@ -242,7 +259,28 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	// under contention every contender but one loses it each round, and
 	// most of them then find the Lease held. They get a larger budget.
 	races := 0
+	fresh := !s.watching(o.obj)
 	for attempt := 0; attempt < maxConflicts+races && races < maxHighWaterRaces; attempt++ {
+		if !fresh {
+			fresh = true
+			if cur, v, ok := s.takeable(o.obj, holder); ok {
+				if err := o.claim(cur); err != nil {
+					return store.Record{}, err
+				}
+				rec, err := s.grant(ctx, o, cur, v, holder, secs, metadata)
+				if errors.Is(err, errHighWaterRaced) {
+					races++
+					continue
+				}
+				if errors.Is(err, errLeaseChanged) {
+					continue
+				}
+				if err != nil {
+					return fail(err)
+				}
+				return rec, nil
+			}
+		}
 		cur, err := s.leases.get(ctx, o.obj)
 		if isNotFound(err) {
 			s.forget(o.obj)
@@ -277,31 +315,78 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		}
 		v := s.observe(cur, s.now())
 		if v.holder != "" && v.holder != holder && v.remaining() > 0 {
+			if s.watching(o.obj) {
+				s.prefetchMark(ctx, o, max(v.token, s.maxToken(o.obj)))
+			}
 			return v.record(name), fmt.Errorf("leasehold/kubernetes: acquire %q: held by %s: %w", name, v.holder, store.ErrHeld)
 		}
-		token, err := s.raiseHighWater(ctx, o, max(v.token, s.maxToken(o.obj))+1)
+		rec, err := s.grant(ctx, o, cur, v, holder, secs, metadata)
 		if errors.Is(err, errHighWaterRaced) {
 			races++
 			continue
 		}
-		if err != nil {
-			return fail(err)
-		}
-		next := cur.clone()
-		now := s.now()
-		setSpec(next, holder, secs, now, now, token)
-		o.setAnnotations(next, token, metadata)
-		updated, err := s.leases.update(ctx, next)
-		if isConflict(err) {
+		if errors.Is(err, errLeaseChanged) {
 			continue // lost the race: look again
 		}
 		if err != nil {
 			return fail(err)
 		}
-		s.wrote(updated, s.now())
-		return granted(name, holder, token, secs, metadata), nil
+		return rec, nil
 	}
 	return fail(fmt.Errorf("lost the race to write the Lease %d times in a row", maxConflicts))
+}
+
+// errLeaseChanged: the Lease is no longer the version a grant was written
+// from (409 Conflict), or is gone (404). Acquire reads it again.
+var errLeaseChanged = errors.New("the Lease changed")
+
+// grant raises the high-water mark and writes a new term of holder on cur,
+// the version of the Lease seen as v, conditional on its resourceVersion.
+func (s *Store) grant(ctx context.Context, o object, cur *lease, v view, holder string, secs int32, metadata string) (store.Record, error) {
+	token, err := s.raiseHighWater(ctx, o, max(v.token, s.maxToken(o.obj))+1)
+	if err != nil {
+		return store.Record{}, err
+	}
+	next := cur.clone()
+	now := s.now()
+	setSpec(next, holder, secs, now, now, token)
+	o.setAnnotations(next, token, metadata)
+	updated, err := s.leases.update(ctx, next)
+	if isConflict(err) {
+		return store.Record{}, errLeaseChanged
+	}
+	if isNotFound(err) {
+		s.forget(o.obj)
+		return store.Record{}, errLeaseChanged
+	}
+	if err != nil {
+		return store.Record{}, err
+	}
+	s.wrote(updated, s.now())
+	return granted(o.name, holder, token, secs, metadata), nil
+}
+
+// takeable returns the version of Lease object obj this store saw last, and
+// its view, if by that version holder may take it: free, expired by this
+// store's clock, or holder's own.
+func (s *Store) takeable(obj, holder string) (*lease, view, bool) {
+	l, elapsed := s.cached(obj, s.now())
+	if l == nil {
+		return nil, view{}, false
+	}
+	v := specView(l)
+	v.elapsed = elapsed
+	if v.holder != "" && v.holder != holder && v.remaining() > 0 {
+		return nil, view{}, false
+	}
+	return l, v, true
+}
+
+// watching reports whether a watch of this store on Lease object obj runs.
+func (s *Store) watching(obj string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watched[obj] > 0
 }
 
 func granted(name, holder string, token int64, secs int32, metadata string) store.Record {

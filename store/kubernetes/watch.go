@@ -74,6 +74,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, store.ErrClosed
 	}
 	s.wg.Add(2)
+	s.watched[o.obj]++
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
@@ -94,6 +95,13 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
+		defer func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.watched[o.obj]--; s.watched[o.obj] == 0 {
+				delete(s.watched, o.obj)
+			}
+		}()
 		var streams sync.WaitGroup
 		defer streams.Wait()
 		// Either watch ending ends both: the channel is closed once, when
@@ -128,6 +136,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				last = &v
 			case "DELETED":
 				last = nil
+				s.forget(o.obj)
 				wake()
 			case "BOOKMARK":
 			default: // ERROR: the watch is broken

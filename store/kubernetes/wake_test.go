@@ -1,0 +1,246 @@
+package kubernetes_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/leasehold/leasehold/store"
+	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
+)
+
+// gatedSpy is a spyTransport whose watch streams can be held: while held,
+// what a watch receives is kept from the store until the gate opens.
+type gatedSpy struct {
+	*spyTransport
+	mu   sync.Mutex
+	gate chan struct{} // nil: open
+}
+
+func (g *gatedSpy) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := g.spyTransport.RoundTrip(r)
+	if err == nil && r.URL.Query().Get("watch") == "true" {
+		resp.Body = &gatedBody{ReadCloser: resp.Body, g: g}
+	}
+	return resp, err
+}
+
+// hold keeps every watch event received from now on from the store.
+func (g *gatedSpy) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate == nil {
+		g.gate = make(chan struct{})
+	}
+}
+
+// open hands the held events over.
+func (g *gatedSpy) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+}
+
+type gatedBody struct {
+	io.ReadCloser
+	g *gatedSpy
+}
+
+func (b *gatedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.g.mu.Lock()
+	gate := b.g.gate
+	b.g.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return n, err
+}
+
+// gatedStore opens an admin store on ns whose requests the returned spy
+// counts and whose watches it can hold.
+func gatedStore(t *testing.T, ns string) (*k8sstore.Store, *gatedSpy) {
+	t.Helper()
+	cfg := storeConfig(t, apiserver(t).AdminConfig(), ns)
+	g := &gatedSpy{spyTransport: &spyTransport{next: cfg.HTTPClient.Transport, n: map[string]int{}}}
+	cfg.HTTPClient = &http.Client{Transport: g}
+	st, err := k8sstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.open()
+		st.Close()
+	})
+	return st, g
+}
+
+// highWater reads the high-water mark of Lease "job" in ns as the admin.
+func highWater(t *testing.T, ns string) int64 {
+	t.Helper()
+	l, err := adminClient(t).CoordinationV1().Leases(ns).Get(ctxT(t), k8sstore.HighWaterName("job"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(l.Annotations[k8sstore.AnnotationHighWater], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitRefused acquires "job" on st until the store refuses it (the holder's
+// grant has reached it), and returns the refusal's record.
+func mustBeRefused(t *testing.T, st *k8sstore.Store, holder string) store.Record {
+	t.Helper()
+	rec, err := st.Acquire(ctxT(t), "job", holder, 15*time.Second, "")
+	if !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("Acquire(%s) = %v, %v; want ErrHeld", holder, rec, err)
+	}
+	return rec
+}
+
+// TestWokenWaiterWritesWithoutReading: a waiter whose watch delivered the
+// release takes the lease with two writes (the high-water mark, then the
+// Lease, each conditional on the version its store saw) and no read: it read
+// the mark while it waited. A waiter without a watch reads both first (the
+// control). The grant is the same either way: the next token, recorded in
+// the mark first.
+func TestWokenWaiterWritesWithoutReading(t *testing.T) {
+	ns := namespace(t)
+	holderSt := openStore(t, apiserver(t).AdminConfig(), ns)
+	st, spy := gatedStore(t, ns)
+
+	first, err := holderSt.Acquire(ctxT(t), "job", "node-a", 15*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustBeRefused(t, st, "node-b")
+	if got := spy.take(); got != "GET 1" {
+		t.Errorf("refusal without a watch: %s, want GET 1 (the Lease; no read of the mark)", got)
+	}
+	wake, err := st.Watch(ctxT(t), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustBeRefused(t, st, "node-b")
+	spy.take()
+	mustBeRefused(t, st, "node-b")
+	if got := spy.take(); got != "GET 1" {
+		t.Errorf("second refusal while watching: %s, want GET 1 (the mark was read at the first)", got)
+	}
+	if err := holderSt.Release(ctxT(t), first.Term); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := within(wake, 30*time.Second); !ok {
+		t.Fatal("the watch did not wake on the release")
+	}
+	spy.take()
+	rec, err := st.Acquire(ctxT(t), "job", "node-b", 15*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spy.take(); got != "PUT 2" {
+		t.Errorf("woken waiter's grant: %s, want PUT 2 (the mark and the Lease, no read)", got)
+	}
+	if rec.Token != first.Token+1 || highWater(t, ns) != rec.Token {
+		t.Errorf("woken waiter's token %d, mark %d; want %d for both", rec.Token, highWater(t, ns), first.Token+1)
+	}
+
+	// Control: a waiter without a watch reads the Lease and the mark.
+	other, otherSpy := gatedStore(t, ns)
+	mustBeRefused(t, other, "node-c")
+	if err := st.Release(ctxT(t), rec.Term); err != nil {
+		t.Fatal(err)
+	}
+	otherSpy.take()
+	rec2, err := other.Acquire(ctxT(t), "job", "node-c", 15*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := otherSpy.take(); got != "GET 2 PUT 2" {
+		t.Errorf("grant without a watch: %s, want GET 2 PUT 2", got)
+	}
+	if rec2.Token != rec.Token+1 || highWater(t, ns) != rec2.Token {
+		t.Errorf("token %d, mark %d; want %d for both", rec2.Token, highWater(t, ns), rec.Token+1)
+	}
+}
+
+// TestWokenWaiterOutOfDate: a waiter whose watch delivered the release but
+// not the grant that followed it (held here by its transport) tries from
+// the version it saw; the server refuses that write, and the waiter reads
+// the Lease and answers ErrHeld with the live term: one term, the tokens and
+// the mark untouched by the refused waiter. The control runs the same steps
+// with nobody taking the lease in between: the waiter then takes it from the
+// version it saw, so the held watch did leave it only the release to go by.
+func TestWokenWaiterOutOfDate(t *testing.T) {
+	for _, taken := range []bool{true, false} {
+		t.Run("taken="+strconv.FormatBool(taken), func(t *testing.T) {
+			ns := namespace(t)
+			holderSt := openStore(t, apiserver(t).AdminConfig(), ns)
+			thirdSt := openStore(t, apiserver(t).AdminConfig(), ns)
+			st, spy := gatedStore(t, ns)
+
+			first, err := holderSt.Acquire(ctxT(t), "job", "node-a", 15*time.Second, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wake, err := st.Watch(ctxT(t), "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustBeRefused(t, st, "node-b")
+			if err := holderSt.Release(ctxT(t), first.Term); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := within(wake, 30*time.Second); !ok {
+				t.Fatal("the watch did not wake on the release")
+			}
+			spy.hold()
+			var third store.Record
+			if taken {
+				if third, err = thirdSt.Acquire(ctxT(t), "job", "node-c", 15*time.Second, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mark := highWater(t, ns)
+			spy.take()
+			rec, err := st.Acquire(ctxT(t), "job", "node-b", 15*time.Second, "")
+			got := spy.take()
+			if !taken {
+				if err != nil || rec.Token != first.Token+1 || got != "PUT 2" {
+					t.Fatalf("nobody took it: Acquire = %v, %v with %s; want token %d with PUT 2", rec, err, got, first.Token+1)
+				}
+				return
+			}
+			if !errors.Is(err, store.ErrHeld) || rec.Holder != "node-c" || rec.Token != third.Token {
+				t.Fatalf("Acquire from an out-of-date version = %v, %v; want ErrHeld with node-c's term %d", rec, err, third.Token)
+			}
+			// It tried the mark from the version it had (refused: 409),
+			// read it, saw a grant above the one it saw, and read the
+			// Lease.
+			if got != "GET 2 PUT 1 409 1" {
+				t.Errorf("requests: %s, want GET 2 PUT 1 409 1", got)
+			}
+			if m := highWater(t, ns); m != mark {
+				t.Errorf("the refused waiter moved the mark from %d to %d", mark, m)
+			}
+			l, err := adminClient(t).CoordinationV1().Leases(ns).Get(ctxT(t), "job", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *l.Spec.HolderIdentity != "node-c" || int64(*l.Spec.LeaseTransitions) != third.Token {
+				t.Errorf("Lease holder %s token %d; want node-c %d", *l.Spec.HolderIdentity, *l.Spec.LeaseTransitions, third.Token)
+			}
+		})
+	}
+}
