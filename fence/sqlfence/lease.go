@@ -55,7 +55,8 @@ func (f *Fence) leaseClaimSQL() string {
   FOR SHARE
 ),
 c AS (INSERT INTO ` + f.table + ` AS f (resource, token, holder) SELECT $4, epoch, holder FROM lease
-` + pgUpsert + `)
+` + pgUpsert + `
+RETURNING token, holder)
 SELECT token, holder FROM c
 UNION ALL SELECT epoch, holder FROM lease WHERE NOT EXISTS (SELECT 1 FROM c)`
 }

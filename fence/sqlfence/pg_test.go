@@ -108,8 +108,31 @@ func TestPostgresDatabaseSQLClaimRefusesStaleToken_FailsWithoutTokenCheck(t *tes
 
 // A stale writer that arrives while a newer one holds the fence row waits for
 // it and then loses; a newer writer waiting behind an older one wins after it;
-// a writer behind one that rolls back sees the fence as it was.
+// a writer behind one that rolls back sees the fence as it was. Each case runs
+// with both claims made by Claim, and again by QueueClaim (a batch sent in the
+// transaction), whose statements differ.
 func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
+	forms := []struct {
+		name  string
+		claim func(e *pgEnv, tx pgx.Tx, token int64) error
+	}{
+		{"Claim", func(e *pgEnv, tx pgx.Tx, token int64) error {
+			return e.fence.Claim(context.Background(), pgxfence.Tx(tx), "sweeper", hof(token), token)
+		}},
+		{"QueueClaim", func(e *pgEnv, tx pgx.Tx, token int64) error {
+			b := &pgx.Batch{}
+			if err := e.fence.QueueClaim(pgxfence.Batch(b), "sweeper", hof(token), token); err != nil {
+				return err
+			}
+			return tx.SendBatch(context.Background(), b).Close()
+		}},
+	}
+	for _, form := range forms {
+		t.Run(form.name, func(t *testing.T) { testClaimsSerialise(t, form.claim) })
+	}
+}
+
+func testClaimsSerialise(t *testing.T, claim func(e *pgEnv, tx pgx.Tx, token int64) error) {
 	for _, tc := range []struct {
 		name           string
 		first, second  int64
@@ -139,7 +162,7 @@ func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer txA.Rollback(ctx)
-			if err := e.fence.Claim(ctx, pgxfence.Tx(txA), "sweeper", hof(tc.first), tc.first); err != nil {
+			if err := claim(e, txA, tc.first); err != nil {
 				t.Fatalf("first claim: %v", err)
 			}
 			txB, err := b.Begin(ctx)
@@ -148,7 +171,7 @@ func TestPostgresClaimsSerialiseOnFenceRow_FailsWithoutRowLock(t *testing.T) {
 			}
 			defer txB.Rollback(ctx)
 			res := make(chan error, 1)
-			go func() { res <- e.fence.Claim(ctx, pgxfence.Tx(txB), "sweeper", hof(tc.second), tc.second) }()
+			go func() { res <- claim(e, txB, tc.second) }()
 			e.waitForLockWait(t, b.PgConn().PID())
 			select {
 			case err := <-res:

@@ -1,6 +1,7 @@
 package sqlfence
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,7 +19,8 @@ const staleMarker = "leasehold/sqlfence: stale fencing token, highest "
 // within the caller's transaction: pgxfence.Batch adapts a *pgx.Batch.
 type Batch interface {
 	// Queue adds query with args to the batch; when its answer is read, scan
-	// is given its one row (whose Scan reports the statement's error).
+	// is given its first row, whose Scan reports the statement's error, or an
+	// error matching sql.ErrNoRows if the statement returned no row.
 	Queue(query string, args []any, scan func(Row) error)
 }
 
@@ -67,21 +69,21 @@ func (f *Fence) QueueClaim(b Batch, resource, holder string, token int64) error 
 	if err := fence.ValidateTerm(resource, holder, token); err != nil {
 		return fmt.Errorf("leasehold/sqlfence: claim: %w", err)
 	}
-	q := `WITH ` + f.claimCTE + `
-SELECT CASE WHEN token = $2 AND holder = $3 THEN token ELSE ($4 || token)::bigint END FROM r`
-	b.Queue(q, []any{resource, token, holder, staleMarker}, func(row Row) error {
+	b.Queue(f.queueSQL, []any{resource, token, holder}, func(row Row) error {
 		var got int64
 		err := row.Scan(&got)
+		if errors.Is(err, sql.ErrNoRows) {
+			// The statement ran: it inserted the row, raised its token to
+			// ours, or found it holding this term already. Admitted.
+			return nil
+		}
 		if h, ok := staleHighest(err); ok {
 			return &fence.StaleError{Resource: resource, Token: token, Highest: h, Holder: holder}
 		}
 		if err != nil {
 			return f.wrap("claim", resource, token, err)
 		}
-		if got != token {
-			return fmt.Errorf("leasehold/sqlfence: claim %q with token %d: the fence row says %d", resource, token, got)
-		}
-		return nil
+		return fmt.Errorf("leasehold/sqlfence: claim %q with token %d: the claim returned a row (%d)", resource, token, got)
 	})
 	return nil
 }
