@@ -59,7 +59,7 @@ type hideWatch struct{ store.Store }
 // figure is reported, not bounded).
 func requireFleet(t *testing.T, res fleet.Result, minFaults, maxWait int) {
 	t.Helper()
-	t.Logf("fleet run:\n%s", res.Summary())
+	t.Logf("fleet run:\n%s\n%s", res.Summary(), res.WaitDetail())
 	if res.Err != nil {
 		t.Errorf("a member failed: %v", res.Err)
 	}
@@ -86,7 +86,7 @@ func requireFleet(t *testing.T, res fleet.Result, minFaults, maxWait int) {
 func requireFairness(t *testing.T, res fleet.Result, maxWait int) {
 	t.Helper()
 	if m := res.MaxWait(); maxWait >= 0 && m > maxWait {
-		t.Errorf("fairness: a waiting leasehold node waited through %d peer terms, want at most %d (per wait: %v)", m, maxWait, res.Fairness)
+		t.Errorf("fairness: a waiting leasehold node waited through %d peer terms, want at most %d (per wait: %v)\n%s", m, maxWait, res.Fairness, res.WaitDetail())
 	}
 }
 

@@ -331,6 +331,14 @@ func postgresURL(t *testing.T) string {
 func TestTwoRunsSQLite(t *testing.T)   { twoRuns(t, sqliteURL(t)) }
 func TestTwoRunsPostgres(t *testing.T) { twoRuns(t, postgresURL(t)) }
 
+// TestTwoRunsPostgresPrepared: the same with the URL's
+// prepared_statements=true (the store's own tests show the statements are
+// then prepared once per connection; this one that run takes the option
+// and fails over with it).
+func TestTwoRunsPostgresPrepared(t *testing.T) {
+	twoRuns(t, postgresURL(t)+"&prepared_statements=true")
+}
+
 // TestTwoRunsZooKeeper: the same through zookeeper://, on a ZooKeeper server
 // of the test's own; the token is a czxid, above a's but not a's + 1.
 func TestTwoRunsZooKeeper(t *testing.T) { twoRuns(t, zookeeperURL(t)) }

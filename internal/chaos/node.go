@@ -357,6 +357,8 @@ func retryOpen[T any](ctx context.Context, open func(context.Context) (T, error)
 		if errors.Is(err, ErrInvalid) || errors.Is(err, store.ErrInvalid) {
 			return zero, err
 		}
+		// To the node's stderr log: a node that never gets ready says why.
+		fmt.Fprintf(os.Stderr, "%s open: %v\n", time.Now().Format(time.RFC3339Nano), err)
 		t := time.NewTimer(200 * time.Millisecond)
 		select {
 		case <-ctx.Done():

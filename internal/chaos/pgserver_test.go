@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -191,7 +193,124 @@ func (s *pgServer) Stop(context.Context) error {
 		return nil
 	default:
 	}
-	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	// Every child of the postmaster (backends, the checkpointer, the WAL
+	// writer) leads a session of its own (PostgreSQL calls setsid in each),
+	// so killing the postmaster's process group left them running: orphans
+	// that went on answering and committing for moments after the "crash"
+	// (a register write sent after it returned accepted 557 ms later, past
+	// its own 275 ms deadline and past the writer's safeUntil). Stop the
+	// postmaster so that it forks no more, then kill it and every child at
+	// once, as a machine's crash would.
+	pid := s.cmd.Process.Pid
+	syscall.Kill(pid, syscall.SIGSTOP)
+	kids := childrenOf(pid)
+	for _, k := range kids {
+		syscall.Kill(k, syscall.SIGKILL)
+	}
+	syscall.Kill(-pid, syscall.SIGKILL)
 	<-s.exited
+	waitGone(kids, 10*time.Second)
 	return nil
+}
+
+// childrenOf lists the processes whose parent is pid (from /proc; none where
+// there is no /proc).
+func childrenOf(pid int) []int {
+	dirs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range dirs {
+		k, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, state, ok := procStat(k); ok && ppid == pid && state != 'Z' {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// procStat reads a process's parent and state from /proc/PID/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, f[0][0], err == nil
+}
+
+// waitGone waits up to d for the processes to be gone (or zombies, which
+// hold no shared memory).
+func waitGone(pids []int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, p := range pids {
+		for time.Now().Before(deadline) {
+			if _, state, ok := procStat(p); !ok || state == 'Z' {
+				break
+			}
+			time.Sleep(10 * time.Millisecond) // an outside process's exit: nothing to wait on
+		}
+	}
+}
+
+// TestPGServerStopKillsEveryProcess: the store-restart fault's crash leaves
+// no process of the server behind, a busy backend included (each backend
+// leads a session of its own, out of reach of the postmaster's group).
+func TestPGServerStopKillsEveryProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL server")
+	}
+	s := startPG(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+	conn, err := pgx.Connect(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var backend int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		t.Fatal(err)
+	}
+	kids := childrenOf(s.cmd.Process.Pid)
+	if !slices.Contains(kids, backend) {
+		t.Fatalf("the backend %d is not among the postmaster's children %v", backend, kids)
+	}
+	// Busy when the crash comes: sleeping inside a statement, not waiting
+	// for its client.
+	go conn.Exec(ctx, `SELECT pg_sleep(20)`)
+	for {
+		var busy bool
+		probe, err := pgx.Connect(ctx, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = probe.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active')`, backend).Scan(&busy)
+		probe.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if busy {
+			break
+		}
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kids {
+		if _, state, ok := procStat(k); ok && state != 'Z' {
+			t.Errorf("process %d of the server is still running (state %c) after Stop", k, state)
+		}
+	}
 }

@@ -14,3 +14,5 @@ func signalStop(*os.Process) error { return errNotSupported }
 func signalCont(*os.Process) error { return errNotSupported }
 
 func setProcAttr(*exec.Cmd) {}
+
+func signalQuit(*os.Process) error { return errNotSupported }

@@ -195,8 +195,8 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 		}
 		p.holder = r.Holder
 	case <-timer.C:
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("leasehold/chaos: node %s was not ready within %v; see %s", p.name, nodeReadyTimeout, errf.Name())
+		quitThenKill(p)
+		return nil, fmt.Errorf("leasehold/chaos: node %s was not ready within %v (its goroutines are in %s)", p.name, nodeReadyTimeout, errf.Name())
 	case <-ctx.Done():
 		cmd.Process.Kill()
 		return nil, ctx.Err()
@@ -220,9 +220,23 @@ func (h *harness) stopProc(p *proc, wait time.Duration) {
 	case <-p.exited:
 	case <-t.C:
 		p.forced = true
-		p.cmd.Process.Kill()
-		<-p.exited
+		quitThenKill(p)
 	}
+}
+
+// quitThenKill ends p, first with SIGQUIT so that a Go node prints where
+// each goroutine waits into its stderr log (which says what held it up),
+// then, if it has not exited within 5 s, with SIGKILL.
+func quitThenKill(p *proc) {
+	if signalQuit(p.cmd.Process) == nil {
+		select {
+		case <-p.exited:
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+	p.cmd.Process.Kill()
+	<-p.exited
 }
 
 // unexpectedExits lists the processes that failed on their own or had to be
@@ -235,7 +249,7 @@ func (h *harness) unexpectedExits() []string {
 		switch st := p.cmd.ProcessState; {
 		case p.killed:
 		case p.forced:
-			out = append(out, fmt.Sprintf("%s did not stop within %v of being asked, and was killed (see %s)", p.name, h.cfg.Timings.LeaseDuration+5*time.Second, p.errLog))
+			out = append(out, fmt.Sprintf("%s did not stop within %v of being asked, and was killed (its goroutines are in %s)", p.name, h.cfg.Timings.LeaseDuration+5*time.Second, p.errLog))
 		case st != nil && !st.Success():
 			out = append(out, fmt.Sprintf("%s exited by itself: %v (see %s)", p.name, st, p.errLog))
 		}

@@ -100,15 +100,24 @@ func (c *handoverCmd) Run(ctx context.Context, args []string) error {
 		return &StoreError{URL: st.Name, Err: err}
 	}
 	fmt.Fprintf(c.env.Stdout, "%s: %s (token %d) stepped down after %v\n", c.lease, res.From.Holder, res.From.Token, res.Ended.Round(time.Millisecond))
+	fmt.Fprintln(c.env.Stdout, handoverOutcome(c.lease, c.to, c.preferFor, res))
+	return nil
+}
+
+// handoverOutcome says who has lease after the holder stepped down.
+func handoverOutcome(lease, to string, preferFor time.Duration, res leasehold.HandoverResult) string {
 	switch {
 	case res.TookOver:
-		fmt.Fprintf(c.env.Stdout, "%s: %s took over with token %d after %v\n", c.lease, res.Next.Holder, res.Next.Token, res.TookOverAfter.Round(time.Millisecond))
-	case c.to != "":
-		fmt.Fprintf(c.env.Stdout, "%s: %s did not take over within %v; its reservation expires on its own, then any node may take the lease\n", c.lease, c.to, c.preferFor)
+		return fmt.Sprintf("%s: %s took over with token %d after %v", lease, res.Next.Holder, res.Next.Token, res.TookOverAfter.Round(time.Millisecond))
+	case to != "" && res.Next.Live() && !leasehold.IsReservation(res.Next):
+		// The reservation ended (at the end of the window, or early if
+		// the store lost it) and another node took the lease: name it.
+		return fmt.Sprintf("%s: %s did not take over within %v; %s took over with token %d", lease, to, preferFor, res.Next.Holder, res.Next.Token)
+	case to != "":
+		return fmt.Sprintf("%s: %s did not take over within %v; its reservation expires on its own, then any node may take the lease", lease, to, preferFor)
 	case res.Next.Live():
-		fmt.Fprintf(c.env.Stdout, "%s: now held by %s with token %d\n", c.lease, res.Next.Holder, res.Next.Token)
+		return fmt.Sprintf("%s: now held by %s with token %d", lease, res.Next.Holder, res.Next.Token)
 	default:
-		fmt.Fprintf(c.env.Stdout, "%s: free (last token %d)\n", c.lease, res.Next.Token)
+		return fmt.Sprintf("%s: free (last token %d)", lease, res.Next.Token)
 	}
-	return nil
 }

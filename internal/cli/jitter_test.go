@@ -48,12 +48,12 @@ func TestJitterZeroMeansNone(t *testing.T) {
 	storeURL := "sqlite://" + filepath.Join(dir, "l.db")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out, errb bytes.Buffer
-	if code := Main(ctx, []string{"run", "--store", storeURL, "--lease", "j", "--jitter", "0", "--", "true"}, strings.NewReader(""), &out, &errb); code != 0 {
-		t.Fatalf("run --jitter 0: exit %d:\n%s%s", code, out.String(), errb.String())
+	// run's logger and the command's output share the writers.
+	var runOut, runErr syncBuffer
+	if code := Main(ctx, []string{"run", "--store", storeURL, "--lease", "j", "--jitter", "0", "--", "true"}, strings.NewReader(""), &runOut, &runErr); code != 0 {
+		t.Fatalf("run --jitter 0: exit %d:\n%s%s", code, runOut.String(), runErr.String())
 	}
-	out.Reset()
-	errb.Reset()
+	var out, errb bytes.Buffer
 	if code := Main(ctx, []string{"doctor", "--store", storeURL, "--jitter", "0"}, strings.NewReader(""), &out, &errb); code != 0 {
 		t.Fatalf("doctor --jitter 0: exit %d:\n%s%s", code, out.String(), errb.String())
 	}

@@ -72,7 +72,12 @@ func LateLoss(terms []Term) []time.Duration {
 // Fairness counts, for each wait of a leasehold node, the peer terms begun
 // while it waited, in the order of the waits. A wait that ended when the run
 // stopped counts too: a node that never got in must not look fair.
-func Fairness(terms []Term, waits []Wait) []int {
+//
+// A peer term that began while the waiter's own connection was under a
+// lasting fault (added delay, partition, down; in faults) is not counted:
+// the waiter could not have taken that turn, however fair the protocol. A
+// term begun the moment such a fault healed, or after a reset, counts.
+func Fairness(terms []Term, waits []Wait, faults []FaultEvent) []int {
 	var out []int
 	for _, w := range waits {
 		if w.Role != Leasehold {
@@ -80,13 +85,23 @@ func Fairness(terms []Term, waits []Wait) []int {
 		}
 		n := 0
 		for _, t := range terms {
-			if t.Role == Peer && !t.Start.Before(w.Start) && t.Start.Before(w.End) {
+			if t.Role == Peer && !t.Start.Before(w.Start) && t.Start.Before(w.End) && !cutOff(faults, w.Who, t.Start) {
 				n++
 			}
 		}
 		out = append(out, n)
 	}
 	return out
+}
+
+// cutOff reports whether who's connection was under a lasting fault at t.
+func cutOff(faults []FaultEvent, who string, t time.Time) bool {
+	for _, f := range faults {
+		if f.Who == who && f.Kind != FaultReset && !t.Before(f.Start) && t.Before(f.End) {
+			return true
+		}
+	}
+	return false
 }
 
 // Histogram returns counts[i] = how many of xs equal i, up to the largest.

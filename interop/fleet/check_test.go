@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,8 +52,20 @@ func TestFairnessAndLateLoss(t *testing.T) {
 		{Who: "a", Role: Leasehold, Start: at(5), End: at(7)},   // the peer at 6, and never got in
 		{Who: "p", Role: Peer, Start: at(0), End: at(9)},        // a peer's wait does not count
 	}
-	if got := Fairness(terms, waits); !slices.Equal(got, []int{2, 1}) {
+	if got := Fairness(terms, waits, nil); !slices.Equal(got, []int{2, 1}) {
 		t.Errorf("Fairness = %v, want [2 1]", got)
+	}
+	// A peer term begun while the waiter was cut off is not counted; one
+	// begun under a fault on someone else, after a reset, or as the
+	// waiter's fault healed, is.
+	faults := []FaultEvent{
+		{Who: "a", Kind: FaultPartition, Start: at(0.9), End: at(1.5)}, // the peer at 1
+		{Who: "p", Kind: FaultDown, Start: at(1.9), End: at(2.5)},      // not the waiter's
+		{Who: "a", Kind: FaultReset, Start: at(2), End: at(2)},         // lasts no time
+		{Who: "a", Kind: FaultDelay, Start: at(5.5), End: at(6)},       // healed as the peer at 6 began
+	}
+	if got := Fairness(terms, waits, faults); !slices.Equal(got, []int{1, 1}) {
+		t.Errorf("Fairness with faults = %v, want [1 1]", got)
 	}
 	if h := Histogram([]int{2, 1, 2, 0}); !slices.Equal(h, []int{1, 1, 2}) {
 		t.Errorf("Histogram = %v", h)
@@ -65,5 +78,19 @@ func TestFairnessAndLateLoss(t *testing.T) {
 	}
 	if got := LateLoss(late); !slices.Equal(got, []time.Duration{time.Second}) {
 		t.Errorf("LateLoss = %v, want [1s]", got)
+	}
+}
+
+// TestFormatShowsDetail: a lost leasehold term's cause and safeUntil are in
+// the timeline a failed check prints.
+func TestFormatShowsDetail(t *testing.T) {
+	r := NewRecorder()
+	term := r.Begin("lh-1", "leasehold", Leasehold, 7)
+	r.SetDetail(term, "leasehold: lease lost; safeUntil 1s at the grant, 1s at the loss")
+	r.End(term, time.Now(), "lost")
+	terms, _ := r.Stop()
+	out := r.Format(terms)
+	if want := "lost (leasehold: lease lost; safeUntil 1s at the grant, 1s at the loss)"; !strings.Contains(out, want) {
+		t.Fatalf("timeline %q does not contain %q", out, want)
 	}
 }

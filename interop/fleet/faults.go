@@ -49,6 +49,14 @@ type Faults struct {
 	mu     sync.Mutex
 	counts map[string]int
 	onLead int
+	events []FaultEvent
+}
+
+// FaultEvent is one fault put on one participant's proxy: from Start until
+// End (a reset lasts no time: End is Start).
+type FaultEvent struct {
+	Who, Kind  string
+	Start, End time.Time
 }
 
 // Run injects faults until ctx ends, then heals every proxy.
@@ -70,6 +78,7 @@ func (f *Faults) Run(ctx context.Context) {
 	var heals []heal
 	f.mu.Lock()
 	f.counts = map[string]int{}
+	f.events = nil
 	f.mu.Unlock()
 	defer func() {
 		for _, p := range f.Proxies {
@@ -122,7 +131,12 @@ func (f *Faults) Run(ctx context.Context) {
 				busy[target] = now.Add(dur)
 				heals = append(heals, heal{now.Add(dur), target})
 			}
+			end := now
+			if kind != FaultReset {
+				end = now.Add(dur)
+			}
 			f.mu.Lock()
+			f.events = append(f.events, FaultEvent{Who: target, Kind: kind, Start: now, End: end})
 			f.counts[kind]++
 			if onLead {
 				f.onLead++
@@ -157,6 +171,13 @@ func (f *Faults) Counts() (map[string]int, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.counts), f.onLead
+}
+
+// Events returns the faults injected, in the order they began.
+func (f *Faults) Events() []FaultEvent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.events)
 }
 
 // Total is the number of faults injected.

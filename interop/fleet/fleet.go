@@ -78,11 +78,11 @@ func Run(ctx context.Context, o Options, members ...Member) Result {
 	terms, waits := rec.Stop()
 	res := Result{Rec: rec, Terms: terms, Waits: waits, Err: errors.Join(errs...)}
 	if faults != nil {
-		res.Faults, res.FaultCount = faults.String(), faults.Total()
+		res.Faults, res.FaultCount, res.FaultEvents = faults.String(), faults.Total(), faults.Events()
 	}
 	res.Overlaps = Exclusion(terms)
 	res.AsActed = AsActed(terms)
-	res.Fairness = Fairness(terms, waits)
+	res.Fairness = Fairness(terms, waits, res.FaultEvents)
 	res.LateLoss = LateLoss(terms)
 	return res
 }
@@ -101,10 +101,10 @@ func Involving(who string) func([]Term, []Wait) bool {
 }
 
 // WaitedOver returns an Until that ends the run once a leasehold node has
-// waited through more than n peer terms.
+// waited through more than n peer terms (every one: for runs without faults).
 func WaitedOver(n int) func([]Term, []Wait) bool {
 	return func(terms []Term, waits []Wait) bool {
-		f := Fairness(terms, waits)
+		f := Fairness(terms, waits, nil)
 		return len(f) > 0 && slices.Max(f) > n
 	}
 }
@@ -117,11 +117,14 @@ type Result struct {
 	Err        error // members' errors
 	Faults     string
 	FaultCount int
+	// FaultEvents are the faults injected, in the order they began.
+	FaultEvents []FaultEvent
 	// Overlaps are the exclusion check's violations (must be none).
 	Overlaps []Overlap
 	// AsActed are the overlaps with peers trusted until their own loss signal.
 	AsActed []Overlap
-	// Fairness is, per leasehold wait, the peer terms begun during it.
+	// Fairness is, per leasehold wait, the peer terms begun during it while
+	// the waiter's own connection was free of lasting faults (see Fairness).
 	Fairness []int
 	// LateLoss is how late each peer's loss signal came after its deadline.
 	LateLoss []time.Duration
@@ -209,6 +212,7 @@ func (n *Node) Member() Member {
 			err := el.Run(ctx, func(wctx context.Context, l *leasehold.Lease) error {
 				waited(true)
 				t := rec.Begin(n.Name, "leasehold", Leasehold, l.Token())
+				firstSafe := l.SafeUntil() // the acquire's send time + RenewDeadline
 				hold := time.NewTimer(n.Hold())
 				defer hold.Stop()
 				select {
@@ -218,6 +222,7 @@ func (n *Node) Member() Member {
 						how = "stopped"
 					} else {
 						lost = lost.Add(n.Overtrust)
+						rec.SetDetail(t, fmt.Sprintf("%v; safeUntil %v at the grant, %v at the loss", context.Cause(wctx), rec.Since(firstSafe), rec.Since(l.SafeUntil())))
 					}
 					rec.End(t, lost, how)
 				case <-hold.C:
@@ -244,4 +249,48 @@ func Pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// WaitDetail describes the leasehold wait that sat through the most peer
+// terms: its span, every term begun during it, and the faults put on the
+// waiter that overlapped it (a waiter cut off from the store cannot get in,
+// however fair the protocol).
+func (r Result) WaitDetail() string {
+	worst, most := -1, -1
+	i := 0
+	for j, w := range r.Waits {
+		if w.Role != Leasehold {
+			continue
+		}
+		if i < len(r.Fairness) && r.Fairness[i] > most {
+			worst, most = j, r.Fairness[i]
+		}
+		i++
+	}
+	if worst < 0 {
+		return "no leasehold waits"
+	}
+	w := r.Waits[worst]
+	since := func(t time.Time) time.Duration { return r.Rec.Since(t) }
+	var b strings.Builder
+	fmt.Fprintf(&b, "longest wait: %s %v..%v (%v), %d peer terms counted (begun during it, the waiter not cut off), won %v\n",
+		w.Who, since(w.Start), since(w.End), w.End.Sub(w.Start).Round(time.Millisecond), most, w.Won)
+	for _, t := range r.Terms {
+		if !t.Start.Before(w.Start) && t.Start.Before(w.End) {
+			note := ""
+			switch {
+			case t.Role != Peer:
+				note = "(leasehold: not counted)"
+			case cutOff(r.FaultEvents, w.Who, t.Start):
+				note = "(waiter cut off: not counted)"
+			}
+			fmt.Fprintf(&b, "  term  %8v..%-8v %-10s %-24s %s %s\n", since(t.Start), since(t.End()), t.Kind, t.Who, t.How, note)
+		}
+	}
+	for _, e := range r.FaultEvents {
+		if e.Who == w.Who && !e.End.Before(w.Start) && e.Start.Before(w.End) {
+			fmt.Fprintf(&b, "  fault %8v..%-8v %-10s on the waiter\n", since(e.Start), since(e.End), e.Kind)
+		}
+	}
+	return b.String()
 }

@@ -16,7 +16,8 @@
 //     after that deadline is reported, and so are the overlaps there would be
 //     if the peer were trusted until its loss signal.
 //   - Fairness: a leasehold node that waits gets the lease within a bounded
-//     number of peer terms begun while it waited.
+//     number of peer terms begun while it waited and could reach the store
+//     (its connection not under a lasting fault).
 //
 // A participant records into a Recorder; Check reads it. Faults (Faults)
 // are put on the proxies while the fleet runs.
@@ -67,6 +68,10 @@ type Term struct {
 	Deadline time.Time
 	// How says how the term ended: "released", "lost", "stopped".
 	How string
+	// Detail, for a leasehold term that was lost: the cause, and the
+	// term's safeUntil then (a Lost much later than it is the recorder's
+	// own delay in seeing the loss, not the node's trust).
+	Detail string
 }
 
 // End is when the term ends for the checks: Lost, or Deadline if earlier.
@@ -153,6 +158,13 @@ func (r *Recorder) End(t *Term, lost time.Time, how string) {
 	}
 	delete(r.open, t)
 	t.Lost, t.How = lost, how
+}
+
+// SetDetail records what the checks' report says of t besides its span.
+func (r *Recorder) SetDetail(t *Term, detail string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.Detail = detail
 }
 
 // Leader returns who leads now (the latest open term), or "".
@@ -248,6 +260,9 @@ func (r *Recorder) Format(terms []Term) string {
 		fmt.Fprintf(&b, "  %8v..%-8v %-10s %-24s token %-18d %s", r.Since(t.Start), r.Since(t.End()), t.Kind, t.Who, t.Token, t.How)
 		if !t.Deadline.IsZero() && t.Deadline.Before(t.Lost) {
 			fmt.Fprintf(&b, " (own deadline %v, saw loss %v)", r.Since(t.Deadline), r.Since(t.Lost))
+		}
+		if t.Detail != "" {
+			fmt.Fprintf(&b, " (%s)", t.Detail)
 		}
 		b.WriteByte('\n')
 	}
