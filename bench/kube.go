@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/leasehold/leasehold/store"
 	lhkube "github.com/leasehold/leasehold/store/kubernetes"
 	"github.com/leasehold/leasehold/store/kubernetes/kubetest"
 )
@@ -87,10 +89,68 @@ func kubeTimings(ttl time.Duration) (lease, renewDeadline, retry time.Duration) 
 	return ttl, ttl * 2 / 3, ttl * 2 / 15
 }
 
+// newStore opens a Store of its own on e's server and namespace; wrap, if
+// set, wraps its HTTP client's transport.
+func (e *kubeEnv) newStore(wrap func(http.RoundTripper) http.RoundTripper) (*lhkube.Store, error) {
+	cfg := rest.CopyConfig(e.srv.AdminConfig())
+	cfg.Timeout = 0 // a request timeout would end the store's watches
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if wrap != nil {
+		hc.Transport = wrap(hc.Transport)
+	}
+	return lhkube.New(lhkube.Config{Server: cfg.Host, HTTPClient: hc, Namespace: e.ns, QPS: -1})
+}
+
+// perContender makes each contender of the library mk builds use a Store
+// of its own, as separate processes would: a Store remembers the versions
+// it has seen (and the store's watch keeps them current), so contenders
+// sharing one would each see what the others wrote without a request.
+func (e *kubeEnv) perContender(mk func(st store.Store) *lib) *lib {
+	l := mk(e.st)
+	l.config += "; a Store per contender"
+	l.newContender = func(ctx context.Context, lockName string, s setup) (contender, error) {
+		st, err := e.newStore(nil)
+		if err != nil {
+			return nil, err
+		}
+		c, err := mk(st).newContender(ctx, lockName, s)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		return &storeClosing{contender: c, st: st}, nil
+	}
+	return l
+}
+
+// storeClosing closes a contender's own Store with it.
+type storeClosing struct {
+	contender
+	st *lhkube.Store
+}
+
+func (c *storeClosing) close() {
+	c.contender.close()
+	c.st.Close()
+}
+
+// fairLibs are leasehold's fair Lock and Elector, a Store per contender.
+func (e *kubeEnv) fairLibs(ttl time.Duration) []*lib {
+	note := "Lease watch, queue object watch; fair queue (Config.Fair)"
+	l := e.perContender(func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, note, true) })
+	el := e.perContender(func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, note, true) })
+	l.name += " (fair)"
+	el.name += " (fair)"
+	return []*lib{l, el}
+}
+
 func (e *kubeEnv) libs(handoffTTL time.Duration) []*lib {
 	_, rd, rp := kubeTimings(handoffTTL)
 	return []*lib{
-		lhElectorLib("kubernetes", e.st, handoffTTL, "Lease watch"),
+		e.perContender(func(st store.Store) *lib { return lhElectorLib("kubernetes", st, handoffTTL, "Lease watch") }),
 		{
 			name: "client-go", store: "kubernetes", peer: true, kind: "elector",
 			config: fmt.Sprintf("client-go v0.37.2 LeaderElector on a LeaseLock, %v lease, %v renew deadline, %v retry period (defaults scaled), ReleaseOnCancel", handoffTTL, rd, rp),

@@ -42,6 +42,7 @@ type options struct {
 	pglockLease  time.Duration
 	failovers    int
 	failTTL      time.Duration
+	failPhase    time.Duration // the failover holder acquires after a random wait up to this
 	kubeFailTTL  time.Duration // failTTL on Kubernetes
 	cycleTime    time.Duration
 	contendTime  time.Duration
@@ -107,6 +108,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.kubeTTL, "kube-ttl", 4500*time.Millisecond, "lease on Kubernetes for the hand-off scenario (above 3 s: the store refuses a margin, lease - renew deadline, of 1 s or less); client-go's retry period is 2/15 of it (its defaults are 15 s and 2 s)")
 	fs.DurationVar(&o.pglockLease, "pglock-lease", time.Second, "pglock's lease in the hand-off and contention scenarios (a pglock waiter polls once per lease; its default is 20 s)")
 	fs.IntVar(&o.failovers, "failovers", 1, "crash failovers per library per round")
+	fs.DurationVar(&o.failPhase, "fail-phase", 500*time.Millisecond, "before each crash failover the holder waits a random time up to this long, so that its renewals and crash fall at a random phase of a server's periodic expiry check (etcd revokes expired leases every 500 ms; 0: no wait, the phase then follows the previous sample's)")
 	fs.DurationVar(&o.failTTL, "fail-ttl", time.Second, "lease of the failover scenario, for every library (on Kubernetes: -kube-fail-ttl)")
 	fs.DurationVar(&o.kubeFailTTL, "kube-fail-ttl", 4*time.Second, "lease of the failover scenario on Kubernetes, for every library there (above 3 s: the store refuses a margin, lease - renew deadline, of 1 s or less; whole seconds: a Lease records leaseDurationSeconds, so 3.5 s is kept as 4 s)")
 	fs.DurationVar(&o.cycleTime, "cycle-time", time.Second, "duration of the single-client cycles run per library per round")

@@ -24,7 +24,8 @@ type pgEnv struct {
 	schema string
 	pool   *pgxpool.Pool // the bench's own statements
 	st     *lhpg.Store
-	pqdb   *sql.DB // lib/pq, for pglock
+	stPrep *lhpg.Store // the same table, with Options.PreparedStatements
+	pqdb   *sql.DB     // lib/pq, for pglock
 }
 
 func withParams(dsn string, kv ...string) (string, error) {
@@ -56,6 +57,11 @@ func openPostgres(ctx context.Context, dsn, runID string) (*pgEnv, error) {
 		return nil, fmt.Errorf("postgres: create schema: %w", err)
 	}
 	e.st, err = lhpg.New(ctx, e.pool, lhpg.Options{Schema: e.schema, CreateIfMissing: true})
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.stPrep, err = lhpg.New(ctx, e.pool, lhpg.Options{Schema: e.schema, PreparedStatements: true})
 	if err != nil {
 		e.close()
 		return nil, err
@@ -98,6 +104,9 @@ func (e *pgEnv) close() {
 	if e.st != nil {
 		e.st.Close()
 	}
+	if e.stPrep != nil {
+		e.stPrep.Close()
+	}
 	if e.pqdb != nil {
 		e.pqdb.Close()
 	}
@@ -108,6 +117,7 @@ func (e *pgEnv) close() {
 func (e *pgEnv) libs(handoffTTL, pglockLease time.Duration) []*lib {
 	return []*lib{
 		lhLockLib("postgres", e.st, handoffTTL, "LISTEN/NOTIFY watch"),
+		preparedLib(lhLockLib("postgres", e.stPrep, handoffTTL, "LISTEN/NOTIFY watch, prepared_statements=true")),
 		{
 			name: "pglock", store: "postgres", peer: true, kind: "lock",
 			config: fmt.Sprintf("cirello.io/pglock v1.16.1 on lib/pq, %v lease (its default is 20 s: a waiter polls once per lease)", pglockLease),
@@ -159,4 +169,11 @@ func (e *pgEnv) conn(ctx context.Context, app string) (*pgx.Conn, error) {
 		return nil, err
 	}
 	return pgx.Connect(ctx, dsn)
+}
+
+// preparedLib names the PostgreSQL Lock whose store sends its statements as
+// named prepared statements (Options.PreparedStatements).
+func preparedLib(l *lib) *lib {
+	l.name = "leasehold (prepared statements)"
+	return l
 }

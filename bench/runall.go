@@ -220,7 +220,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 				r.Machine["kubernetes"] = ke.version
 				libs = append(libs, ke.floorLib())
 				libs = append(libs, ke.libs(o.kubeTTL)...)
-				libs = append(libs, fairLibs("kubernetes", ke.st, o.kubeTTL, "Lease watch, queue object watch")...)
+				libs = append(libs, ke.fairLibs(o.kubeTTL)...)
 			}
 		}
 	}
@@ -265,6 +265,9 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 	if o.diag > 0 && ctx.Err() == nil {
 		var b strings.Builder
 		runDiag(ctx, &b, &e, o.diag)
+		if e.kube != nil {
+			kubeHandoffDiag(ctx, &b, e.kube, o.kubeTTL, o.diag)
+		}
 		r.Diag = b.String()
 	}
 	return r, ctx.Err()
@@ -316,7 +319,7 @@ func runRound(ctx context.Context, r *Results, o options, e *envs, libs []*lib, 
 				if l.store == "zookeeper" {
 					continue
 				}
-				runFailover(ctx, r, l, tag("f", l), o.failTTLFor(l.store))
+				runFailover(ctx, r, l, tag("f", l), o.failTTLFor(l.store), o.failPhase)
 			}
 		}
 	}

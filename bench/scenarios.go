@@ -112,8 +112,11 @@ func runHandoff(ctx context.Context, r *Results, scenario string, l *lib, lockNa
 // it crashes (it stops renewing without releasing, at a random point of its
 // renewal interval, after at least one renewal); the waiter was already
 // waiting. The failover is the time from the answer to the holder's last
-// successful renewal to the waiter's acquire returning.
-func runFailover(ctx context.Context, r *Results, l *lib, lockName string, ttl time.Duration) {
+// successful renewal to the waiter's acquire returning. The holder first
+// waits a random time up to phase: a sample starts right after the previous
+// one's failover, which a server's periodic expiry check decided, so without
+// the wait every sample's crash falls at the same phase of that check.
+func runFailover(ctx context.Context, r *Results, l *lib, lockName string, ttl, phase time.Duration) {
 	key := l.key()
 	s := setup{ttl: ttl, keepAlive: true}
 	s.identity = "a"
@@ -134,6 +137,9 @@ func runFailover(ctx context.Context, r *Results, l *lib, lockName string, ttl t
 	defer b.close()
 	sctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	defer cancel()
+	if phase > 0 {
+		wait(sctx, time.Duration(rand.Int64N(int64(phase))))
+	}
 	h, err := a.acquire(sctx)
 	if err != nil {
 		r.fail(scFailover, key)
