@@ -107,9 +107,10 @@ func TestFairOrderCheckCatchesAJump(t *testing.T) {
 		}
 		var got turns
 		done := make(chan struct{})
+		bStore := f.faulty()
 		go func() {
 			defer close(done)
-			h, err := newLock(t, f.faulty(), "node-b", fair).Acquire(ctx)
+			h, err := newLock(t, bStore, "node-b", fair).Acquire(ctx)
 			if err != nil {
 				t.Error(err)
 				return
@@ -117,11 +118,16 @@ func TestFairOrderCheckCatchesAJump(t *testing.T) {
 			got.add("b")
 			h.Release(ctx)
 		}()
-		synctest.Wait()
+		synctest.Wait() // b is queued, waiting for the release
+		// b's next Acquire reaches the store a second later on the
+		// bubble's clock, which cannot move while this goroutine runs:
+		// without it b, woken by the release on another thread, could
+		// take its turn before TryAcquire (CI saw it once).
+		bStore.Inject(faultstore.Fault{Latency: time.Second}, faultstore.OpAcquire)
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		jumped, err := a.TryAcquire(ctx) // before b's watch has woken it
+		jumped, err := a.TryAcquire(ctx) // before b's attempt reaches the store
 		if err != nil {
 			t.Fatalf("TryAcquire right after the release: %v; want it to jump the queue", err)
 		}
