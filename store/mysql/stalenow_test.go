@@ -1,6 +1,9 @@
 package mysql_test
 
 import (
+	"database/sql"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,11 +64,7 @@ func TestStaleStatementNeverShortensALiveTerm(t *testing.T) {
 				r, err := tc.call(st, rec.Term)
 				done <- answer{r, err}
 			}()
-			waitFor(t, "the statement to wait for the row's lock", func() bool {
-				var n int
-				err := raw.QueryRowContext(ctxFor(t), "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'").Scan(&n)
-				return err == nil && n > 0
-			})
+			waitForLockWait(t, raw, db, done)
 			// Meanwhile a newer statement (begun after it) renews the term
 			// and commits first, as a renewal sent later but run sooner
 			// would.
@@ -93,4 +92,59 @@ func TestStaleStatementNeverShortensALiveTerm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitForLockWait waits until a transaction on database db waits for a row
+// lock (only this test uses db). It fails at once if the statement answered
+// first, and quotes the last error of its own query if it times out.
+func waitForLockWait[A any](t *testing.T, raw *sql.DB, db string, answered <-chan A) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var lastErr error
+	for {
+		select {
+		case a := <-answered:
+			t.Fatalf("the statement answered before it waited for the row's lock: %+v", a)
+		default:
+		}
+		var n int
+		lastErr = raw.QueryRowContext(ctxFor(t), `SELECT COUNT(*) FROM information_schema.INNODB_TRX
+WHERE trx_state = 'LOCK WAIT'
+  AND trx_mysql_thread_id IN (SELECT id FROM information_schema.PROCESSLIST WHERE db = ?)`, db).Scan(&n)
+		if lastErr == nil && n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the statement to wait for the row's lock (last check: %d waiting, error %v)\n%s", n, lastErr, sessionsOn(raw, db))
+		}
+		// InnoDB refreshes what INNODB_TRX shows only when the table was
+		// last read more than 0.1 s ago: polled every 5 ms it showed the
+		// same snapshot, taken before the statement began to wait, for the
+		// whole 30 s (1 run in about 20 here).
+		timer := time.NewTimer(150 * time.Millisecond)
+		<-timer.C
+	}
+}
+
+// sessionsOn describes the sessions on database db and their transactions,
+// for a failure message.
+func sessionsOn(raw *sql.DB, db string) string {
+	rows, err := raw.Query(`SELECT p.id, COALESCE(p.command, ''), COALESCE(p.state, ''), COALESCE(p.info, ''), p.time,
+  COALESCE(x.trx_state, '-'), COALESCE(x.trx_query, '')
+FROM information_schema.PROCESSLIST p LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.id
+WHERE p.db = ?`, db)
+	if err != nil {
+		return "sessions: " + err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, secs int64
+		var cmd, state, info, trxState, trxQuery string
+		if err := rows.Scan(&id, &cmd, &state, &info, &secs, &trxState, &trxQuery); err != nil {
+			return b.String() + "sessions: " + err.Error()
+		}
+		fmt.Fprintf(&b, "session %d: %s %q %ds %q; transaction %s %q\n", id, cmd, state, secs, info, trxState, trxQuery)
+	}
+	return b.String()
 }
