@@ -110,9 +110,10 @@ func mysqlConnID(t testing.TB, ctx context.Context, tx *sql.Tx) int64 {
 }
 
 // waitMySQLLockWait polls until connection connID is stuck in a statement:
-// InnoDB lists its transaction as LOCK WAIT, or (MariaDB does not always list
-// a transaction whose first write waits) the process list shows it running
-// the fence's upsert.
+// InnoDB lists its transaction as LOCK WAIT, or the process list shows it
+// running the fence's upsert (InnoDB refreshes INNODB_TRX only when it was
+// last read more than 0.1 s ago, so at this poll rate it can go on showing
+// the snapshot from before the wait).
 func waitMySQLLockWait(t testing.TB, admin *sql.DB, connID int64) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
