@@ -131,25 +131,17 @@ func newEventQueue(fn func(Event)) *eventQueue {
 }
 
 // add queues e for fn. It never blocks on fn.
-func (q *eventQueue) add(e Event) {
-	if q.fn == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.pending = append(q.pending, e)
-	q.added++
-	if q.state == idle {
-		q.state = spawned
-		go q.drain()
-	}
-}
+func (q *eventQueue) add(e Event) { q.enqueue(e, true) }
 
 // addLater queues e for fn without starting a goroutine to give it: for a
 // caller that flushes soon on its own goroutine (a Lock's Acquire and
 // Release), which then gives it, unless an add meanwhile started a
 // goroutine that does.
-func (q *eventQueue) addLater(e Event) {
+func (q *eventQueue) addLater(e Event) { q.enqueue(e, false) }
+
+// enqueue queues e, and with spawn starts a drain goroutine if nobody is
+// giving events.
+func (q *eventQueue) enqueue(e Event, spawn bool) {
 	if q.fn == nil {
 		return
 	}
@@ -157,6 +149,10 @@ func (q *eventQueue) addLater(e Event) {
 	defer q.mu.Unlock()
 	q.pending = append(q.pending, e)
 	q.added++
+	if spawn && q.state == idle {
+		q.state = spawned
+		go q.drain()
+	}
 }
 
 // deliverOne gives the first pending event to fn, with q.mu held on entry
