@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -22,16 +23,9 @@ func TestTransferQueuedZkLock(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	ttl := 10 * time.Second
 
-	a, err := st.Acquire(ctx, "solo", "node-a", ttl, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := st.Transfer(ctx, a.Term, "node-b", ttl, "")
-	if err != nil || res.Holder != "node-b" || res.Token <= a.Token {
-		t.Fatalf("Transfer without a waiter = %+v, %v; want node-b's reservation", res, err)
-	}
+	reserveForB(t, ctx, st, "solo", ttl) // without a waiter
 
-	a, err = st.Acquire(ctx, "job", "node-a", ttl, "")
+	a, err := st.Acquire(ctx, "job", "node-a", ttl, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +59,21 @@ func TestTransferQueuedZkLock(t *testing.T) {
 // attemptNode creates, through conn, the node a leasehold Acquire of holder
 // creates before it lists the children: with the path's data written in the
 // same transaction. It returns the node's path.
+// reserveForB has node-a acquire name and hand it over to node-b, which
+// finds the lease reserved for it; it returns the reservation.
+func reserveForB(t *testing.T, ctx context.Context, st *Store, name string, ttl time.Duration) store.Record {
+	t.Helper()
+	a, err := st.Acquire(ctx, name, "node-a", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Transfer(ctx, a.Term, "node-b", ttl, "")
+	if err != nil || res.Holder != "node-b" || res.Token <= a.Token {
+		t.Fatalf("Transfer of %s = %+v, %v; want node-b's reservation, with a token above %d", name, res, err, a.Token)
+	}
+	return res
+}
+
 func attemptNode(t *testing.T, conn *zk.Conn, p, holder string) string {
 	t.Helper()
 	resp, err := conn.Multi(
@@ -108,14 +117,7 @@ func TestSuccessorWaitsForAttemptBehindReservation(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	ttl := 10 * time.Second
 
-	a, err := st.Acquire(ctx, "job", "node-a", ttl, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := st.Transfer(ctx, a.Term, "node-b", ttl, "")
-	if err != nil || res.Holder != "node-b" {
-		t.Fatalf("Transfer = %+v, %v; want node-b's reservation", res, err)
-	}
+	res := reserveForB(t, ctx, st, "job", ttl)
 	p := st.Path("job")
 	probe := attemptNode(t, conn, p, "node-c")
 	waited := waitHook(t, nil)
