@@ -237,17 +237,8 @@ func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl time.Dura
 			continue
 		}
 		sort.Float64s(took)
-		var ks []string
-		for k := range counts {
-			ks = append(ks, k)
-		}
-		sort.Strings(ks)
-		var parts []string
-		for _, k := range ks {
-			parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(counts[k])/float64(len(took))))
-		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "  %s\thand-offs %d\tp50 %.2f ms\tmin %.2f ms\t%s\n", v.name, len(took), took[len(took)/2], took[0], strings.Join(parts, ", "))
+		fmt.Fprintf(tw, "  %s\thand-offs %d\tp50 %.2f ms\tmin %.2f ms\t%s\n", v.name, len(took), took[len(took)/2], took[0], perCycle(counts, len(took)))
 		tw.Flush()
 		fmt.Fprintf(w, "   the last one (ms from the release call):\n%s", timeline)
 	}
