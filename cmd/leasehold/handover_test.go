@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -140,6 +141,16 @@ func TestHandoverSuccessorAbsentSQLite(t *testing.T) {
 	}
 	if next.token != aStart.token+2 {
 		t.Fatalf("next token %d, want %d (above the ghost's reservation)", next.token, aStart.token+2)
+	}
+	// handover watches for the window's length from when it saw a's term
+	// end, a little longer than the reservation lasts, so it may see the
+	// standby take over; if it says so, it names the right one.
+	if i := strings.Index(out, "; "); i >= 0 && strings.Contains(out[i:], "took over with token") {
+		want := fmt.Sprintf("; %s took over with token %d", next.holder, next.token)
+		if !strings.Contains(out, want) {
+			t.Fatalf("handover says:\n%s\nwant it to name the standby that took over (%q)", out, want)
+		}
+		t.Logf("handover saw the standby take over: %s", strings.TrimSpace(out))
 	}
 }
 
