@@ -660,6 +660,46 @@ func TestSafeUntilExemptsOnlyAStallAsLongAsTheOverrun(t *testing.T) {
 	}
 }
 
+// TestSafeUntilReportsTheLastWrite: the work does not recall a write on
+// its way, so a late return says where its last write was at safeUntil
+// (CI once failed with a late return, no stall recorded, and no history
+// kept). A write in flight at safeUntil exempts nothing: the check reports
+// each case, with the write's timing.
+func TestSafeUntilReportsTheLastWrite(t *testing.T) {
+	// n2.1 is told to stop at 8.5 s (safeUntil 8.9 s on every event below);
+	// its last write is sent at 8.45 s and answered at ret (0: never), and
+	// the work returns at 8.981 s.
+	late := func(ret float64, write bool) *history {
+		h := cleanHistory()
+		b := &histBuilder{h: h}
+		if write {
+			b.ev("n2.1", 8.45, event{Kind: evWriteCall, Op: 9, Token: 2, Resource: "r1", Value: "n2.1#9", SafeUntil: sec(8.9)})
+			if ret > 0 {
+				b.ev("n2.1", ret, event{Kind: evWriteReturn, Op: 9, Token: 2, Resource: "r1", Value: "n2.1#9", Result: writeUnknown, Err: "context deadline exceeded"})
+			}
+		}
+		b.ev("n2.1", 8.981, event{Kind: evWorkStop, Token: 2, SafeUntil: sec(8.9)})
+		sortEvents(h.Events)
+		return h
+	}
+	for _, tc := range []struct {
+		name string
+		h    *history
+		says string
+	}{
+		{"answered after safeUntil", late(8.98, true), "its last write, n2.1#9, was sent 450ms before its safeUntil on its clock and answered 80ms after it in real time, 1ms before the return"},
+		{"not answered", late(0, true), "its last write, n2.1#9, was sent 450ms before its safeUntil on its clock and was not answered before the return"},
+		{"the last write long before", late(0, false), "its last write, n2.1#3, was sent 2.9s before its safeUntil on its clock and answered 2.898s before it in real time, 2.979s before the return"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := checkHistory(tc.h, checkOptions{})
+			if got := violationsOf(r)[chkSafeUntil]; got != 1 || !strings.HasSuffix(r.Violations[0].Msg, tc.says) {
+				t.Fatalf("safe-until violations = %d (%v), want 1 ending %q", got, r.Violations, tc.says)
+			}
+		})
+	}
+}
+
 // TestFailoverAllowsTheStoresSlowness: a leader later than the bound is a
 // violation, unless a store call sent after the heal by an unfaulted
 // process took at least as long as the lateness (the store, or the

@@ -237,17 +237,69 @@ func (c *checker) checkSafeUntil() string {
 					continue
 				}
 				what := "sent write " + e.Value
+				var lastW string
 				if e.Kind == evWorkStop {
 					what = "returned from its guarded work"
+					// The work does not recall a write on its way: say
+					// whether one was in flight at safeUntil (a late
+					// answer delays the return).
+					lastW = lastWriteTiming(ev, k, e.Token, e.SafeUntil, deadline)
 				}
 				c.violate(Violation{Wall: e.Wall, Proc: proc, Token: e.Token,
-					Msg: fmt.Sprintf("%s %s with token %d %v after its safeUntil, on its own clock, and it was not frozen then (it recorded %v of stalls from when it was told to stop, less than the %v overrun in real time)",
-						proc, what, e.Token, time.Duration(over), time.Duration(stalled), time.Duration(realOver))})
+					Msg: fmt.Sprintf("%s %s with token %d %v after its safeUntil, on its own clock, and it was not frozen then (it recorded %v of stalls from when it was told to stop, less than the %v overrun in real time)%s",
+						proc, what, e.Token, time.Duration(over), time.Duration(stalled), time.Duration(realOver), lastW)})
 			}
 		}
 	}
 	return fmt.Sprintf("%d deadlines (%d overruns by frozen processes exempt, %d by processes the OS did not run, longest stall %v)",
 		n, exempt, exemptStall, time.Duration(longest).Round(time.Millisecond))
+}
+
+// lastWrite is the last write that the work of token sent before event k
+// of one process's events, and its answer (nil if none came before k).
+func lastWrite(ev []event, k int, token int64) (call, ret *event) {
+	for j := k - 1; j >= 0; j-- {
+		e := &ev[j]
+		if e.Token != token {
+			continue
+		}
+		switch e.Kind {
+		case evWriteReturn:
+			if ret == nil {
+				ret = e
+			}
+		case evWriteCall:
+			if ret != nil && e.Op == ret.Op {
+				return e, ret
+			}
+			if ret == nil {
+				return e, nil // unanswered
+			}
+		}
+	}
+	return nil, nil
+}
+
+// lastWriteTiming describes, for a late return of the work of token at
+// event k, its last write relative to its safeUntil (safeUntil on the
+// node's clock, deadline the wall time at which the clock read it); empty
+// if the work sent none.
+func lastWriteTiming(ev []event, k int, token, safeUntil, deadline int64) string {
+	ms := func(d int64) time.Duration { return time.Duration(d).Round(time.Millisecond) }
+	call, ret := lastWrite(ev, k, token)
+	switch {
+	case call == nil:
+		return ""
+	case ret == nil:
+		return fmt.Sprintf("; its last write, %s, was sent %v before its safeUntil on its clock and was not answered before the return",
+			call.Value, ms(safeUntil-call.Clock))
+	}
+	answered, side := ret.Wall-deadline, "after"
+	if answered < 0 {
+		answered, side = -answered, "before"
+	}
+	return fmt.Sprintf("; its last write, %s, was sent %v before its safeUntil on its clock and answered %v %s it in real time, %v before the return",
+		call.Value, ms(safeUntil-call.Clock), ms(answered), side, ms(ev[k].Wall-ret.Wall))
 }
 
 // wallAt is the wall time at which the process's clock read s, where ev are
