@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"sort"
 	"sync"
 	"time"
@@ -23,33 +22,32 @@ const (
 type stallRecorder struct {
 	hw                *historyWriter
 	period, threshold time.Duration
+	now               func() time.Time // time.Now; a test's own clock
 
 	mu   sync.Mutex
-	n    int                // works running
-	stop context.CancelFunc // ends the recording goroutine; nil when none runs
-	done chan struct{}      // closed when it has returned
+	n    int              // works running
+	stop chan<- time.Time // ends the recording goroutine, with the stop's time; nil when none runs
+	done chan struct{}    // closed when it has returned
 }
 
 func newStallRecorder(hw *historyWriter, period, threshold time.Duration) *stallRecorder {
-	return &stallRecorder{hw: hw, period: period, threshold: threshold}
+	return &stallRecorder{hw: hw, period: period, threshold: threshold, now: time.Now}
 }
 
 // workStarted records stalls until the matching call of the function it
 // returns; works may overlap (a semaphore's slots), one goroutine records for
-// all of them, so no stall is written twice.
+// all of them, so no stall is written twice. The last work's stop waits for
+// the recorder to end, its last stall written.
 func (r *stallRecorder) workStarted() (workStopped func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++
 	if r.n == 1 {
-		if r.done != nil {
-			<-r.done // the last one has been told to stop; let it finish
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		r.stop, r.done = cancel, make(chan struct{})
+		stop := make(chan time.Time, 1)
+		r.stop, r.done = stop, make(chan struct{})
 		go func(done chan struct{}) {
 			defer close(done)
-			recordStalls(ctx, r.hw, r.period, r.threshold)
+			recordStalls(stop, r.hw, r.period, r.threshold, r.now)
 		}(r.done)
 	}
 	var once sync.Once
@@ -59,7 +57,8 @@ func (r *stallRecorder) workStarted() (workStopped func()) {
 			defer r.mu.Unlock()
 			r.n--
 			if r.n == 0 {
-				r.stop()
+				r.stop <- r.now()
+				<-r.done
 			}
 		})
 	}
@@ -71,18 +70,16 @@ func (r *stallRecorder) workStarted() (workStopped func()) {
 // when it ran: time in which the process was not run (the OS did not
 // schedule it, the Go runtime stopped the world, or a SIGSTOP froze it). It
 // writes nothing otherwise, so it costs a timer wake-up per period. It
-// returns when ctx ends.
-func recordStalls(ctx context.Context, hw *historyWriter, period, threshold time.Duration) {
+// returns when it receives the time of a stop, once it has judged the span
+// up to then the same way: after a stall the work's goroutine may run and
+// stop the recording before this one runs its overdue wake-up (a CI run saw
+// a work return 1.24 s past safeUntil with no stall recorded, and no write
+// for 2 s before), and that stall must not be lost.
+func recordStalls(stop <-chan time.Time, hw *historyWriter, period, threshold time.Duration, clock func() time.Time) {
 	t := time.NewTimer(period)
 	defer t.Stop()
-	prev := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := time.Now()
+	prev := clock()
+	judge := func(now time.Time) {
 		// Sub uses the monotonic readings: a step of the host's wall clock
 		// does not make a stall, nor hide one.
 		if late := now.Sub(prev) - period; late > threshold {
@@ -90,6 +87,15 @@ func recordStalls(ctx context.Context, hw *historyWriter, period, threshold time
 			hw.emit(event{Kind: evStall, StallFrom: to - int64(late), StallTo: to})
 		}
 		prev = now
+	}
+	for {
+		select {
+		case at := <-stop:
+			judge(at)
+			return
+		case <-t.C:
+		}
+		judge(clock())
 		t.Reset(period)
 	}
 }

@@ -1,6 +1,9 @@
 package chaos
 
 import (
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -52,6 +55,55 @@ func TestStallRecorderRunsOnlyWhileWorking(t *testing.T) {
 		stopC()
 		synctest.Wait()
 	})
+}
+
+// TestStallRecorderJudgesTheSpanToItsStop: a stall that ends just before the
+// last work stops (the work's goroutine ran first after it) is recorded
+// before the stop returns, though the recorder never ran its overdue wake-up.
+func TestStallRecorderJudgesTheSpanToItsStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "history")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		hw := &historyWriter{f: f, start: time.Now(), clock: func() int64 { return 0 }}
+		r := newStallRecorder(hw, stallPeriod, stallThreshold)
+		// The process is not run for a second just before the stop: every
+		// reading from then on is a second later than the bubble's.
+		var frozen atomic.Int64
+		r.now = func() time.Time { return time.Now().Add(time.Duration(frozen.Load())) }
+
+		stop := r.workStarted()
+		time.Sleep(5*stallPeriod + stallPeriod/2)
+		synctest.Wait() // the recorder waits for its sixth wake-up
+		frozen.Store(int64(time.Second))
+		stop()
+
+		ev, err := readEvents(mustOpen(t, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spans := stallSpans(ev)
+		if len(spans) != 1 {
+			t.Fatalf("stall spans %v, want the one second before the stop", spans)
+		}
+		// Due at 60 ms, stopped at 55 ms + 1 s: 995 ms not run.
+		if got, want := time.Duration(spans[0][1]-spans[0][0]), 995*time.Millisecond; got != want {
+			t.Fatalf("stall of %v recorded, want %v", got, want)
+		}
+	})
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 // TestStallSpansMerge: overlapping stall spans (the recorder's and a blocked
