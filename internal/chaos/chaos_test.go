@@ -157,6 +157,9 @@ func TestChaosNegativeControlIsCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take tens of seconds")
 	}
+	// Beside the other negative controls, once the store runs (sequential)
+	// are done: a short run of a few processes each.
+	t.Parallel()
 	dir := t.TempDir()
 	// Each paused leader lands a stale write with some chance (the pause
 	// must catch a write on its way): in 18 s only two pauses fit, and one
@@ -235,6 +238,9 @@ func TestChaosBrokenStoreIsCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take seconds")
 	}
+	// Beside the other negative controls, once the store runs (sequential)
+	// are done: a short run of a few processes each.
+	t.Parallel()
 	for _, tc := range []struct {
 		mode, check string
 	}{

@@ -33,6 +33,9 @@ func TestFleetReportsAFailedGroupAndKeepsTheOthers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a chaos run of about 25 s")
 	}
+	// Beside the other negative controls, once the store runs (sequential)
+	// are done: a short run of a few processes each.
+	t.Parallel()
 	c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), 3*time.Second)
 	c.Groups = 3
 	c.Faults = []string{faultKill}

@@ -114,6 +114,9 @@ func TestChaosModeBrokenIsCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos runs take seconds")
 	}
+	// Beside the other negative controls, once the store runs (sequential)
+	// are done: a short run of a few processes each.
+	t.Parallel()
 	for _, tc := range []struct {
 		mode, broken string
 		checks       []string

@@ -120,10 +120,20 @@ func Twice(runs []Run) map[time.Time][]Run {
 
 // Check runs the schedule of o and fails t if a period ran twice, if fewer
 // than Periods-2 periods ran, or if the run lease's tokens did not rise from
-// run to run. It then runs the negative control (Forget) and fails t if no
-// period ran twice there: the check must be able to see a double run.
+// run to run. Beside it, it runs the negative control (Forget) and fails t if
+// no period ran twice there: the check must be able to see a double run.
 func Check(t *testing.T, o Options) {
 	t.Helper()
+	// The two runs at once: each waits out its periods in real time. (Not
+	// t.Parallel, whose cap of -parallel, GOMAXPROCS, the stores' tests
+	// already share.)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { checkOnce(t, o) })
+	wg.Go(func() { checkNegativeControl(t, o) })
+}
+
+func checkOnce(t *testing.T, o Options) {
 	t.Run("at-most-once", func(t *testing.T) {
 		o := o
 		o.Forget = false
@@ -141,6 +151,9 @@ func Check(t *testing.T, o Options) {
 		}
 		t.Logf("%d runs over %d periods of the common clock by %d nodes with skews %v: no period name ran twice", len(runs), o.Periods, len(o.Skews), o.Skews)
 	})
+}
+
+func checkNegativeControl(t *testing.T, o Options) {
 	t.Run("negative-control", func(t *testing.T) {
 		if o.NoNegativeControl != "" {
 			t.Skipf("SKIPPED: no negative control on this store: %s", o.NoNegativeControl)
