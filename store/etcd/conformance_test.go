@@ -13,6 +13,7 @@ import (
 // (Open, what the leasehold command uses) and on clientv3 (the adapter
 // etcdv3client.New uses).
 func TestConformance(t *testing.T) {
+	t.Parallel() // the suite mostly waits on leases
 	m := shared(t)
 	for _, c := range []struct {
 		name string

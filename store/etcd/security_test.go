@@ -83,6 +83,7 @@ func enableAuth(t *testing.T, root *clientv3.Client, rootPassword string) {
 // with that role), is refused outside its prefix, and a wrong password is a
 // clear error that does not repeat the password.
 func TestAuthLeastPrivilege(t *testing.T) {
+	t.Parallel() // a member of its own; the suite mostly waits on leases
 	m := startMember(t, defaultOpts())
 	root := newClient(t, m.clientURL)
 	const prefix = "apps/billing/"

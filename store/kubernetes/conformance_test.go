@@ -12,6 +12,7 @@ import (
 // kube-apiserver, as the admin. Each subtest gets its own namespace; each
 // handle is its own client, as separate processes would be.
 func TestConformance(t *testing.T) {
+	t.Parallel() // the suite mostly waits on leases
 	srv := apiserver(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) func() (store.Store, error) {

@@ -72,6 +72,7 @@ func (c checkedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // TestConformanceCheckedUpdates runs the suite again with every update
 // checked for its resourceVersion.
 func TestConformanceCheckedUpdates(t *testing.T) {
+	t.Parallel() // the suite mostly waits on leases
 	srv := apiserver(t)
 	var updates atomic.Int64
 	storetest.Run(t, storetest.Harness{

@@ -28,6 +28,7 @@ const harnessQueueTTL = time.Second
 // TestConformance runs the suite on stores from Open, each subtest in its
 // own schema.
 func TestConformance(t *testing.T) {
+	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
 	dsn := withParams(t, testDSN(t), "pool_max_conns", "2")
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) func() (store.Store, error) {
@@ -47,6 +48,7 @@ func TestConformance(t *testing.T) {
 // fail with serialization errors, which the store must retry rather than
 // report (the race test has 16 acquirers per round).
 func TestConformanceIsolation(t *testing.T) {
+	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
 	for _, level := range []string{"repeatable read", "serializable"} {
 		t.Run(level, func(t *testing.T) {
 			dsn := withParams(t, testDSN(t), "default_transaction_isolation", level)
@@ -77,6 +79,7 @@ func TestConformanceIsolation(t *testing.T) {
 // TestConformanceDatabaseSQL runs the suite through database/sql with the
 // pgx stdlib driver.
 func TestConformanceDatabaseSQL(t *testing.T) {
+	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
 	dsn := testDSN(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) func() (store.Store, error) {
@@ -98,6 +101,7 @@ func TestConformanceDatabaseSQL(t *testing.T) {
 
 // TestConformancePgxConn runs the suite on single pgx connections.
 func TestConformancePgxConn(t *testing.T) {
+	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
 	dsn := testDSN(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) func() (store.Store, error) {
@@ -120,6 +124,7 @@ func TestConformancePgxConn(t *testing.T) {
 // TestConformanceCallerPool runs the suite on a pool the test owns, and
 // checks that closing the stores left the pool open.
 func TestConformanceCallerPool(t *testing.T) {
+	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
 	pool, err := pgxpool.New(ctxFor(t), withParams(t, testDSN(t), "pool_max_conns", "4"))
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +148,7 @@ func TestConformanceCallerPool(t *testing.T) {
 // TestConformanceSimpleProtocol runs the suite on a pool configured for the
 // simple protocol (as some poolers need): the store keeps to it.
 func TestConformanceSimpleProtocol(t *testing.T) {
+	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
 	dsn := withParams(t, testDSN(t), "pool_max_conns", "2", "default_query_exec_mode", "simple_protocol")
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) func() (store.Store, error) {
@@ -187,6 +193,7 @@ func TestNoPreparedStatements(t *testing.T) {
 // TestConformancePreparedStatements runs the suite with the lease statements
 // as named prepared statements (the URL parameter prepared_statements=true).
 func TestConformancePreparedStatements(t *testing.T) {
+	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) func() (store.Store, error) {
 			schema := migrated(t)
