@@ -18,32 +18,22 @@ import (
 // Two `leasehold run --every 2s` processes on one store run the command at
 // most once per period, each run with the period's start and a token higher
 // than the last run's; on a store with history, each run's acquire names
-// its period. The five tests run in parallel: each waits out its periods in
-// real time.
-func TestScheduledRunsSQLite(t *testing.T) {
-	t.Parallel()
-	scheduledRuns(t, sqliteURL(t), true, 2, timingArgs)
-}
+// its period.
+func TestScheduledRunsSQLite(t *testing.T) { scheduledRuns(t, sqliteURL(t), true, 2, timingArgs) }
 
-func TestScheduledRunsPostgres(t *testing.T) {
-	t.Parallel()
-	scheduledRuns(t, postgresURL(t), true, 2, timingArgs)
-}
+func TestScheduledRunsPostgres(t *testing.T) { scheduledRuns(t, postgresURL(t), true, 2, timingArgs) }
 
 func TestScheduledRunsRedis(t *testing.T) {
-	t.Parallel()
 	addr := testenv.RequireTCP(t, "Redis", testenv.Env("LEASEHOLD_REDIS_ADDR", "127.0.0.1:6379"), "start Redis on 127.0.0.1:6379")
 	scheduledRuns(t, fmt.Sprintf("redis://%s/0?prefix=lh-cli-sched-%d:", addr, rand.Uint64()), false, 2, timingArgs)
 }
 
 func TestScheduledRunsEtcd(t *testing.T) {
-	t.Parallel()
 	scheduledRuns(t, "etcd://"+embeddedEtcd(t)+"/lh-cli-sched", false, 2, timingArgs)
 }
 
 // Kubernetes tells renewals apart to the second: a 3s lease, a 4s period.
 func TestScheduledRunsKubernetes(t *testing.T) {
-	t.Parallel()
 	scheduledRuns(t, kubernetesURL(t, kubeServer(t)), false, 4, kubeTimingArgs)
 }
 

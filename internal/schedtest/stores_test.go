@@ -51,14 +51,12 @@ func opener(rawURL string) func(t *testing.T) store.Store {
 }
 
 func TestSQLite(t *testing.T) {
-	t.Parallel()
 	o := base
 	o.Open = opener("sqlite://" + filepath.Join(t.TempDir(), "leases.db"))
 	Check(t, o)
 }
 
 func TestPostgreSQL(t *testing.T) {
-	t.Parallel()
 	addr := testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432", "start PostgreSQL on 127.0.0.1:5432 (user postgres, database test)")
 	dsn := "postgres://postgres@" + addr + "/test"
 	schema := "lh_sched_" + suffix()
@@ -86,7 +84,6 @@ func TestPostgreSQL(t *testing.T) {
 }
 
 func TestRedis(t *testing.T) {
-	t.Parallel()
 	addr := testenv.RequireTCP(t, "Redis", "127.0.0.1:6379", "start Redis on 127.0.0.1:6379")
 	o := base
 	o.Open = opener("redis://" + addr + "/0?prefix=lh-sched-" + suffix() + ":")
@@ -97,7 +94,6 @@ func TestRedis(t *testing.T) {
 // it first saw a record unchanged, and tells renewals apart to the second:
 // a 3s lease and a 4s period, skews beyond a period each way.
 func TestKubernetes(t *testing.T) {
-	t.Parallel()
 	if os.Getenv(kubetest.EnvBin) == "" {
 		testenv.Missing(t, "kube-apiserver", "set "+kubetest.EnvBin+" to the directory hack/kube-apiserver/build.sh fills")
 	}
