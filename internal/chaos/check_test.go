@@ -724,6 +724,8 @@ func TestFailoverAllowsTheStoresSlowness(t *testing.T) {
 	}
 	if r := late(0.5); violationsOf(r)[chkFailover] != 1 {
 		t.Errorf("a leader 1.14 s late after a 0.5 s store call: violations %v, want one failover", violationsOf(r))
+	} else if msg := r.Violations[0].Msg; !strings.Contains(msg, "the next came 4.5s after the heal") {
+		t.Errorf("failover violation %q does not say when the next leader came (4.5 s after the heal)", msg)
 	}
 }
 

@@ -542,8 +542,14 @@ func (c *checker) checkFailover() string {
 		if ep.n > 1 {
 			what = fmt.Sprintf("the last of %d overlapping faults (%s on %s) healed", ep.n, f.Kind, f.Target)
 		}
+		// When the next leader came says how late it was: a few hundred
+		// milliseconds is the machine, none at all the library.
+		next := fmt.Sprintf("; none until the run ended, %v later", time.Duration(c.h.End-heal).Round(time.Millisecond))
+		if i < len(lead) {
+			next = fmt.Sprintf("; the next came %v after the heal", time.Duration(lead[i]-heal).Round(time.Millisecond))
+		}
 		c.violate(Violation{Wall: heal, Proc: f.Target,
-			Msg: fmt.Sprintf("no leader within %v after %s%s", time.Duration(bound), what, c.slowNote(heal, heal+bound))})
+			Msg: fmt.Sprintf("no leader within %v after %s%s%s", time.Duration(bound), what, next, c.slowNote(heal, heal+bound))})
 	}
 	out := fmt.Sprintf("%d healed faults, bound %v", n, time.Duration(bound))
 	if slow > 0 {
