@@ -81,7 +81,7 @@ func TestStallRecorderJudgesTheSpanToItsStop(t *testing.T) {
 		frozen.Store(int64(time.Second))
 		stop()
 
-		ev, err := readEvents(mustOpen(t, path))
+		ev, err := readEventFiles([]string{path})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,16 +94,6 @@ func TestStallRecorderJudgesTheSpanToItsStop(t *testing.T) {
 			t.Fatalf("stall of %v recorded, want %v", got, want)
 		}
 	})
-}
-
-func mustOpen(t *testing.T, path string) *os.File {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
 }
 
 // TestStallSpansMerge: overlapping stall spans (the recorder's and a blocked

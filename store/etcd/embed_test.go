@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,11 +113,16 @@ func (m *member) stop() {
 
 // sharedMember is the one member most tests (and the examples) of this
 // package share, each under its own key prefix; the first user starts it, and
-// TestMain stops it.
-var sharedMember *member
+// TestMain stops it. sharedMu guards it: parallel tests share it too.
+var (
+	sharedMu     sync.Mutex
+	sharedMember *member
+)
 
 func shared(t testing.TB) *member {
 	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
 	if sharedMember == nil {
 		sharedMember = startMember(pkgTB{}, defaultOpts())
 	}
