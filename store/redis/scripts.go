@@ -4,10 +4,12 @@ import goredis "github.com/redis/go-redis/v9"
 
 // The scripts run atomically on the server that owns the lease's hash slot.
 // Every key of one lease is named in KEYS and shares the {name} hash tag, so
-// they run unchanged on Redis Cluster. Redis freezes its clock for the length
-// of a script (7.0 and later), so a key set with PX has exactly that PTTL
-// within the same script, and the lock and term keys given the same PX in one
-// script expire at the same instant.
+// they run unchanged on Redis Cluster. Inside a script Redis judges a key's
+// expiry by the script's start. Redis 7.2 and later also count every PX from
+// that instant, so the lock and term keys given the same PX in one script
+// expire together; 7.0 counts each PX from its own command, so the term
+// record, always set after the lock, expires with it or a few milliseconds
+// later, never before: a held lock always has its term record.
 //
 // PTTL answers 0 for a key with less than a millisecond left, which GET still
 // returns until the clock passes its expiry. The scripts treat such a key as
@@ -183,8 +185,9 @@ const (
 // renewScript extends exactly the term (holder ARGV[1], token ARGV[2], sent
 // as "token:", the prefix of its term record) to ARGV[3] ms from now. The
 // lock value alone is not enough: the same holder string may have been
-// granted a newer term, and only that term may be renewed. The term's new
-// PTTL is exactly ARGV[3] (the script's clock is frozen), so it is not read
+// granted a newer term, and only that term may be renewed. The new expiry
+// is ARGV[3] ms from the script's run, never earlier than the holder's own
+// deadline (measured from before it sent the request), so it is not read
 // back.
 //
 // Reply: the metadata (a string) if renewed, else 0.
