@@ -62,13 +62,29 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 	// (see create), and a node that is not the lowest is deleted again, after
 	// which the attempt looks as usual. Only one Acquire takes the hint.
 	speculate := s.takeFree(name)
-	for attempt := 0; attempt < 8; attempt++ {
+	headsGone := 0
+	attempt := 0
+	// handedOn: the look found another holder's node gone before its data
+	// could be read; the lease changed hands, which is no conflict of ours,
+	// so it costs no attempt unless it keeps happening (see maxHeadsGone).
+	handedOn := func() {
+		if headsGone++; headsGone < maxHeadsGone {
+			attempt--
+		}
+	}
+	for ; attempt < maxAcquireAttempts; attempt++ {
 		sent := time.Now()
 		if speculate {
 			speculate = false
-			rec, retry, err := s.create(ctx, sess, p, name, holder, ttl, metadata, nil, -1, sent)
+			rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, nil, -1, sent)
 			if !retry {
 				return rec, err
+			}
+			if rec, err, ok := s.heldBy(ctx, sess, name, beatenBy); ok {
+				return rec, err
+			}
+			if beatenBy.name != "" {
+				handedOn()
 			}
 			continue
 		}
@@ -123,17 +139,24 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 			}
 			rec, err := s.describeHead(ctx, sess.conn, name, others[0])
 			if errors.Is(err, zk.ErrNoNode) {
-				continue // the holder left meanwhile: look again
+				handedOn() // the holder left meanwhile: look again
+				continue
 			}
 			if err != nil {
 				return store.Record{}, err
 			}
 			return rec, store.ErrHeld
 		}
-		rec, retry, err := s.create(ctx, sess, p, name, holder, ttl, metadata, ops, -1, sent)
+		rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, ops, -1, sent)
 		if retry {
 			if len(mine) > 0 {
 				s.forgetNodes(name, mine)
+			}
+			if rec, err, ok := s.heldBy(ctx, sess, name, beatenBy); ok {
+				return rec, err
+			}
+			if beatenBy.name != "" {
+				handedOn()
 			}
 			continue
 		}
@@ -145,18 +168,34 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 	return store.Record{}, errors.New("the lease's contenders kept changing")
 }
 
+// maxAcquireAttempts bounds the looks of one Acquire that found the lease
+// changing under it (a node that was not the lowest, a transient node to
+// wait out); running out is an error, which the core takes as an unknown
+// outcome and follows with a whole retry period. maxHeadsGone bounds, apart
+// from those, the looks that listed another holder's node but found it gone
+// before its data could be read: a lease that changes hands within the two
+// round trips of a look (measured with 8 contenders in one process taking
+// turns back to back: runs of 8 such looks in a row were common, and the
+// 8 attempts that were the only bound starved 4 of 8 contenders).
+const (
+	maxAcquireAttempts = 8
+	maxHeadsGone       = 64
+)
+
 // create creates the contender node (deleting the nodes in ops first, in the
 // same transaction) and checks that it is the lowest. retry says to look at
-// the children again. A pathVersion other than -1 is the data version of
-// the lease's path that the caller's look saw: the transaction then applies
-// only if no leasehold contender created a node since (each one writes the
-// path's data in its own transaction).
-func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, ops []any, pathVersion int32, sent time.Time) (_ store.Record, retry bool, _ error) {
+// the children again; with it, beatenBy is the lowest node another holder
+// had when ours was not the lowest (zero if none was seen). A pathVersion
+// other than -1 is the data version of the lease's path that the caller's
+// look saw: the transaction then applies only if no leasehold contender
+// created a node since (each one writes the path's data in its own
+// transaction).
+func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, ops []any, pathVersion int32, sent time.Time) (_ store.Record, retry bool, beatenBy contender, _ error) {
 	e := &entry{s: s, prefix: newNodePrefix(holder), name: name, holder: holder, meta: metadata, sess: sess, ttl: ttl}
 	s.mu.Lock()
 	if s.life.Closed() {
 		s.mu.Unlock()
-		return store.Record{}, false, store.ErrClosed
+		return store.Record{}, false, contender{}, store.ErrClosed
 	}
 	s.entries[e.prefix] = e
 	s.carryLocked(sess, 1)
@@ -189,37 +228,37 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 		// A contender created a node since the caller looked: nothing was
 		// written.
 		s.dropLocked(e)
-		return store.Record{}, true, nil
+		return store.Record{}, true, contender{}, nil
 	case errors.Is(err, zk.ErrNoNode):
 		// The lease's path is missing, or a node to delete went meanwhile.
 		s.dropLocked(e)
 		exists, xerr := call(ctx, func() (bool, error) { ok, _, err := sess.conn.Exists(p); return ok, err })
 		if xerr != nil {
-			return store.Record{}, false, describe(xerr)
+			return store.Record{}, false, contender{}, describe(xerr)
 		}
 		if !exists {
 			if err := s.ensurePath(ctx, sess.conn, p); err != nil {
-				return store.Record{}, false, err
+				return store.Record{}, false, contender{}, err
 			}
 		}
-		return store.Record{}, true, nil
+		return store.Record{}, true, contender{}, nil
 	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrNodeExists), errors.Is(err, zk.ErrBadVersion),
 		errors.Is(err, zk.ErrNoChildrenForEphemerals), errors.Is(err, zk.ErrBadArguments), errors.Is(err, zk.ErrInvalidACL):
 		s.dropLocked(e) // a definite refusal: nothing was created
-		return store.Record{}, false, describe(err)
+		return store.Record{}, false, contender{}, describe(err)
 	case errors.Is(err, zk.ErrSessionExpired):
 		// The node, if created, went with the session.
 		s.dropLocked(e)
-		return store.Record{}, false, err
+		return store.Record{}, false, contender{}, err
 	case err != nil:
 		// Unknown: the node may exist, or appear later. The reaper deletes
 		// it at the deadline; the session takes no new terms.
 		s.retire(sess)
-		return store.Record{}, false, err
+		return store.Record{}, false, contender{}, err
 	}
 	if sess.conn.SessionID() != sid || len(resp) < 2 {
 		s.retire(sess)
-		return store.Record{}, false, errors.New("the session changed while creating the contender node")
+		return store.Record{}, false, contender{}, errors.New("the session changed while creating the contender node")
 	}
 	created := resp[len(resp)-2].String
 	e.node = path.Base(created)
@@ -239,10 +278,13 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 		if err != nil {
 			// The node exists; the reaper deletes it at the deadline unless a
 			// later attempt of this holder replaces it first.
-			return store.Record{}, false, describe(err)
+			return store.Record{}, false, contender{}, describe(err)
 		}
 		all := contenders(kids)
 		lowest = len(all) > 0 && all[0].name == e.node
+		if !lowest && len(all) > 0 && !isHolders(all[0].name, holder) {
+			beatenBy = all[0]
+		}
 	}
 	if lowest {
 		e.granted = true
@@ -250,15 +292,38 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 		s.byTerm[e.term()] = e
 		s.held[e.name]++
 		s.mu.Unlock()
-		return store.Record{Term: e.term(), Remaining: ttl - time.Since(sent), TTL: ttl, Metadata: metadata}, false, nil
+		return store.Record{Term: e.term(), Remaining: ttl - time.Since(sent), TTL: ttl, Metadata: metadata}, false, contender{}, nil
 	}
 	// A contender created its node between our look and our create (or
 	// before a create without a look, or this holder's earlier node is
 	// there): ours is not the lowest. Delete it again and look.
 	if err := s.deleteLocked(ctx, e); err != nil {
-		return store.Record{}, false, err
+		return store.Record{}, false, contender{}, err
 	}
-	return store.Record{}, true, nil
+	return store.Record{}, true, beatenBy, nil
+}
+
+// heldBy answers an acquire whose node was not the lowest: the lease is
+// held by the node that beat it, so the answer is ErrHeld with that node's
+// record, as a look would have found it. Looking again instead (ok false:
+// no such node was seen, or it is gone already) can lose the same race
+// again while the lease changes hands quickly: measured with 8 contenders
+// in one process taking turns back to back, an acquire ran out of attempts
+// ("the lease's contenders kept changing"), an error the core must take as
+// an unknown outcome, after which it waits a whole retry period instead of
+// the next release: 4 of 8 contenders starved.
+func (s *Store) heldBy(ctx context.Context, sess *session, name string, beatenBy contender) (_ store.Record, _ error, ok bool) {
+	if beatenBy.name == "" {
+		return store.Record{}, nil, false
+	}
+	rec, err := s.describeHead(ctx, sess.conn, name, beatenBy)
+	if errors.Is(err, zk.ErrNoNode) {
+		return store.Record{}, nil, false
+	}
+	if err != nil {
+		return store.Record{}, describe(err), true
+	}
+	return rec, store.ErrHeld, true
 }
 
 // onlyLeaseholdNodes reports whether every node in others is a leasehold
@@ -365,6 +430,10 @@ func (s *Store) takeFree(name string) bool {
 // testHookBeforeCreate, if set (by tests), runs before the transaction that
 // creates a contender node is sent.
 var testHookBeforeCreate func()
+
+// testHookBeforeDescribe, if set (by tests), runs before the data of the
+// contender node a look found at the head of a lease is read.
+var testHookBeforeDescribe func(node string)
 
 // ensurePath creates the lease's path and the paths above it (persistent
 // nodes, with the store's ACL) where missing.
@@ -773,6 +842,9 @@ func (s *Store) describeHead(ctx context.Context, conn *zk.Conn, name string, c 
 	type got struct {
 		data []byte
 		stat *zk.Stat
+	}
+	if testHookBeforeDescribe != nil {
+		testHookBeforeDescribe(c.name)
 	}
 	g, err := call(ctx, func() (got, error) { d, st, err := conn.Get(s.Path(name) + "/" + c.name); return got{d, st}, err })
 	if errors.Is(err, zk.ErrNoAuth) {
