@@ -25,7 +25,7 @@ type contender struct {
 	// lastHolder is the last other holder this contender saw, for EventHolderObserved.
 	lastHolder string
 	// sawHeld is set once an attempt found another holder's live term: the
-	// lease is contended, and a Lock yields after releasing this term.
+	// lease is contended (see Lock.released).
 	sawHeld bool
 	// queue is the store's first-come, first-served queue (Config.Fair);
 	// nil: no queue, every waiter tries.

@@ -24,10 +24,13 @@ type Lock struct {
 	queue   store.Queuer // Config.Fair: the store's queue; nil otherwise
 
 	// yieldUntil: Acquire makes no attempt before this time. Set when a term
-	// that was won against other holders is released, so that the waiters
-	// woken by that release get there first (see yield).
+	// is released while the lease is contended, so that the waiters woken by
+	// that release get there first (see released).
 	yieldMu    sync.Mutex
 	yieldUntil time.Time
+	// contendedAt: when a released term of this Lock was last won against
+	// another holder (zero: never).
+	contendedAt time.Time
 }
 
 // NewLock validates cfg and returns a Lock on the lease name in st.
@@ -78,10 +81,12 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // Acquire waits until it holds the lock or ctx ends. It wakes when the store
 // announces a change (if it can) or when the holder's term expires, and polls
 // every RetryPeriod otherwise. ctx bounds only the wait: the returned Lease
-// has its own context. After a term of this Lock that was won against other
-// holders is released, Acquire first waits max(2 × the release's latency,
-// 1 ms), at most RetryPeriod, so the waiters woken by that release get there
-// first (see yield); this applies to every goroutine sharing the Lock.
+// has its own context. After a term of this Lock is released while the lease
+// is contended (a term of this Lock was won against another holder within
+// the last LeaseDuration), Acquire first waits max(2 × the release's
+// latency, 1 ms), at most RetryPeriod, so the waiters woken by that release
+// get there first (see released); this applies to every goroutine sharing the
+// Lock.
 // With Config.Fair, Acquire waits its turn in the store's queue instead, and
 // never yields.
 func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
@@ -103,22 +108,40 @@ func (l *Lock) lease(ctx context.Context, c *contender, rec store.Record, sent t
 	return &Lease{term: rec.Term, ctx: h.ctx, keep: lockKeeping{h: h, c: c, l: l}}
 }
 
-// yield is called after a release of a term that was won against other
-// holders (the lease is contended). Those others wait on the store's watch,
-// and the release's notification reaches them about when its answer reaches
-// us: a releaser that tried again at once would often win its own race and
-// take turn after turn while a waiter goes hungry (measured on Redis with 8
-// contenders: the releaser took 29 % of the turns, a fair lottery 12.5 %). So
-// the Lock's next Acquire first waits twice as long as the release took (the
-// notification's way out and a woken waiter's attempt), and at least
-// minYield, at most RetryPeriod. An uncontended Lock (no attempt found
-// another holder) never waits; TryAcquire never waits.
-func (l *Lock) yield(releaseLatency time.Duration) {
+// released is called after each release of a term of the Lock (not with
+// Config.Fair, whose queue orders the waiters). wonAgainst: an attempt of
+// that term's acquire found another holder's live term.
+//
+// While the lease is contended, the other contenders wait on the store's
+// watch, and the release's notification reaches them about when its answer
+// reaches us: a releaser that tried again at once would often win its own
+// race and take turn after turn while a waiter goes hungry (measured on
+// Redis with 8 contenders: the releaser took 29 % of the turns, a fair
+// lottery 12.5 %). So the Lock's next Acquire first waits twice as long as
+// the release took (the notification's way out and a woken waiter's
+// attempt), and at least minYield, at most RetryPeriod.
+//
+// The lease counts as contended for LeaseDuration after the release of a
+// term that was won against another holder, not only after that release: a
+// releaser that wins again at once never meets the waiters, so its next
+// term would look uncontended, it would not yield, and it would win again
+// (measured on ZooKeeper with 8 contenders, where the store tries a lease
+// it saw go free without looking first: the releaser took about half the
+// turns and 4 of 8 contenders were starved). A Lock that never met another
+// holder never waits; TryAcquire never waits.
+func (l *Lock) released(wonAgainst bool, releaseLatency time.Duration) {
 	l.yieldMu.Lock()
 	defer l.yieldMu.Unlock()
+	now := l.hold.clock.Now()
+	if wonAgainst {
+		l.contendedAt = now
+	}
+	if l.contendedAt.IsZero() || now.Sub(l.contendedAt) >= l.hold.timings.LeaseDuration {
+		return
+	}
 	d := max(2*releaseLatency, minYield)
 	d = min(d, l.hold.timings.RetryPeriod)
-	l.yieldUntil = l.hold.clock.Now().Add(d)
+	l.yieldUntil = now.Add(d)
 }
 
 // minYield is the least a Lock yields after a contended release: a woken
@@ -166,8 +189,8 @@ func (k lockKeeping) release(ctx context.Context) error {
 	}
 	sent := k.c.clock.Now()
 	err := k.c.releaseEmit(ctx, k.h.term, k.c.emitLater) // flushed by the defer above
-	if err == nil && k.l != nil && k.c.sawHeld && k.c.queue == nil {
-		k.l.yield(k.c.clock.Now().Sub(sent))
+	if err == nil && k.l != nil && k.c.queue == nil {
+		k.l.released(k.c.sawHeld, k.c.clock.Now().Sub(sent))
 	}
 	return err
 }

@@ -255,7 +255,10 @@ func TestAcquireHonoursContext(t *testing.T) {
 // A Lock whose term was won against another holder yields after releasing
 // it: its next Acquire makes no attempt for minYield (1 ms; memstore's
 // release takes no time), so the waiters the release woke get there first.
-// The control: a Lock that never met another holder acquires again at once.
+// It goes on yielding after its uncontended terms for a lease duration
+// after that release (a releaser that wins again at once never meets the
+// waiters), and then stops. The control: a Lock that never met another
+// holder acquires again at once.
 func TestLockYieldsAfterContendedRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture()
@@ -282,7 +285,8 @@ func TestLockYieldsAfterContendedRelease(t *testing.T) {
 		if err := contended.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		released := time.Now()
+		contendedReleased := time.Now()
+		released := contendedReleased
 		again, err := b.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -293,16 +297,31 @@ func TestLockYieldsAfterContendedRelease(t *testing.T) {
 		if err := again.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// again was uncontended: no yield after it.
+		// again was uncontended, but released within a lease duration of
+		// the contended one: the Lock still yields.
 		released = time.Now()
 		third, err := b.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if waited := time.Since(released); waited != 0 {
-			t.Fatalf("after an uncontended release the Lock waited %v, want no wait", waited)
+		if waited := time.Since(released); waited != time.Millisecond {
+			t.Fatalf("after an uncontended release %v after a contended one the Lock tried again %v later, want 1ms", released.Sub(contendedReleased), waited)
 		}
-		third.Release(ctx)
+		// Held until a lease duration has passed since the contended
+		// release: no yield after it.
+		time.Sleep(contendedReleased.Add(leasehold.DefaultTimings().LeaseDuration).Sub(time.Now()))
+		if err := third.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		released = time.Now()
+		fourth, err := b.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(released); waited != 0 {
+			t.Fatalf("after an uncontended release %v after the last contended one the Lock waited %v, want no wait", released.Sub(contendedReleased), waited)
+		}
+		fourth.Release(ctx)
 		// a never met another holder: it never yields.
 		released = time.Now()
 		h, err := a.Acquire(ctx)
