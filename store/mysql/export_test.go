@@ -7,3 +7,6 @@ func QueuedNames(s *Store) int {
 	defer s.qmu.Unlock()
 	return len(s.queued)
 }
+
+// Jitter is the poller's wait between two polls for a WatchInterval of d.
+var Jitter = jitter

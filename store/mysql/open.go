@@ -47,8 +47,9 @@ type Options struct {
 	NoWatch bool
 	// WatchInterval is how often the store reads the leases someone waits
 	// for (one query for all of them), while someone waits. Zero:
-	// DefaultWatchInterval. A release is seen on average half of it after
-	// it happened (at once for a release made through the same Store).
+	// DefaultWatchInterval. Each wait between two reads is drawn from ½
+	// to 1½ times it. A release is seen on average half of it after it
+	// happened (at once for a release made through the same Store).
 	WatchInterval time.Duration
 }
 

@@ -175,3 +175,28 @@ func TestSessionTimeZone(t *testing.T) {
 		t.Fatalf("NOW(6) - UTC_TIMESTAMP(6) in the +09:00 session = %ds, %v; the control needs it to be 9 h", skew, err)
 	}
 }
+
+// TestPollWaitsAreJittered: the poller's waits spread over [½, 1½) ×
+// WatchInterval, so that the polls of Stores in different processes do not
+// keep one phase against each other (with a fixed tick, the Store whose
+// tick falls just after another's learns of a release first only within
+// the sliver between them, every time, and its waiters starve).
+func TestPollWaitsAreJittered(t *testing.T) {
+	const d = 25 * time.Millisecond
+	lo, hi := time.Duration(1<<62), time.Duration(0)
+	var sum time.Duration
+	const n = 10000
+	for range n {
+		w := lhmysql.Jitter(d)
+		if w < d/2 || w >= d*3/2 {
+			t.Fatalf("wait %v for interval %v, want within [%v, %v)", w, d, d/2, d*3/2)
+		}
+		lo, hi, sum = min(lo, w), max(hi, w), sum+w
+	}
+	if lo > d*6/10 || hi < d*14/10 {
+		t.Errorf("waits spread over [%v, %v] in %d draws, want nearly [%v, %v)", lo, hi, n, d/2, d*3/2)
+	}
+	if mean := sum / n; mean < d*95/100 || mean > d*105/100 {
+		t.Errorf("mean wait %v, want about the interval %v", mean, d)
+	}
+}
