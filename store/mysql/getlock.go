@@ -201,10 +201,31 @@ func (l *NamedLock) Release(ctx context.Context) error {
 // KILLed through another connection, which ends it even while it waits in
 // GET_LOCK (a thread waiting there does not notice its client's socket
 // closing). A user may KILL its own threads without any privilege.
+//
+// KILL returns before the thread has ended, and a thread killed while it
+// waits in GET_LOCK can still take the lock if it is released meanwhile,
+// holding it until it ends (seen in CI: a TryGetLock right after a waiter
+// gave up and the holder released was refused). So endSession waits until
+// the thread is gone from the process list (a user sees its own threads),
+// for at most 5 s.
 func (s *Store) endSession(ctx context.Context, conn *sql.Conn, connID int64) {
 	discard(conn)
 	conn.Close()
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	s.db.ExecContext(ectx, fmt.Sprintf(`KILL %d`, connID)) // "unknown thread" if it is already gone
+	for {
+		var n int
+		err := s.db.QueryRowContext(ectx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?`, connID).Scan(&n)
+		if err != nil || n == 0 {
+			return
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ectx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
