@@ -22,6 +22,9 @@ type Lock struct {
 	seq     atomic.Uint64
 	watcher store.Watcher
 	queue   store.Queuer // Config.Fair: the store's queue; nil otherwise
+	// watchLag: the store's store.WatchLagger answer (0 without one), the
+	// least a Lock yields after a contended release.
+	watchLag time.Duration
 
 	// yieldUntil: Acquire makes no attempt before this time. Set when a term
 	// is released while the lease is contended, so that the waiters woken by
@@ -49,6 +52,9 @@ func NewLock(st store.Store, name string, cfg Config) (*Lock, error) {
 	l.hold = holdConfig{store: st, clock: cfg.Clock, timings: cfg.Timings, keepAlive: cfg.KeepAlive,
 		maxHold: cfg.MaxHold, events: newEventQueue(cfg.OnEvent)}
 	l.watcher, _ = st.(store.Watcher)
+	if wl, ok := st.(store.WatchLagger); ok {
+		l.watchLag = max(wl.WatchLag(), 0)
+	}
 	if cfg.Fair {
 		l.queue, _ = store.AsQueuer(st)
 	}
@@ -84,8 +90,8 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // has its own context. After a term of this Lock is released while the lease
 // is contended (a term of this Lock was won against another holder within
 // the last LeaseDuration), Acquire first waits max(2 × the release's
-// latency, 1 ms), at most RetryPeriod, so the waiters woken by that release
-// get there first (see released); this applies to every goroutine sharing the
+// latency, 1 ms, the store's watch lag), at most RetryPeriod, so the waiters
+// woken by that release get there first (see released); this applies to every goroutine sharing the
 // Lock.
 // With Config.Fair, Acquire waits its turn in the store's queue instead, and
 // never yields.
@@ -119,7 +125,10 @@ func (l *Lock) lease(ctx context.Context, c *contender, rec store.Record, sent t
 // Redis with 8 contenders: the releaser took 29 % of the turns, a fair
 // lottery 12.5 %). So the Lock's next Acquire first waits twice as long as
 // the release took (the notification's way out and a woken waiter's
-// attempt), and at least minYield, at most RetryPeriod.
+// attempt), and at least minYield, at most RetryPeriod. On a store whose
+// watch polls (store.WatchLagger), waiters in other processes learn of the
+// release only at their next poll, so the Lock yields at least the store's
+// watch lag (MySQL: 1½ poll intervals, 37.5 ms by default).
 //
 // The lease counts as contended for LeaseDuration after the release of a
 // term that was won against another holder, not only after that release: a
@@ -139,7 +148,7 @@ func (l *Lock) released(wonAgainst bool, releaseLatency time.Duration) {
 	if l.contendedAt.IsZero() || now.Sub(l.contendedAt) >= l.hold.timings.LeaseDuration {
 		return
 	}
-	d := max(2*releaseLatency, minYield)
+	d := max(2*releaseLatency, minYield, l.watchLag)
 	d = min(d, l.hold.timings.RetryPeriod)
 	l.yieldUntil = now.Add(d)
 }

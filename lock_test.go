@@ -334,3 +334,67 @@ func TestLockYieldsAfterContendedRelease(t *testing.T) {
 		h.Release(ctx)
 	})
 }
+
+// laggingStore is a memstore handle whose watch says it learns of changes
+// through other handles lag late (store.WatchLagger), as a poller does.
+type laggingStore struct {
+	*memstore.Store
+	lag time.Duration
+}
+
+func (s laggingStore) WatchLag() time.Duration { return s.lag }
+
+// On a store whose watch lags (a poller), a Lock yields at least the lag
+// after a contended release: waiters in other processes learn of the
+// release only at their next poll. The yield stays capped at RetryPeriod.
+// The store is wrapped in a faultstore, which must pass the lag through.
+func TestLockYieldsTheWatchLag(t *testing.T) {
+	retry := leasehold.DefaultTimings().RetryPeriod
+	for _, tc := range []struct {
+		lag, want time.Duration
+	}{
+		{30 * time.Millisecond, 30 * time.Millisecond},
+		{time.Hour, retry},
+	} {
+		t.Run(tc.lag.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture()
+				open := func() store.Store {
+					return faultstore.New(laggingStore{memstore.Open(f.backend), tc.lag})
+				}
+				a := newLock(t, open(), "node-a", nil)
+				b := newLock(t, open(), "node-b", nil)
+				ctx := context.Background()
+				first, err := a.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan *leasehold.Lease, 1)
+				go func() {
+					h, err := b.Acquire(ctx) // finds a's term: contended
+					if err != nil {
+						t.Error(err)
+					}
+					got <- h
+				}()
+				synctest.Wait()
+				if err := first.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				contended := <-got
+				if err := contended.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				released := time.Now()
+				again, err := b.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if waited := time.Since(released); waited != tc.want {
+					t.Fatalf("with a watch lag of %v the Lock tried again %v after a contended release, want %v", tc.lag, waited, tc.want)
+				}
+				again.Release(ctx)
+			})
+		})
+	}
+}

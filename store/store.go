@@ -172,6 +172,19 @@ type GrantWatcher interface {
 	WatchesGrants() bool
 }
 
+// WatchLagger is an optional capability of a Watcher that learns of a change
+// made through another handle (another process) only some time after it: a
+// poller (MySQL). After a Lock releases a contended lease it waits at least
+// that long before it tries again, so that waiters elsewhere, who learn of
+// the release only at their next poll, are not beaten by the releaser turn
+// after turn. A watch that is pushed to its watchers does not implement it.
+type WatchLagger interface {
+	Watcher
+	// WatchLag is the longest a watch through another handle may take to
+	// wake after a change; 0 if none is known.
+	WatchLag() time.Duration
+}
+
 // BatchRenewer is an optional capability of a Store that holds many leases
 // for one process: it renews many terms in one round trip. Each term is still
 // renewed exactly as Renew would, and each answer stands alone.

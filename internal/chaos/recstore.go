@@ -182,6 +182,14 @@ func (s *recStore) WatchesGrants() bool {
 	return ok && g.WatchesGrants()
 }
 
+// WatchLag forwards the store's watch lag (store.WatchLagger).
+func (s *recStore) WatchLag() time.Duration {
+	if l, ok := s.inner.(store.WatchLagger); ok {
+		return l.WatchLag()
+	}
+	return 0
+}
+
 // Queues, Enqueue and Dequeue forward the store's fair queue (a place in
 // it grants nothing, so the recorder does not log them).
 func (s *recStore) Queues() bool {

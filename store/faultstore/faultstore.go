@@ -240,6 +240,14 @@ func (s *Store) WatchesGrants() bool {
 	return ok && g.WatchesGrants()
 }
 
+// WatchLag passes through the inner store's watch lag (store.WatchLagger).
+func (s *Store) WatchLag() time.Duration {
+	if l, ok := s.inner.(store.WatchLagger); ok {
+		return l.WatchLag()
+	}
+	return 0
+}
+
 // RenewMany passes through to the inner store's BatchRenewer, or renews one
 // by one without one.
 func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Duration) ([]store.Record, []error, error) {

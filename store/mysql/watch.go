@@ -54,6 +54,16 @@ func newPoller(s *Store) *poller {
 // Options.NoWatch there is no watch.
 func (s *Store) WatchesGrants() bool { return !s.opts.NoWatch }
 
+// WatchLag implements store.WatchLagger: a waiter in another process learns
+// of a release at its next poll, at most 1½ WatchIntervals later (the
+// longest jittered wait). With Options.NoWatch there is no watch.
+func (s *Store) WatchLag() time.Duration {
+	if s.opts.NoWatch {
+		return 0
+	}
+	return s.opts.WatchInterval * 3 / 2
+}
+
 // Watch implements store.Watcher. It reads the lease's state at once (the
 // baseline against which the poller compares), so no change after Watch
 // returns is missed; a change since the caller's own last read wakes the
