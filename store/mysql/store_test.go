@@ -200,3 +200,21 @@ func TestPollWaitsAreJittered(t *testing.T) {
 		t.Errorf("mean wait %v, want about the interval %v", mean, d)
 	}
 }
+
+// TestWatchLag: the store tells a Lock how late a waiter elsewhere may
+// learn of a release (the longest jittered wait between two polls), and
+// nothing with the watch off.
+func TestWatchLag(t *testing.T) {
+	db := migrated(t)
+	var st store.Store = openStore(t, db, lhmysql.Options{WatchInterval: 10 * time.Millisecond})
+	wl, ok := st.(store.WatchLagger)
+	if !ok {
+		t.Fatal("*mysql.Store is not a store.WatchLagger")
+	}
+	if got := wl.WatchLag(); got != 15*time.Millisecond {
+		t.Errorf("WatchLag with a 10ms interval = %v, want 15ms", got)
+	}
+	if got := openStore(t, db, lhmysql.Options{NoWatch: true}).WatchLag(); got != 0 {
+		t.Errorf("WatchLag with the watch off = %v, want 0", got)
+	}
+}
