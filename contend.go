@@ -3,6 +3,7 @@ package leasehold
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -107,9 +108,17 @@ func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, e
 			}
 		}()
 	}
+	// failed is the error of the last attempt if it failed (not a refusal:
+	// the store was unreachable or answered an error), so that an acquire
+	// that runs out of time says why it got nowhere, such as a table that
+	// was never created, rather than only that time ran out.
+	var failed error
 	for {
 		if err := ctx.Err(); err != nil {
 			c.giveBackUnknown(ctx)
+			if failed != nil {
+				err = fmt.Errorf("%w (the last attempt failed: %v)", err, failed)
+			}
 			return store.Record{}, time.Time{}, err
 		}
 		var rec store.Record
@@ -130,6 +139,10 @@ func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, e
 		// A definite answer to wait on: another term is live, or earlier
 		// waiters are queued. Only these may be cut short by the watch.
 		waitable := errors.Is(err, store.ErrHeld) || errors.Is(err, errQueued)
+		failed = nil
+		if !waitable && ctx.Err() == nil {
+			failed = err
+		}
 		if waitable && watch == nil && c.watcher != nil && !c.clock.Now().Before(noWatchUntil) {
 			// Watch only once there is something to wait for, so a slow watch
 			// never delays a free lease; then try again at once, so that a

@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -397,4 +398,37 @@ func TestLockYieldsTheWatchLag(t *testing.T) {
 			})
 		})
 	}
+}
+
+// An Acquire that runs out of time while the store keeps failing says why
+// in its error (here a table that does not exist), and still matches the
+// context's error. The control: an Acquire that ran out of time waiting on
+// another holder's live term adds nothing, since nothing failed.
+func TestAcquireSaysWhyItGotNowhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		fs := f.faulty()
+		missing := errors.New("table leader_lease does not exist")
+		fs.Inject(faultstore.Fault{Mode: faultstore.Fail, Err: missing}, faultstore.OpAcquire)
+		l := newLock(t, fs, "node-a", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := l.Acquire(ctx)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "the last attempt failed: ") || !strings.Contains(err.Error(), missing.Error()) {
+			t.Fatalf("Acquire against a failing store = %v; want DeadlineExceeded saying the last attempt failed with %q", err, missing)
+		}
+
+		holder := newLock(t, f.faulty(), "node-h", nil)
+		h, err := holder.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(context.Background())
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel2()
+		_, err = newLock(t, f.faulty(), "node-b", nil).Acquire(ctx2)
+		if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "failed") {
+			t.Fatalf("Acquire of a held lease = %v; want DeadlineExceeded with no failure in it", err)
+		}
+	})
 }
