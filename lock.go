@@ -91,10 +91,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // is contended (a term of this Lock was won against another holder within
 // the last LeaseDuration), Acquire first waits max(2 × the release's
 // latency, 1 ms, the store's watch lag), at most RetryPeriod, so the waiters
-// woken by that release get there first (see released); this applies to every goroutine sharing the
-// Lock.
-// With Config.Fair, Acquire waits its turn in the store's queue instead, and
-// never yields.
+// woken by that release get there first (see released); this applies to
+// every goroutine sharing the Lock. With Config.Fair, Acquire waits its turn
+// in the store's queue instead, and never yields.
 func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 	defer l.hold.events.flush()
 	if err := l.waitYield(ctx); err != nil {
