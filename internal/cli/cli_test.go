@@ -382,3 +382,31 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestDiagnoseWatchLag: on a store whose watch polls, doctor counts the
+// poll in the release failover and says so; on a pushed watch it does not.
+func TestDiagnoseWatchLag(t *testing.T) {
+	tm, grace, margin, err := resolve(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtts := []time.Duration{time.Millisecond, 2 * time.Millisecond}
+	for _, c := range []struct {
+		cp   caps
+		fail time.Duration
+		says string
+	}{
+		{caps{watch: true, watchLag: 37500 * time.Microsecond}, 37500*time.Microsecond + 4*time.Millisecond, "at their next poll of the store, within 37.5ms"},
+		{caps{watch: true}, 4 * time.Millisecond, "the store tells waiters at once"},
+	} {
+		d := diagnose(tm, grace, margin, rtts, c.cp)
+		if d.releaseFail != c.fail {
+			t.Errorf("watch lag %v: release failover %v, want %v", c.cp.watchLag, d.releaseFail, c.fail)
+		}
+		var out bytes.Buffer
+		d.print(&out, "x://")
+		if !strings.Contains(out.String(), c.says) {
+			t.Errorf("watch lag %v: doctor says\n%s\nwant it to say %q", c.cp.watchLag, out.String(), c.says)
+		}
+	}
+}

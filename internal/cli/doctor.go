@@ -98,11 +98,19 @@ func measure(ctx context.Context, st *openedStore, name string, n int, timeout t
 	return rtts, nil
 }
 
-type caps struct{ watch, list, force, history, migrate bool }
+type caps struct {
+	watch, list, force, history, migrate bool
+	// watchLag: how late a watch that polls learns of a change made
+	// elsewhere (store.WatchLagger); 0 for a watch that is pushed.
+	watchLag time.Duration
+}
 
 func capabilities(st store.Store) caps {
 	var c caps
 	_, c.watch = st.(store.Watcher)
+	if wl, ok := st.(store.WatchLagger); ok && c.watch {
+		c.watchLag = wl.WatchLag()
+	}
 	_, c.list = st.(store.Lister)
 	_, c.force = st.(store.ForceReleaser)
 	_, c.history = st.(store.Historian)
@@ -143,7 +151,7 @@ func diagnose(tm leasehold.Timings, termGrace, killMargin time.Duration, rtts []
 	// one lease duration after the last renewal reached the store.
 	d.crashFail = tm.LeaseDuration + 2*d.maxRTT
 	if cp.watch {
-		d.releaseFail = 2 * d.maxRTT
+		d.releaseFail = cp.watchLag + 2*d.maxRTT
 	} else {
 		d.releaseFail = d.retryWaitMax + d.maxRTT
 	}
@@ -191,9 +199,12 @@ func (d *diagnosis) print(w io.Writer, storeName string) {
 		{"renewal attempts", fmt.Sprintf("%d before the cut-off (%v after the last success): one at %v, then a retry every %v", d.attempts, d.cutoff, tm.RenewInterval, tm.RetryPeriod)},
 		{"failover, crash", fmt.Sprintf("at most about %v: the lease expires %v after the last renewal, and waiters wake when it does", round(d.crashFail), tm.LeaseDuration)},
 	}
-	if d.caps.watch {
+	switch {
+	case d.caps.watch && d.caps.watchLag > 0:
+		rows = append(rows, [2]string{"failover, release", fmt.Sprintf("at most about %v: waiters elsewhere learn of a release at their next poll of the store, within %v", round(d.releaseFail), d.caps.watchLag)})
+	case d.caps.watch:
 		rows = append(rows, [2]string{"failover, release", fmt.Sprintf("about %v: the store tells waiters at once", round(d.releaseFail))})
-	} else {
+	default:
 		rows = append(rows, [2]string{"failover, release", fmt.Sprintf("at most about %v: this store cannot tell waiters, they poll every retry period (+ jitter)", round(d.releaseFail))})
 	}
 	for _, r := range rows {
