@@ -266,26 +266,7 @@ func TestLockYieldsAfterContendedRelease(t *testing.T) {
 		a := newLock(t, f.faulty(), "node-a", nil)
 		b := newLock(t, f.faulty(), "node-b", nil)
 		ctx := context.Background()
-		first, err := a.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan *leasehold.Lease, 1)
-		go func() {
-			h, err := b.Acquire(ctx) // finds a's term: contended
-			if err != nil {
-				t.Error(err)
-			}
-			got <- h
-		}()
-		synctest.Wait()
-		if err := first.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		contended := <-got
-		if err := contended.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		releaseContendedTerm(t, a, b)
 		contendedReleased := time.Now()
 		released := contendedReleased
 		again, err := b.Acquire(ctx)
@@ -336,6 +317,37 @@ func TestLockYieldsAfterContendedRelease(t *testing.T) {
 	})
 }
 
+// releaseContendedTerm gives b a term won against a's (b's Acquire waits
+// while a holds, and takes the lease when a releases), then releases it.
+// Call it inside a synctest bubble.
+func releaseContendedTerm(t *testing.T, a, b *leasehold.Lock) {
+	t.Helper()
+	ctx := context.Background()
+	first, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *leasehold.Lease, 1)
+	go func() {
+		h, err := b.Acquire(ctx) // finds a's term: contended
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	synctest.Wait()
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	contended := <-got
+	if contended == nil {
+		t.FailNow()
+	}
+	if err := contended.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // laggingStore is a memstore handle whose watch says it learns of changes
 // through other handles lag late (store.WatchLagger), as a poller does.
 type laggingStore struct {
@@ -366,26 +378,7 @@ func TestLockYieldsTheWatchLag(t *testing.T) {
 				a := newLock(t, open(), "node-a", nil)
 				b := newLock(t, open(), "node-b", nil)
 				ctx := context.Background()
-				first, err := a.Acquire(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := make(chan *leasehold.Lease, 1)
-				go func() {
-					h, err := b.Acquire(ctx) // finds a's term: contended
-					if err != nil {
-						t.Error(err)
-					}
-					got <- h
-				}()
-				synctest.Wait()
-				if err := first.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-				contended := <-got
-				if err := contended.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
+				releaseContendedTerm(t, a, b)
 				released := time.Now()
 				again, err := b.Acquire(ctx)
 				if err != nil {
