@@ -111,13 +111,14 @@ func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, e
 	// failed is the error of the last attempt if it failed (not a refusal:
 	// the store was unreachable or answered an error), so that an acquire
 	// that runs out of time says why it got nowhere, such as a table that
-	// was never created, rather than only that time ran out.
+	// was never created, rather than only that time ran out. Both the
+	// context's error and the failure match errors.Is.
 	var failed error
 	for {
 		if err := ctx.Err(); err != nil {
 			c.giveBackUnknown(ctx)
 			if failed != nil {
-				err = fmt.Errorf("%w (the last attempt failed: %v)", err, failed)
+				err = fmt.Errorf("%w (the last attempt failed: %w)", err, failed)
 			}
 			return store.Record{}, time.Time{}, err
 		}

@@ -407,8 +407,8 @@ func TestAcquireSaysWhyItGotNowhere(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := l.Acquire(ctx)
-		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "the last attempt failed: ") || !strings.Contains(err.Error(), missing.Error()) {
-			t.Fatalf("Acquire against a failing store = %v; want DeadlineExceeded saying the last attempt failed with %q", err, missing)
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, missing) || !strings.Contains(err.Error(), "the last attempt failed: "+missing.Error()) {
+			t.Fatalf("Acquire against a failing store = %v; want DeadlineExceeded saying the last attempt failed with %q, and matching both with errors.Is", err, missing)
 		}
 
 		holder := newLock(t, f.faulty(), "node-h", nil)
