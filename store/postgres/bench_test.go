@@ -3,8 +3,13 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
@@ -77,6 +82,76 @@ func benchHandoff(b *testing.B, watch bool, timings leasehold.Timings) {
 		if err := w.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkCycle measures one client's Acquire + Release on one
+// connection: "functions" through the lease functions (the default on a
+// migrated schema), "statements" with the functions dropped (the statements
+// themselves, as on a schema migrated by an earlier version), and
+// "prepared" with Options.PreparedStatements. server-µs/op is the CPU time
+// of the connection's backend per cycle (from /proc/<pid>/schedstat, so
+// the server must run on this host), which the commit's WAL flush, whose
+// wait dominates the wall time, does not blur. Run with -count to alternate
+// the three.
+func BenchmarkCycle(b *testing.B) {
+	b.Run("functions", func(b *testing.B) { benchCycle(b, false, false) })
+	b.Run("statements", func(b *testing.B) { benchCycle(b, true, false) })
+	b.Run("prepared", func(b *testing.B) { benchCycle(b, false, true) })
+}
+
+func benchCycle(b *testing.B, dropFunctions, prepared bool) {
+	schema := migrated(b)
+	ctx := ctxFor(b)
+	if dropFunctions {
+		if _, err := adminConn(b).Exec(ctx, strings.NewReplacer("{s}", schema).Replace(`
+DROP FUNCTION {s}.leader_lease_acquire(text, text, float8, text, text);
+DROP FUNCTION {s}.leader_lease_renew(text, text, bigint, float8, text);
+DROP FUNCTION {s}.leader_lease_release(text, text, bigint, text);`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, testDSN(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	st, err := postgres.NewConn(ctx, conn, postgres.Options{Schema: schema, NoWatch: true, PreparedStatements: prepared})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	cycle := func() {
+		rec, err := st.Acquire(ctx, "job", "node-a", time.Minute, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := st.Release(ctx, rec.Term); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 20 { // past PL/pgSQL's custom plans, onto its cached one
+		cycle()
+	}
+	cpu := func() time.Duration {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", conn.PgConn().PID()))
+		if err != nil {
+			return -1
+		}
+		ns, err := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
+		if err != nil {
+			return -1
+		}
+		return time.Duration(ns)
+	}
+	cpu0 := cpu()
+	b.ResetTimer()
+	for range b.N {
+		cycle()
+	}
+	b.StopTimer()
+	if cpu1 := cpu(); cpu0 >= 0 && cpu1 >= 0 {
+		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/1000/float64(b.N), "server-µs/op")
 	}
 }
 

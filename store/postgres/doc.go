@@ -110,7 +110,10 @@
 // The lease statements keep no session state: no advisory locks, no session
 // settings, and no named prepared statements (pgx sends them in
 // QueryExecModeExec, one round trip with the unnamed statement, unless the
-// pool is configured for the simple protocol). They therefore work through
+// pool is configured for the simple protocol). Acquire, renew and release
+// call the lease functions Migrate installs (schema objects, whose plans the
+// server keeps per session), or send the statements themselves on a
+// database without them. They therefore work through
 // PgBouncer in transaction mode. LISTEN needs a real session: point
 // Options.SessionConfig (or the session_host and session_port URL
 // parameters) at the server or at a session-mode pool, or set NoWatch and

@@ -29,3 +29,7 @@ func (a *AdvisoryLock) PID() uint32 { return a.conn.PgConn().PID() }
 
 // MigrateLockKey is the advisory lock Migrate takes when it has work to do.
 const MigrateLockKey = migrateLockKey
+
+// LeaseFunctionsVersion is the version this build's calls of the lease
+// functions name.
+var LeaseFunctionsVersion = leaseFunctionsVersion

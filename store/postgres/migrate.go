@@ -32,7 +32,13 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //     that would not exceed the name's high-water mark above it;
 //   - the fair queue's tables <table>_queue (one row per waiter's place)
 //     and <table>_qseq (each name's position counter), see queue.go. A
-//     schema migrated before they existed gets them from Migrate.
+//     schema migrated before they existed gets them from Migrate;
+//   - the lease functions <table>_acquire, <table>_renew and
+//     <table>_release, the store's acquire, renew and release statements
+//     as PL/pgSQL functions, whose plans the server keeps per session (see
+//     sqlCreateLeaseFunctions). A schema migrated before they existed gets
+//     them from Migrate, without touching the triggers or locking the
+//     table; until then the store sends the statements themselves.
 //
 // A table migrated by an earlier version (schema 1, without the guard) is
 // upgraded by running Migrate again; so is one whose triggers were dropped
@@ -60,6 +66,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// leaseFunctionSigs are the lease functions, each its name's suffix and its
+// argument list.
+var leaseFunctionSigs = []string{fnAcquire + argsAcquire, fnRenew + argsRenew, fnRelease + argsRelease}
+
 // leaseColumns are the lease table's columns, leasehold's own included.
 var leaseColumns = []string{"name", "holder", "epoch", "expires_at", "metadata", "ttl", "meta_epoch"}
 
@@ -77,8 +87,10 @@ func (s *Store) current(ctx context.Context, q querier) (bool, error) {
 	AND coalesce(obj_description(to_regprocedure(format('%I.%I()', n.nspname, $3::text || '_changed')), 'pg_proc'), '') = $4
 	AND coalesce(obj_description(to_regprocedure(format('%I.%I()', n.nspname, $3::text || '_guard')), 'pg_proc'), '') = $4
 	AND (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgenabled <> 'D' AND t.tgname = ANY ($5::text[])) = cardinality($5::text[])
+	AND (SELECT count(*) FROM unnest($6::text[]) AS f(sig)
+		WHERE coalesce(obj_description(to_regprocedure(format('%I.%I', n.nspname, $3::text || split_part(f.sig, '(', 1)) || '(' || split_part(f.sig, '(', 2)), 'pg_proc'), '') = $7) = cardinality($6::text[])
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)), false)`,
-		[]any{s.qtable, textArray(leaseColumns), s.table, schemaVersion, textArray(allTriggers)}, &ok)
+		[]any{s.qtable, textArray(leaseColumns), s.table, schemaVersion, textArray(allTriggers), textArray(leaseFunctionSigs), leaseFunctionsMark()}, &ok)
 	return ok, err
 }
 
@@ -209,6 +221,24 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 			return err
 		}
 		if err := q.exec(ctx, r.Replace(sqlSeedEpochs)); err != nil {
+			return err
+		}
+	}
+	fa, fr, fx := ident(nsp, s.table+fnAcquire), ident(nsp, s.table+fnRenew), ident(nsp, s.table+fnRelease)
+	var fnsCurrent bool
+	if _, err := queryOne(ctx, q, `SELECT coalesce(obj_description(to_regprocedure($1), 'pg_proc'), '') = $4
+	AND coalesce(obj_description(to_regprocedure($2), 'pg_proc'), '') = $4
+	AND coalesce(obj_description(to_regprocedure($3), 'pg_proc'), '') = $4`,
+		[]any{fa + argsAcquire, fr + argsRenew, fx + argsRelease, leaseFunctionsMark()}, &fnsCurrent); err != nil {
+		return err
+	}
+	if !fnsCurrent {
+		// The bodies are the store's own statements on the fully named
+		// table, so that they resolve the same whatever the caller's
+		// search_path.
+		st := newStatements(ident(nsp, s.table), hist, func(suffix string) string { return ident(nsp, s.table+suffix) }, leaseFunctionsVersion)
+		fnr := strings.NewReplacer("{{fa}}", fa, "{{fr}}", fr, "{{fx}}", fx, "{{acquire}}", st.acquire, "{{renew}}", st.renew, "{{release}}", st.release, "{{v}}", leaseFunctionsVersion)
+		if err := q.exec(ctx, fnr.Replace(sqlCreateLeaseFunctions)); err != nil {
 			return err
 		}
 	}

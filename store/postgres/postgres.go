@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -49,6 +51,11 @@ type Store struct {
 	opts          Options
 	closePool     func() // nil when the caller owns the pool
 
+	// noLeaseFunctions is set once a call of a lease function found it
+	// missing or not allowed: acquire, renew and release then send their
+	// statements themselves (leaseQuery).
+	noLeaseFunctions atomic.Bool
+
 	life storekit.Lifecycle
 	hub  storekit.Hub // the watches, woken by the listener
 	mu   sync.Mutex   // guards lis
@@ -82,6 +89,35 @@ func (s *Store) opErr(op, what string, err error) error {
 		}
 	}
 	return kit.Wrap(op+" "+what, s.life.ClosedOr(err))
+}
+
+// leaseQuery runs acquire, renew or release: through its lease function (fn,
+// the cheaper call, see sqlCreateLeaseFunctions) unless the database has
+// none, else as the statement itself (raw). A call that finds the function
+// missing (a database migrated by an earlier version) or not allowed to
+// this role fails before it runs anything, so the statement sent after it
+// is the only one that ran; every later call sends the statement at once.
+func (s *Store) leaseQuery(ctx context.Context, fn, raw string, args []any, each func(rowScanner) error) error {
+	if !s.noLeaseFunctions.Load() {
+		err := s.q.query(ctx, fn, args, each)
+		if !leaseFunctionUnusable(err) {
+			return err
+		}
+		s.noLeaseFunctions.Store(true)
+	}
+	return s.q.query(ctx, raw, args, each)
+}
+
+// leaseFunctionUnusable reports an error that says a lease function cannot be
+// called: undefined_function, or insufficient_privilege naming the function
+// (one raised inside it, on the table, names the table and is the caller's
+// own to see).
+func leaseFunctionUnusable(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "42883" || (pe.Code == "42501" && strings.Contains(pe.Message, "function"))
 }
 
 // retryable reports a serialization failure or deadlock: the statement's
@@ -164,7 +200,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		granted := false
 		err := s.retry(ctx, func() error {
 			granted = false
-			return s.q.query(ctx, s.sql.acquire, []any{name, holder, ttlMicros(ttl), metadata}, func(r rowScanner) error {
+			return s.leaseQuery(ctx, s.sql.acquireFn, s.sql.acquire, []any{name, holder, ttlMicros(ttl), metadata}, func(r rowScanner) error {
 				granted = true
 				return r.Scan(x.dest()...)
 			})
@@ -203,7 +239,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	found := false
 	err := s.retry(ctx, func() error {
 		found = false
-		return s.q.query(ctx, s.sql.renew, []any{t.Name, t.Holder, t.Token, ttlMicros(ttl)}, func(r rowScanner) error {
+		return s.leaseQuery(ctx, s.sql.renewFn, s.sql.renew, []any{t.Name, t.Holder, t.Token, ttlMicros(ttl)}, func(r rowScanner) error {
 			found = true
 			return r.Scan(x.dest()...)
 		})
@@ -228,7 +264,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 	found := false
 	err := s.retry(ctx, func() error {
 		found = false
-		return s.q.query(ctx, s.sql.release, []any{t.Name, t.Holder, t.Token}, func(r rowScanner) error {
+		return s.leaseQuery(ctx, s.sql.releaseFn, s.sql.release, []any{t.Name, t.Holder, t.Token}, func(r rowScanner) error {
 			found = true
 			var epoch int64
 			return r.Scan(&epoch)
