@@ -201,6 +201,40 @@ func TestPollWaitsAreJittered(t *testing.T) {
 	}
 }
 
+// TestPollerDrawsItsWaits: the poller draws every wait between two polls
+// (the draw is Jitter's, above) for the Store's WatchInterval, rather than
+// keeping a fixed tick. The draws are counted through a stand-in that
+// returns the interval; the control is the count itself: a poller that
+// drew once and then ticked would stop at one.
+func TestPollerDrawsItsWaits(t *testing.T) {
+	db := migrated(t)
+	const every = 5 * time.Millisecond
+	st := openStore(t, db, lhmysql.Options{WatchInterval: every})
+	draws := make(chan time.Duration, 100)
+	lhmysql.SetPollWait(st, func(d time.Duration) time.Duration {
+		select {
+		case draws <- d:
+		default:
+		}
+		return d
+	})
+	ctx, cancel := context.WithTimeout(ctxFor(t), 10*time.Second)
+	defer cancel()
+	if _, err := st.Watch(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		select {
+		case d := <-draws:
+			if d != every {
+				t.Fatalf("draw %d was for %v, want the WatchInterval %v", i, d, every)
+			}
+		case <-ctx.Done():
+			t.Fatalf("the poller drew %d waits, want a draw before every poll", i)
+		}
+	}
+}
+
 // TestWatchLag: the store tells a Lock how late a waiter elsewhere may
 // learn of a release (the longest jittered wait between two polls), and
 // nothing with the watch off.

@@ -43,10 +43,13 @@ type poller struct {
 	done    chan struct{}
 	// polls counts queries sent, for tests.
 	polls int64
+	// wait is the wait before the next poll for a WatchInterval: jitter;
+	// a test may replace it before the first Watch.
+	wait func(time.Duration) time.Duration
 }
 
 func newPoller(s *Store) *poller {
-	return &poller{s: s, state: map[string]leaseState{}, quit: make(chan struct{}), done: make(chan struct{})}
+	return &poller{s: s, state: map[string]leaseState{}, quit: make(chan struct{}), done: make(chan struct{}), wait: jitter}
 }
 
 // WatchesGrants implements store.GrantWatcher: the poller compares each
@@ -142,7 +145,7 @@ func (p *poller) stop() {
 func (p *poller) run() {
 	defer close(p.done)
 	every := p.s.opts.WatchInterval
-	t := time.NewTimer(jitter(every))
+	t := time.NewTimer(p.wait(every))
 	defer t.Stop()
 	for {
 		select {
@@ -150,7 +153,7 @@ func (p *poller) run() {
 			return
 		case <-t.C:
 		}
-		t.Reset(jitter(every))
+		t.Reset(p.wait(every))
 		p.mu.Lock()
 		names := make([]string, 0, len(p.state))
 		for n := range p.state {
