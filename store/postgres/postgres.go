@@ -111,13 +111,21 @@ func (s *Store) leaseQuery(ctx context.Context, fn, raw string, args []any, each
 // leaseFunctionUnusable reports an error that says a lease function cannot be
 // called: undefined_function, or insufficient_privilege naming the function
 // (one raised inside it, on the table, names the table and is the caller's
-// own to see).
+// own to see). The code is read through SQLState, which pgx's errors and
+// those of other database/sql drivers for PostgreSQL (lib/pq) have, so that
+// NewDB with another driver also falls back to the statements.
 func leaseFunctionUnusable(err error) bool {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	var se interface{ SQLState() string }
+	if !errors.As(err, &se) {
 		return false
 	}
-	return pe.Code == "42883" || (pe.Code == "42501" && strings.Contains(pe.Message, "function"))
+	switch se.SQLState() {
+	case "42883":
+		return true
+	case "42501":
+		return strings.Contains(err.Error(), "function")
+	}
+	return false
 }
 
 // retryable reports a serialization failure or deadlock: the statement's
