@@ -108,6 +108,9 @@ func runClean(t *testing.T, c Config) *Outcome {
 	out := runLogged(t, c)
 	for _, v := range out.Result.Violations {
 		t.Errorf("violation: %s", v)
+		if v.Detail != "" {
+			t.Log(v.Detail)
+		}
 	}
 	for _, e := range out.UnexpectedExits {
 		t.Errorf("node: %s", e)
