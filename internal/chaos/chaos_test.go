@@ -108,8 +108,8 @@ func runClean(t *testing.T, c Config) *Outcome {
 	out := runLogged(t, c)
 	for _, v := range out.Result.Violations {
 		t.Errorf("violation: %s", v)
-		if v.Detail != "" {
-			t.Log(v.Detail)
+		if tl := failoverTimeline(out.History, v); tl != "" {
+			t.Log(tl)
 		}
 	}
 	for _, e := range out.UnexpectedExits {

@@ -89,11 +89,6 @@ type Violation struct {
 	Token    int64  `json:"token,omitempty"`
 	Resource string `json:"res,omitempty"`
 	Msg      string `json:"msg"`
-	// Detail, for a failover that came late, is what every process and
-	// fault did around it (timeline), so that a failure seen only in a CI
-	// log can be read without the history file, which a test's temporary
-	// directory does not keep.
-	Detail string `json:"detail,omitempty"`
 }
 
 func (v Violation) String() string { return v.Check + ": " + v.Msg }

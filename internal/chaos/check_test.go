@@ -705,8 +705,9 @@ func TestSafeUntilReportsTheLastWrite(t *testing.T) {
 // process took at least as long as the lateness (the store, or the
 // machine, was slow); a faster call excuses nothing.
 func TestFailoverAllowsTheStoresSlowness(t *testing.T) {
+	var h *history
 	late := func(callTook float64) *Result {
-		h := cleanHistory()
+		h = cleanHistory()
 		// Healed at 6.5 s; the bound (3.36 s) ends at 9.86 s; n1 leads
 		// again at 11 s, 1.14 s late.
 		leaderlessAfterBlackhole(h, 14)
@@ -726,7 +727,7 @@ func TestFailoverAllowsTheStoresSlowness(t *testing.T) {
 		t.Errorf("a leader 1.14 s late after a 0.5 s store call: violations %v, want one failover", violationsOf(r))
 	} else if msg := r.Violations[0].Msg; !strings.Contains(msg, "the next came 4.5s after the heal") {
 		t.Errorf("failover violation %q does not say when the next leader came (4.5 s after the heal)", msg)
-	} else if d := r.Violations[0].Detail; !strings.Contains(d, "   +500.0 n1.1   request acquire#101") ||
+	} else if d := failoverTimeline(h, r.Violations[0]); !strings.Contains(d, "   +500.0 n1.1   request acquire#101") ||
 		!strings.Contains(d, "  +1000.0 n1.1   answer acquire#101 err=\"held\"") ||
 		!strings.Contains(d, "  +4500.0 n1.1   acquired token=3") || strings.Contains(d, "+4500.1") {
 		t.Errorf("failover violation's timeline does not show the late acquire's request, answer and grant, up to the grant:\n%s", d)

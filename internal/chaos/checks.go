@@ -488,71 +488,6 @@ func (c *checker) checkExclusive() string {
 	return fmt.Sprintf("%d terms of guarded work, %d live intervals", len(terms), len(ivs))
 }
 
-// maxTimelineLines bounds a timeline, so that a violation's detail stays
-// readable in a test log.
-const maxTimelineLines = 300
-
-// timeline lists the faults and the events of every process (but their
-// writes to the register) from from to until (wall ns), one line each, with times relative to zero: when, which
-// process, what, and the event's fields that say why (the call, its token,
-// error, latency).
-func timeline(h *history, from, until, zero int64) string {
-	type line struct {
-		wall int64
-		text string
-	}
-	var lines []line
-	for _, f := range h.Faults {
-		if f.End < from || f.Start > until {
-			continue
-		}
-		lines = append(lines, line{f.Start, fmt.Sprintf("fault %s on %s, %v long", f.Kind, f.Target, time.Duration(f.End-f.Start).Round(time.Millisecond))})
-	}
-	for _, e := range h.Events {
-		if e.Wall < from || e.Wall > until || e.Kind == evWriteCall || e.Kind == evWriteReturn {
-			continue // the register's writes say nothing of who leads
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, "%-6s %s", e.Proc(), e.Kind)
-		if e.Call != "" {
-			fmt.Fprintf(&b, " %s#%d", e.Call, e.Req)
-		}
-		if e.Lease != "" {
-			fmt.Fprintf(&b, " lease=%s", e.Lease)
-		}
-		if e.Token != 0 {
-			fmt.Fprintf(&b, " token=%d", e.Token)
-		}
-		if e.Latency != 0 {
-			fmt.Fprintf(&b, " latency=%v", time.Duration(e.Latency).Round(time.Microsecond))
-		}
-		if e.Reason != "" {
-			fmt.Fprintf(&b, " reason=%s", e.Reason)
-		}
-		if e.Err != "" {
-			fmt.Fprintf(&b, " err=%q", e.Err)
-		}
-		if e.Detail != "" {
-			fmt.Fprintf(&b, " %s", e.Detail)
-		}
-		if e.Kind == evStall {
-			fmt.Fprintf(&b, " for %v", time.Duration(e.StallTo-e.StallFrom).Round(time.Millisecond))
-		}
-		lines = append(lines, line{e.Wall, b.String()})
-	}
-	sort.SliceStable(lines, func(i, j int) bool { return lines[i].wall < lines[j].wall })
-	var b strings.Builder
-	fmt.Fprintf(&b, "what happened from %v before to %v after it (ms from it):", time.Duration(zero-from).Round(time.Millisecond), time.Duration(until-zero).Round(time.Millisecond))
-	for i, l := range lines {
-		if i == maxTimelineLines {
-			fmt.Fprintf(&b, "\n  ... %d more", len(lines)-i)
-			break
-		}
-		fmt.Fprintf(&b, "\n  %+9.1f %s", float64(l.wall-zero)/1e6, l.text)
-	}
-	return b.String()
-}
-
 // leaderTimes are the wall times of every grant and successful renewal:
 // the moments a leader demonstrably existed.
 func leaderTimes(h *history) []int64 {
@@ -613,13 +548,8 @@ func (c *checker) checkFailover() string {
 		if i < len(lead) {
 			next = fmt.Sprintf("; the next came %v after the heal", time.Duration(lead[i]-heal).Round(time.Millisecond))
 		}
-		until := heal + 2*bound
-		if i < len(lead) {
-			until = min(lead[i], heal+4*bound)
-		}
 		c.violate(Violation{Wall: heal, Proc: f.Target,
-			Msg:    fmt.Sprintf("no leader within %v after %s%s%s", time.Duration(bound), what, next, c.slowNote(heal, heal+bound)),
-			Detail: timeline(c.h, heal-bound, until, heal)})
+			Msg: fmt.Sprintf("no leader within %v after %s%s%s", time.Duration(bound), what, next, c.slowNote(heal, heal+bound))})
 	}
 	out := fmt.Sprintf("%d healed faults, bound %v", n, time.Duration(bound))
 	if slow > 0 {

@@ -1,5 +1,11 @@
 package postgres
 
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"io"
+)
+
 // ListenerState reports the store's LISTEN connection: whether it is up, the
 // server pid of its backend, and how many times LISTEN was established.
 func (s *Store) ListenerState() (up bool, pid uint32, sessions int) {
@@ -33,3 +39,16 @@ const MigrateLockKey = migrateLockKey
 // LeaseFunctionsVersion is the version this build's calls of the lease
 // functions name.
 var LeaseFunctionsVersion = leaseFunctionsVersion
+
+// LeaseFunctionsDigest is what leaseFunctionsVersion must be: a digest of
+// the statements the lease functions wrap and of their template.
+func LeaseFunctionsDigest() string {
+	st := newStatements("{{t}}", "{{h}}", func(suffix string) string { return "{{f" + suffix + "}}" }, "")
+	h := md5.New()
+	for i, s := range leaseStatements(st) {
+		f := leaseFunctions[i]
+		io.WriteString(h, f.suffix+f.args+f.ret+f.versionArg+"\x00"+s+"\x00")
+	}
+	io.WriteString(h, sqlCreateLeaseFunction)
+	return hex.EncodeToString(h.Sum(nil)[:6])
+}

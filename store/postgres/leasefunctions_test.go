@@ -184,3 +184,14 @@ func TestLeaseFunctionsOfAnotherVersion(t *testing.T) {
 		t.Fatalf("acquire through a function of this version with the raising body = %v; want its error (the control)", err)
 	}
 }
+
+// TestLeaseFunctionsVersion: the version the calls name is the digest of
+// the statements the lease functions wrap and of their template, so that a
+// change to either cannot ship under the old version (whose functions would
+// then run statements other than this build's). The control is the digest
+// itself: it changes with any byte of them.
+func TestLeaseFunctionsVersion(t *testing.T) {
+	if got, want := postgres.LeaseFunctionsVersion, postgres.LeaseFunctionsDigest(); got != want {
+		t.Fatalf("leaseFunctionsVersion is %q, but the lease statements and their template digest to %q: set it to that", got, want)
+	}
+}

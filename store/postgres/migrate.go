@@ -36,7 +36,7 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //   - the lease functions <table>_acquire, <table>_renew and
 //     <table>_release, the store's acquire, renew and release statements
 //     as PL/pgSQL functions, whose plans the server keeps per session (see
-//     sqlCreateLeaseFunctions). A schema migrated before they existed gets
+//     leaseFunctions). A schema migrated before they existed gets
 //     them from Migrate, without touching the triggers or locking the
 //     table; until then the store sends the statements themselves.
 //
@@ -68,7 +68,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // leaseFunctionSigs are the lease functions, each its name's suffix and its
 // argument list.
-var leaseFunctionSigs = []string{fnAcquire + argsAcquire, fnRenew + argsRenew, fnRelease + argsRelease}
+var leaseFunctionSigs = []string{
+	leaseFunctions[0].suffix + leaseFunctions[0].args,
+	leaseFunctions[1].suffix + leaseFunctions[1].args,
+	leaseFunctions[2].suffix + leaseFunctions[2].args,
+}
 
 // leaseColumns are the lease table's columns, leasehold's own included.
 var leaseColumns = []string{"name", "holder", "epoch", "expires_at", "metadata", "ttl", "meta_epoch"}
@@ -224,21 +228,16 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 			return err
 		}
 	}
-	fa, fr, fx := ident(nsp, s.table+fnAcquire), ident(nsp, s.table+fnRenew), ident(nsp, s.table+fnRelease)
-	var fnsCurrent bool
-	if _, err := queryOne(ctx, q, `SELECT coalesce(obj_description(to_regprocedure($1), 'pg_proc'), '') = $4
-	AND coalesce(obj_description(to_regprocedure($2), 'pg_proc'), '') = $4
-	AND coalesce(obj_description(to_regprocedure($3), 'pg_proc'), '') = $4`,
-		[]any{fa + argsAcquire, fr + argsRenew, fx + argsRelease, leaseFunctionsMark()}, &fnsCurrent); err != nil {
-		return err
-	}
-	if !fnsCurrent {
-		// The bodies are the store's own statements on the fully named
-		// table, so that they resolve the same whatever the caller's
-		// search_path.
-		st := newStatements(ident(nsp, s.table), hist, func(suffix string) string { return ident(nsp, s.table+suffix) }, leaseFunctionsVersion)
-		fnr := strings.NewReplacer("{{fa}}", fa, "{{fr}}", fr, "{{fx}}", fx, "{{acquire}}", st.acquire, "{{renew}}", st.renew, "{{release}}", st.release, "{{v}}", leaseFunctionsVersion)
-		if err := q.exec(ctx, fnr.Replace(sqlCreateLeaseFunctions)); err != nil {
+	// The lease functions, (re)made whenever Migrate has work to do:
+	// replacing one with itself changes nothing, and it locks no table. The
+	// bodies are the store's own statements on the fully named table, so
+	// that they resolve the same whatever the caller's search_path.
+	st := newStatements(ident(nsp, s.table), hist, func(suffix string) string { return ident(nsp, s.table+suffix) }, leaseFunctionsVersion)
+	stmts := leaseStatements(st)
+	for i, f := range leaseFunctions {
+		fr := strings.NewReplacer("{{f}}", ident(nsp, s.table+f.suffix), "{{args}}", f.args, "{{ret}}", f.ret,
+			"{{vp}}", f.versionArg, "{{v}}", leaseFunctionsVersion, "{{q}}", stmts[i])
+		if err := q.exec(ctx, fr.Replace(sqlCreateLeaseFunction)); err != nil {
 			return err
 		}
 	}

@@ -92,7 +92,7 @@ func (s *Store) opErr(op, what string, err error) error {
 }
 
 // leaseQuery runs acquire, renew or release: through its lease function (fn,
-// the cheaper call, see sqlCreateLeaseFunctions) unless the database has
+// the cheaper call, see leaseFunctions) unless the database has
 // none, else as the statement itself (raw). A call that finds the function
 // missing (a database migrated by an earlier version) or not allowed to
 // this role fails before it runs anything, so the statement sent after it

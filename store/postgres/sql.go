@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"crypto/md5"
-	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -91,7 +90,7 @@ func channelFor(schema, table string) string {
 
 // statements are the store's SQL, built once from the quoted table name.
 // acquireFn, renewFn and releaseFn call the lease functions that run acquire,
-// renew and release (sqlCreateLeaseFunctions).
+// renew and release (leaseFunctions).
 type statements struct {
 	acquire, renew, release, get, list, renewMany, forceRelease, history string
 	acquireFn, renewFn, releaseFn                                        string
@@ -395,67 +394,57 @@ COMMENT ON FUNCTION {{f}}() IS '` + schemaVersion + `'`
 // (Store.leaseQuery), so a database migrated by an earlier version, or a
 // rolling upgrade, keeps working, at the statements' cost.
 //
-// {{fa}}, {{fr}} and {{fx}} are the acquire, renew and release functions;
-// {{acquire}}, {{renew}} and {{release}} the statements; {{v}} the version.
-const sqlCreateLeaseFunctions = `CREATE OR REPLACE FUNCTION {{fa}}(text, text, float8, text, text)
-RETURNS TABLE (lh_name text, lh_holder text, lh_epoch bigint, lh_remaining float8, lh_ttl float8, lh_metadata text)
-LANGUAGE plpgsql AS $leasehold$
+// {{f}} is the function's name, {{args}} its argument list, {{ret}} its
+// result, {{vp}} the argument that carries the caller's version, {{v}} the
+// version and {{q}} the statement.
+const sqlCreateLeaseFunction = `CREATE OR REPLACE FUNCTION {{f}}{{args}} RETURNS {{ret}} LANGUAGE plpgsql AS $leasehold$
 BEGIN
-IF $5 IS DISTINCT FROM '{{v}}' THEN
-	RAISE EXCEPTION 'leasehold: lease function of version {{v}} called by version %', $5 USING ERRCODE = 'undefined_function';
+IF {{vp}} IS DISTINCT FROM '{{v}}' THEN
+	RAISE EXCEPTION 'leasehold: lease function of version {{v}} called by version %', {{vp}} USING ERRCODE = 'undefined_function';
 END IF;
-RETURN QUERY {{acquire}};
+RETURN QUERY {{q}};
 END
 $leasehold$;
-CREATE OR REPLACE FUNCTION {{fr}}(text, text, bigint, float8, text)
-RETURNS TABLE (lh_name text, lh_holder text, lh_epoch bigint, lh_remaining float8, lh_ttl float8, lh_metadata text)
-LANGUAGE plpgsql AS $leasehold$
-BEGIN
-IF $5 IS DISTINCT FROM '{{v}}' THEN
-	RAISE EXCEPTION 'leasehold: lease function of version {{v}} called by version %', $5 USING ERRCODE = 'undefined_function';
-END IF;
-RETURN QUERY {{renew}};
-END
-$leasehold$;
-CREATE OR REPLACE FUNCTION {{fx}}(text, text, bigint, text)
-RETURNS SETOF bigint
-LANGUAGE plpgsql AS $leasehold$
-BEGIN
-IF $4 IS DISTINCT FROM '{{v}}' THEN
-	RAISE EXCEPTION 'leasehold: lease function of version {{v}} called by version %', $4 USING ERRCODE = 'undefined_function';
-END IF;
-RETURN QUERY {{release}};
-END
-$leasehold$;
-COMMENT ON FUNCTION {{fa}}(text, text, float8, text, text) IS 'leasehold lease functions {{v}}';
-COMMENT ON FUNCTION {{fr}}(text, text, bigint, float8, text) IS 'leasehold lease functions {{v}}';
-COMMENT ON FUNCTION {{fx}}(text, text, bigint, text) IS 'leasehold lease functions {{v}}'`
+COMMENT ON FUNCTION {{f}}{{args}} IS 'leasehold lease functions {{v}}'`
 
-// The lease functions' names are the table's with these suffixes, and
-// their signatures (for to_regprocedure) these argument lists.
+// leaseFunctions are the three lease functions, in the order of
+// leaseStatements: the suffix of the name, the argument list (also their
+// signature for to_regprocedure: the statement's parameters, then the
+// version), the result and the version's argument. The calls are in
+// newStatements.
+var leaseFunctions = [3]struct{ suffix, args, ret, versionArg string }{
+	{fnAcquire, "(text,text,float8,text,text)", recordResult, "$5"},
+	{fnRenew, "(text,text,bigint,float8,text)", recordResult, "$5"},
+	{fnRelease, "(text,text,bigint,text)", "SETOF bigint", "$4"},
+}
+
+// leaseStatements are the statements the lease functions wrap, in the order
+// of leaseFunctions.
+func leaseStatements(st statements) [3]string { return [3]string{st.acquire, st.renew, st.release} }
+
+// recordResult is the result of the functions that answer a record, in
+// recordCols' order and types.
+const recordResult = "TABLE (lh_name text, lh_holder text, lh_epoch bigint, lh_remaining float8, lh_ttl float8, lh_metadata text)"
+
+// The lease functions' names are the table's with these suffixes.
 const (
 	fnAcquire = "_acquire"
 	fnRenew   = "_renew"
 	fnRelease = "_release"
-
-	argsAcquire = "(text,text,float8,text,text)"
-	argsRenew   = "(text,text,bigint,float8,text)"
-	argsRelease = "(text,text,bigint,text)"
 )
 
 // leaseFunctionsVersion is the version of the lease functions: a digest of
-// the three statements they wrap and of the template that wraps them, so
-// that any change to either is a new version, which Migrate installs and
-// which no process of another version calls. It is apart from
+// the three statements they wrap and of the template that wraps them
+// (leaseFunctionsDigest, computed by TestLeaseFunctionsVersion, which fails
+// with the new value whenever either changes), so that any change to either
+// is a new version, which Migrate installs and which no process of another
+// version calls. It is a constant, checked by that test, rather than
+// computed at start, to keep the command's binary small. It is apart from
 // schemaVersion: a process of an earlier version, which knows nothing of
 // the functions, finds its own schema current and leaves them alone, and
 // this version adds them to a schema 2 database without touching its
 // triggers (so without locking the lease table).
-var leaseFunctionsVersion = func() string {
-	st := newStatements("{{t}}", "{{h}}", func(suffix string) string { return "{{f" + suffix + "}}" }, "")
-	sum := sha256.Sum256([]byte(st.acquire + "\x00" + st.renew + "\x00" + st.release + "\x00" + sqlCreateLeaseFunctions))
-	return hex.EncodeToString(sum[:6])
-}()
+const leaseFunctionsVersion = "55c230cfe07f"
 
 // leaseFunctionsMark is the comment Migrate puts on each lease function.
 func leaseFunctionsMark() string { return "leasehold lease functions " + leaseFunctionsVersion }
