@@ -309,6 +309,16 @@ type Migrator interface {
 	Migrate(ctx context.Context) error
 }
 
+// MigrationChecker is an optional capability of a Migrator whose store also
+// works, less well, on a schema an earlier version made (PostgreSQL without
+// its lease functions sends its statements itself). MigrationCurrent reports,
+// changing nothing and taking no lock, whether Migrate would find nothing to
+// do; `leasehold doctor` says when it would.
+type MigrationChecker interface {
+	Migrator
+	MigrationCurrent(ctx context.Context) (bool, error)
+}
+
 // HistoryEntry is one past change of a lease, for display.
 type HistoryEntry struct {
 	Term

@@ -69,7 +69,9 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	r := diagnose(tm, termGrace, killMargin, rtts, capabilities(st.Store))
+	cp := capabilities(st.Store)
+	cp.schema = schemaState(ctx, st.Store, c.store.timeout)
+	r := diagnose(tm, termGrace, killMargin, rtts, cp)
 	r.print(c.env.Stdout, st.Name)
 	if len(r.warnings) > 0 {
 		return &ExitError{Code: ExitFailure}
@@ -100,6 +102,9 @@ func measure(ctx context.Context, st *openedStore, name string, n int, timeout t
 
 type caps struct {
 	watch, list, force, history, migrate bool
+	// schema is what store.MigrationChecker said (schemaState); empty for a
+	// store without it.
+	schema string
 	// watchLag: how late a watch that polls learns of a change made
 	// elsewhere (store.WatchLagger); 0 for a watch that is pushed.
 	watchLag time.Duration
@@ -116,6 +121,27 @@ func capabilities(st store.Store) caps {
 	_, c.history = st.(store.Historian)
 	_, c.migrate = st.(store.Migrator)
 	return c
+}
+
+// schemaState asks a store that can tell (store.MigrationChecker) whether its
+// schema is current. It is said, not warned of: the store works on the older
+// schema, only less well.
+func schemaState(ctx context.Context, st store.Store, timeout time.Duration) string {
+	mc, ok := st.(store.MigrationChecker)
+	if !ok {
+		return ""
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	current, err := mc.MigrationCurrent(cctx)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("not checked (%v)", err)
+	case current:
+		return "current"
+	default:
+		return "made by an earlier version: the store works on it, and `leasehold migrate` (run as a role that may change the schema) adds what this version brings, such as PostgreSQL's lease functions, which make each call cheaper"
+	}
 }
 
 // diagnosis is the arithmetic of a set of timings for a measured round trip.
@@ -190,6 +216,9 @@ func (d *diagnosis) print(w io.Writer, storeName string) {
 	fmt.Fprintf(w, "store     %s\n", storeName)
 	fmt.Fprintf(w, "          read round trip over %d samples: min %v, median %v, max %v\n", len(d.rtts), round(d.rtts[0]), round(median), round(d.maxRTT))
 	fmt.Fprintf(w, "          watch %s, list %s, force-release %s, history %s, migrate %s\n", yes(d.caps.watch), yes(d.caps.list), yes(d.caps.force), yes(d.caps.history), yes(d.caps.migrate))
+	if d.caps.schema != "" {
+		fmt.Fprintf(w, "          schema %s\n", d.caps.schema)
+	}
 	fmt.Fprintf(w, "timings   lease %v, renew deadline %v, renew every %v, retry every %v (+ up to %.0f%% jitter)\n", tm.LeaseDuration, tm.RenewDeadline, tm.RenewInterval, tm.RetryPeriod, tm.JitterFraction()*100)
 	fmt.Fprintf(w, "          run: SIGTERM %v before safeUntil, SIGKILL %v before it (term grace %v, kill margin %v)\n\n", tm.WindDown, d.killMargin, d.termGrace, d.killMargin)
 

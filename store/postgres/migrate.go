@@ -66,6 +66,20 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// MigrationCurrent implements store.MigrationChecker: whether Migrate would
+// find everything in place (the table, its triggers, the lease functions of
+// this version), in one catalogue read that takes no lock.
+func (s *Store) MigrationCurrent(ctx context.Context) (bool, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return false, err
+	}
+	ok, err := s.current(ctx, s.q)
+	if err != nil {
+		return false, kit.Wrap("check migration of "+s.qtable, err)
+	}
+	return ok, nil
+}
+
 // leaseFunctionSigs are the lease functions, each its name's suffix and its
 // argument list.
 var leaseFunctionSigs = []string{

@@ -41,7 +41,8 @@ var (
 
 // Store is the PostgreSQL lease store. It implements store.Store and the
 // optional store.Watcher, store.BatchRenewer, store.Queuer, store.Lister,
-// store.ForceReleaser, store.Migrator and store.Historian. It is safe for
+// store.ForceReleaser, store.Migrator, store.MigrationChecker and
+// store.Historian. It is safe for
 // concurrent use.
 type Store struct {
 	q             querier
@@ -63,13 +64,14 @@ type Store struct {
 }
 
 var (
-	_ store.Store         = (*Store)(nil)
-	_ store.Watcher       = (*Store)(nil)
-	_ store.BatchRenewer  = (*Store)(nil)
-	_ store.Lister        = (*Store)(nil)
-	_ store.ForceReleaser = (*Store)(nil)
-	_ store.Migrator      = (*Store)(nil)
-	_ store.Historian     = (*Store)(nil)
+	_ store.Store            = (*Store)(nil)
+	_ store.Watcher          = (*Store)(nil)
+	_ store.BatchRenewer     = (*Store)(nil)
+	_ store.Lister           = (*Store)(nil)
+	_ store.ForceReleaser    = (*Store)(nil)
+	_ store.Migrator         = (*Store)(nil)
+	_ store.MigrationChecker = (*Store)(nil)
+	_ store.Historian        = (*Store)(nil)
 )
 
 // opErr wraps a driver error once, naming the operation, and turns the
