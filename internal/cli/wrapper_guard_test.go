@@ -42,12 +42,12 @@ var notForwarded = map[string]map[string]string{
 	// A fault-injecting test double: operators' capabilities are not what
 	// its faults exercise, and it is never given to the CLI.
 	"store/faultstore.Store": {
-		"Lister": "test double", "ForceReleaser": "test double", "Migrator": "test double", "Historian": "test double",
+		"Lister": "test double", "ForceReleaser": "test double", "Migrator": "test double", "MigrationChecker": "test double", "Historian": "test double",
 	},
 	// A chaos node's recorder: the node runs an elector on it and calls no
 	// operator's capability.
 	"internal/chaos.recStore": {
-		"Lister": "elector only", "ForceReleaser": "elector only", "Migrator": "elector only", "Historian": "elector only",
+		"Lister": "elector only", "ForceReleaser": "elector only", "Migrator": "elector only", "MigrationChecker": "elector only", "Historian": "elector only",
 	},
 }
 
