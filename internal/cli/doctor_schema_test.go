@@ -3,13 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // TestDoctorSaysTheSchemaIsBehind: on PostgreSQL whose lease functions are
@@ -18,22 +14,11 @@ import (
 // says the schema is current. The control is the first half: the same
 // command, the same store, a different answer.
 func TestDoctorSaysTheSchemaIsBehind(t *testing.T) {
-	requireTCP(t, "PostgreSQL", "127.0.0.1:5432")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	schema := fmt.Sprintf("lh_cli_doctor_%d", rand.Uint64()%1_000_000_000)
-	admin := "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	t.Cleanup(func() { conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
-	url := admin + "&schema=" + schema
+	conn, schema := migratedPGSchema(t, ctx, "lh_cli_doctor")
+	url := pgAdmin + "&schema=" + schema
 	var out, errb bytes.Buffer
-	if code := Main(ctx, []string{"migrate", "--store", url}, nil, &out, &errb); code != 0 {
-		t.Fatalf("migrate: %d %s", code, errb.String())
-	}
 	if _, err := conn.Exec(ctx, "DROP FUNCTION "+schema+".leader_lease_acquire(text, text, float8, text, text)"); err != nil {
 		t.Fatal(err)
 	}

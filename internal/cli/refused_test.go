@@ -16,25 +16,15 @@ import (
 // but not write it. run must say so and exit 69, not report "outcome
 // unknown" every retry period for ever.
 func TestRunStoreRefusesWrites(t *testing.T) {
-	requireTCP(t, "PostgreSQL", "127.0.0.1:5432")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n := rand.Uint64() % 1_000_000_000
-	schema, role := fmt.Sprintf("lh_cli_ro_%d", n), fmt.Sprintf("lh_cli_ro_%d", n)
-	admin := "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	t.Cleanup(func() {
+	conn, schema := migratedPGSchema(t, ctx, "lh_cli_ro")
+	role := schema
+	t.Cleanup(func() { // the role owns grants in the schema: drop the schema first
 		conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
 	})
 	var out, errb bytes.Buffer
-	if code := Main(ctx, []string{"migrate", "--store", admin + "&schema=" + schema}, nil, &out, &errb); code != 0 {
-		t.Fatalf("migrate: %d %s", code, errb.String())
-	}
 	for _, q := range []string{
 		"CREATE ROLE " + role + " LOGIN",
 		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
@@ -62,3 +52,29 @@ func TestRunStoreRefusesWrites(t *testing.T) {
 	}
 	t.Logf("run stopped after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(errb.String()))
 }
+
+// migratedPGSchema makes a schema named prefix and a random number on the
+// test server, migrated by `leasehold migrate`, and returns an admin
+// connection and the schema's name. Both are dropped at cleanup (the schema
+// after the test's own cleanups).
+func migratedPGSchema(t *testing.T, ctx context.Context, prefix string) (*pgx.Conn, string) {
+	t.Helper()
+	requireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	schema := fmt.Sprintf("%s_%d", prefix, rand.Uint64()%1_000_000_000)
+	conn, err := pgx.Connect(ctx, pgAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		conn.Close(context.Background())
+	})
+	var out, errb bytes.Buffer
+	if code := Main(ctx, []string{"migrate", "--store", pgAdmin + "&schema=" + schema}, nil, &out, &errb); code != 0 {
+		t.Fatalf("migrate: %d %s", code, errb.String())
+	}
+	return conn, schema
+}
+
+// pgAdmin is the test server as its superuser.
+const pgAdmin = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"

@@ -104,12 +104,7 @@ func benchCycle(b *testing.B, dropFunctions, prepared bool) {
 	schema := migrated(b)
 	ctx := ctxFor(b)
 	if dropFunctions {
-		if _, err := adminConn(b).Exec(ctx, strings.NewReplacer("{s}", schema).Replace(`
-DROP FUNCTION {s}.leader_lease_acquire(text, text, float8, text, text);
-DROP FUNCTION {s}.leader_lease_renew(text, text, bigint, float8, text);
-DROP FUNCTION {s}.leader_lease_release(text, text, bigint, text);`)); err != nil {
-			b.Fatal(err)
-		}
+		dropLeaseFunctions(b, schema)
 	}
 	conn, err := pgx.Connect(ctx, testDSN(b))
 	if err != nil {

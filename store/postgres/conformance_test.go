@@ -29,18 +29,37 @@ const harnessQueueTTL = time.Second
 // own schema.
 func TestConformance(t *testing.T) {
 	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
+	h := openHarness(t, nil)
+	h.Losses = pgLosses()
+	storetest.Run(t, h)
+}
+
+// openHarness is the suite's harness on stores from Open with a small pool,
+// each subtest in a migrated schema of its own, which prepare (if not nil)
+// changes before the stores open.
+func openHarness(t *testing.T, prepare func(testing.TB, string)) storetest.Harness {
 	dsn := withParams(t, testDSN(t), "pool_max_conns", "2")
-	storetest.Run(t, storetest.Harness{
+	return storetest.Harness{
 		New: func(t *testing.T) func() (store.Store, error) {
 			schema := migrated(t)
+			if prepare != nil {
+				prepare(t, schema)
+			}
 			return func() (store.Store, error) {
 				return postgres.Open(context.Background(), dsn, postgres.Options{Schema: schema})
 			}
 		},
 		MinTTL:   harnessMinTTL,
 		QueueTTL: harnessQueueTTL,
-		Losses:   pgLosses(),
-	})
+	}
+}
+
+// TestConformanceWithoutLeaseFunctions runs the suite on a schema whose lease
+// functions were dropped (as on a database an earlier version migrated): the
+// store sends its statements itself, and must keep every rule the same way.
+func TestConformanceWithoutLeaseFunctions(t *testing.T) {
+	t.Parallel() // each in schemas of its own; the suite mostly waits on leases
+	storetest.Run(t, openHarness(t, dropLeaseFunctions))
 }
 
 // TestConformanceIsolation runs the suite with pools whose every

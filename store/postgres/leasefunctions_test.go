@@ -33,7 +33,7 @@ LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: leader_lease_release ran'; E
 	}
 }
 
-func dropLeaseFunctions(t *testing.T, schema string) {
+func dropLeaseFunctions(t testing.TB, schema string) {
 	t.Helper()
 	if _, err := adminConn(t).Exec(ctxFor(t), strings.NewReplacer("{s}", schema).Replace(`
 DROP FUNCTION {s}.leader_lease_acquire(text, text, float8, text, text);

@@ -108,7 +108,7 @@ func (s *Store) current(ctx context.Context, q querier) (bool, error) {
 	AND (SELECT count(*) FROM unnest($6::text[]) AS f(sig)
 		WHERE coalesce(obj_description(to_regprocedure(format('%I.%I', n.nspname, $3::text || split_part(f.sig, '(', 1)) || '(' || split_part(f.sig, '(', 2)), 'pg_proc'), '') = $7) = cardinality($6::text[])
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)), false)`,
-		[]any{s.qtable, textArray(leaseColumns), s.table, schemaVersion, textArray(allTriggers), textArray(leaseFunctionSigs), leaseFunctionsMark()}, &ok)
+		[]any{s.qtable, textArray(leaseColumns), s.table, schemaVersion, textArray(allTriggers), textArray(leaseFunctionSigs), leaseFunctionsMark}, &ok)
 	return ok, err
 }
 
@@ -250,7 +250,7 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 	stmts := leaseStatements(st)
 	for i, f := range leaseFunctions {
 		fr := strings.NewReplacer("{{f}}", ident(nsp, s.table+f.suffix), "{{args}}", f.args, "{{ret}}", f.ret,
-			"{{vp}}", f.versionArg, "{{v}}", leaseFunctionsVersion, "{{q}}", stmts[i])
+			"{{vp}}", f.versionArg, "{{v}}", leaseFunctionsVersion, "{{q}}", stmts[i], "{{mark}}", leaseFunctionsMark)
 		if err := q.exec(ctx, fr.Replace(sqlCreateLeaseFunction)); err != nil {
 			return err
 		}

@@ -396,7 +396,7 @@ COMMENT ON FUNCTION {{f}}() IS '` + schemaVersion + `'`
 //
 // {{f}} is the function's name, {{args}} its argument list, {{ret}} its
 // result, {{vp}} the argument that carries the caller's version, {{v}} the
-// version and {{q}} the statement.
+// version, {{q}} the statement and {{mark}} leaseFunctionsMark.
 const sqlCreateLeaseFunction = `CREATE OR REPLACE FUNCTION {{f}}{{args}} RETURNS {{ret}} LANGUAGE plpgsql AS $leasehold$
 BEGIN
 IF {{vp}} IS DISTINCT FROM '{{v}}' THEN
@@ -405,7 +405,7 @@ END IF;
 RETURN QUERY {{q}};
 END
 $leasehold$;
-COMMENT ON FUNCTION {{f}}{{args}} IS 'leasehold lease functions {{v}}'`
+COMMENT ON FUNCTION {{f}}{{args}} IS '{{mark}}'`
 
 // leaseFunctions are the three lease functions, in the order of
 // leaseStatements: the suffix of the name, the argument list (also their
@@ -444,10 +444,11 @@ const (
 // the functions, finds its own schema current and leaves them alone, and
 // this version adds them to a schema 2 database without touching its
 // triggers (so without locking the lease table).
-const leaseFunctionsVersion = "55c230cfe07f"
+const leaseFunctionsVersion = "3f33230a5fd6"
 
-// leaseFunctionsMark is the comment Migrate puts on each lease function.
-func leaseFunctionsMark() string { return "leasehold lease functions " + leaseFunctionsVersion }
+// leaseFunctionsMark is the comment Migrate puts on each lease function, by
+// which Migrate knows them current.
+const leaseFunctionsMark = "leasehold lease functions " + leaseFunctionsVersion
 
 // The fair queue (queue.go). {{q}} is the places table, {{s}} the counter
 // table, {{qi}} the places index's bare name.
