@@ -52,7 +52,10 @@
 // write), and an Acquire while this store watches the Lease (the version its
 // watch delivered last, if that one is free or expired by this store's
 // clock, and the high-water mark as it last read or wrote it). A write from
-// an out-of-date version is refused, and the next try reads.
+// an out-of-date version is refused, and the next try reads. An Acquire
+// refused while this store watches reserves the next token: it raises the
+// high-water mark to it then, so that the grant after the release writes
+// only the Lease (see the README for when a reserved token is granted).
 //
 // # Expiry without a server clock
 //

@@ -10,3 +10,14 @@ func SetInCluster(dir string, reread time.Duration) (restore func()) {
 	inClusterDir, tokenReread = dir, reread
 	return func() { inClusterDir, tokenReread = oldDir, oldReread }
 }
+
+// Delivered is the resourceVersion of Lease object obj that a watch of s
+// delivered last ("" if none).
+func Delivered(s *Store, obj string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sg := s.seen[obj]; sg != nil {
+		return sg.delivered
+	}
+	return ""
+}

@@ -108,18 +108,52 @@ func (s *Store) forgetMark(name string) {
 	delete(s.marks, name)
 }
 
-// prefetchMark reads the high-water mark of o unless this store read or
-// wrote it since the Lease last showed a token above token, so that a grant
-// that follows (a waiter woken by a release) writes the mark without reading
-// it first. Errors are dropped: the grant reads the mark itself.
-func (s *Store) prefetchMark(ctx context.Context, o object, token int64) {
-	name := HighWaterName(o.obj)
-	if s.cachedMark(name, token) != nil {
+// reserveToken raises the high-water mark of o to the token the next grant
+// would take (one above seen, the highest token the Lease has shown), while
+// this store watches the Lease and another holder has it, so that the grant
+// that follows the release writes only the Lease (see takeReservation). It
+// does nothing while a reservation above seen stands. Errors are dropped:
+// the grant then raises the mark itself.
+//
+// A reserved token is above every token granted when it was reserved (the
+// mark was raised to it with the version read); every grant since raised
+// the mark above it first. So it may be granted while no version of the
+// Lease since has shown it or more, which this store knows only while the
+// watches it ran when it reserved have run since without a gap: each
+// version they delivered raised maxToken.
+func (s *Store) reserveToken(ctx context.Context, o object, seen int64) {
+	s.mu.Lock()
+	sg := s.sightingLocked(o.obj)
+	gen, skip := sg.watchGen, s.watched[o.obj] == 0 || sg.reserved > seen
+	s.mu.Unlock()
+	if skip {
 		return
 	}
-	if cur, err := s.leases.get(ctx, name); err == nil && cur.Metadata.Annotations[AnnotationHighWaterOf] == o.obj {
-		s.sawMark(name, cur, token)
+	tok, err := s.raiseHighWater(ctx, o, seen+1)
+	s.mu.Lock()
+	if err == nil && sg.watchGen == gen {
+		sg.reserved = tok
 	}
+	s.mu.Unlock()
+}
+
+// takeReservation returns the token this store reserved for Lease object
+// obj, to grant on version rv, if it may be: rv is the version a watch
+// delivered last, and the token is at least want (above every token the
+// Lease has shown). A reservation still held was made while watches ran
+// that have run since without a gap (see sighting.gap). It returns 0
+// otherwise. A token returned is no longer reserved, whatever becomes of
+// the write.
+func (s *Store) takeReservation(obj, rv string, want int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sg := s.seen[obj]
+	if sg == nil || rv != sg.delivered || sg.reserved < want {
+		return 0
+	}
+	tok := sg.reserved
+	sg.reserved = 0
+	return tok
 }
 
 // raiseHighWater records that a token of at least want is about to be granted

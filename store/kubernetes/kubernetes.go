@@ -93,7 +93,19 @@ type sighting struct {
 	// object, so that a Lease deleted and created again does not make this
 	// store hand out a token it has handed out before.
 	maxToken int64
+	// watchGen changes whenever a watch of this store on the object starts
+	// or ends, or the object is found gone, and each change drops the
+	// reservation: reserved, a token this store raised the high-water mark
+	// to while it waited (see reserveToken), 0 when none. delivered is the
+	// resourceVersion a watch delivered last.
+	watchGen  uint64
+	delivered string
+	reserved  int64
 }
+
+// gap notes that this store may miss versions of the object from now on,
+// or may have missed some: its reservation can no longer be trusted.
+func (sg *sighting) gap() { sg.watchGen, sg.reserved = sg.watchGen+1, 0 }
 
 var (
 	_ store.Store         = (*Store)(nil)
@@ -313,10 +325,10 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		if err := o.claim(cur); err != nil {
 			return store.Record{}, err
 		}
-		v := s.observe(cur, s.now())
+		v := s.observe(cur, s.now(), false)
 		if v.holder != "" && v.holder != holder && v.remaining() > 0 {
 			if s.watching(o.obj) {
-				s.prefetchMark(ctx, o, max(v.token, s.maxToken(o.obj)))
+				s.reserveToken(ctx, o, max(v.token, s.maxToken(o.obj)))
 			}
 			return v.record(name), fmt.Errorf("leasehold/kubernetes: acquire %q: held by %s: %w", name, v.holder, store.ErrHeld)
 		}
@@ -343,9 +355,13 @@ var errLeaseChanged = errors.New("the Lease changed")
 // grant raises the high-water mark and writes a new term of holder on cur,
 // the version of the Lease seen as v, conditional on its resourceVersion.
 func (s *Store) grant(ctx context.Context, o object, cur *lease, v view, holder string, secs int32, metadata string) (store.Record, error) {
-	token, err := s.raiseHighWater(ctx, o, max(v.token, s.maxToken(o.obj))+1)
-	if err != nil {
-		return store.Record{}, err
+	want := max(v.token, s.maxToken(o.obj)) + 1
+	token := s.takeReservation(o.obj, cur.Metadata.ResourceVersion, want)
+	if token == 0 {
+		var err error
+		if token, err = s.raiseHighWater(ctx, o, want); err != nil {
+			return store.Record{}, err
+		}
 	}
 	next := cur.clone()
 	now := s.now()
@@ -424,7 +440,7 @@ func (s *Store) liveTerm(ctx context.Context, o object, t store.Term, fresh bool
 		if err := o.claim(l); err != nil {
 			return nil, view{}, false, err
 		}
-		cur, v = l, s.observe(l, s.now())
+		cur, v = l, s.observe(l, s.now(), false)
 	}
 	live := v.holder == t.Holder && v.token == t.Token && v.remaining() > 0
 	return cur, v, live, nil
@@ -563,7 +579,7 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 		if err := o.claim(cur); err != nil {
 			return store.Record{}, err
 		}
-		v := s.observe(cur, s.now())
+		v := s.observe(cur, s.now(), false)
 		if v.holder == "" || v.remaining() <= 0 {
 			return fail(store.ErrNotHeld)
 		}
@@ -611,7 +627,7 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 		if err != nil || o.obj != l.Metadata.Name {
 			continue
 		}
-		recs = append(recs, s.observe(l, now).record(name))
+		recs = append(recs, s.observe(l, now, false).record(name))
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
 	return recs, nil
@@ -639,7 +655,7 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	if err := o.claim(cur); err != nil {
 		return store.Record{}, err
 	}
-	return s.observe(cur, s.now()).record(name), nil
+	return s.observe(cur, s.now(), false).record(name), nil
 }
 
 // Close implements store.Store: it ends the store's watches and waits for

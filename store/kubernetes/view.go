@@ -36,33 +36,40 @@ func (v view) record(name string) store.Record {
 
 // observe notes that this store has read l (answer arrived at now) and
 // returns its view of it. A resourceVersion seen before keeps the time it was
-// first seen; a new one starts the clock again.
-func (s *Store) observe(l *lease, now time.Time) view {
+// first seen; a new one starts the clock again. delivered says that a
+// watch of this store delivered l.
+func (s *Store) observe(l *lease, now time.Time, delivered bool) view {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sg := s.seen[l.Metadata.Name]
-	if sg == nil {
-		sg = &sighting{}
-		s.seen[l.Metadata.Name] = sg
-	}
+	sg := s.sightingLocked(l.Metadata.Name)
 	v := specView(l)
 	if sg.last == nil || sg.last.Metadata.ResourceVersion != l.Metadata.ResourceVersion {
 		sg.last, sg.since = l, now
 	}
 	v.elapsed = now.Sub(sg.since)
 	sg.maxToken = max(sg.maxToken, v.token)
+	if delivered {
+		sg.delivered = l.Metadata.ResourceVersion
+	}
 	return v
+}
+
+// sightingLocked returns what this store has seen of obj, made empty if
+// nothing yet; mu is held.
+func (s *Store) sightingLocked(obj string) *sighting {
+	sg := s.seen[obj]
+	if sg == nil {
+		sg = &sighting{}
+		s.seen[obj] = sg
+	}
+	return sg
 }
 
 // wrote notes l, the answer to this store's own write, which arrived at now.
 func (s *Store) wrote(l *lease, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sg := s.seen[l.Metadata.Name]
-	if sg == nil {
-		sg = &sighting{}
-		s.seen[l.Metadata.Name] = sg
-	}
+	sg := s.sightingLocked(l.Metadata.Name)
 	sg.last, sg.since = l, now
 	if l.Spec.LeaseTransitions != nil {
 		sg.maxToken = max(sg.maxToken, int64(*l.Spec.LeaseTransitions))
@@ -75,7 +82,8 @@ func (s *Store) forget(obj string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sg := s.seen[obj]; sg != nil {
-		sg.last = nil
+		sg.last, sg.delivered = nil, ""
+		sg.gap()
 	}
 }
 

@@ -1,6 +1,7 @@
 package kubernetes_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/leasehold/leasehold/store"
@@ -109,12 +111,13 @@ func mustBeRefused(t *testing.T, st *k8sstore.Store, holder string) store.Record
 	return rec
 }
 
-// TestWokenWaiterWritesWithoutReading: a waiter whose watch delivered the
-// release takes the lease with two writes (the high-water mark, then the
-// Lease, each conditional on the version its store saw) and no read: it read
-// the mark while it waited. A waiter without a watch reads both first (the
-// control). The grant is the same either way: the next token, recorded in
-// the mark first.
+// TestWokenWaiterWritesWithoutReading: a waiter refused while it watches
+// reserves its token (it raises the high-water mark to the next token, with
+// the version it read) and then waits without a request per wake-up; once
+// its watch delivered the release it takes the lease with one write, the
+// Lease, conditional on the version it saw, and no read. A waiter without a
+// watch reads both first and writes both (the control). The grant is the
+// same either way: the next token, recorded in the mark first.
 func TestWokenWaiterWritesWithoutReading(t *testing.T) {
 	ns := namespace(t)
 	holderSt := openStore(t, apiserver(t).AdminConfig(), ns)
@@ -132,11 +135,17 @@ func TestWokenWaiterWritesWithoutReading(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustBeRefused(t, st, "node-b")
 	spy.take()
 	mustBeRefused(t, st, "node-b")
+	if got := spy.take(); got != "GET 2 PUT 1" {
+		t.Errorf("first refusal while watching: %s, want GET 2 PUT 1 (the Lease, the mark, the mark raised)", got)
+	}
+	if m := highWater(t, ns); m != first.Token+1 {
+		t.Errorf("mark after the reservation: %d, want %d", m, first.Token+1)
+	}
+	mustBeRefused(t, st, "node-b")
 	if got := spy.take(); got != "GET 1" {
-		t.Errorf("second refusal while watching: %s, want GET 1 (the mark was read at the first)", got)
+		t.Errorf("second refusal while watching: %s, want GET 1 (the token is still reserved)", got)
 	}
 	if err := holderSt.Release(ctxT(t), first.Term); err != nil {
 		t.Fatal(err)
@@ -149,8 +158,8 @@ func TestWokenWaiterWritesWithoutReading(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := spy.take(); got != "PUT 2" {
-		t.Errorf("woken waiter's grant: %s, want PUT 2 (the mark and the Lease, no read)", got)
+	if got := spy.take(); got != "PUT 1" {
+		t.Errorf("woken waiter's grant: %s, want PUT 1 (the Lease, no read)", got)
 	}
 	if rec.Token != first.Token+1 || highWater(t, ns) != rec.Token {
 		t.Errorf("woken waiter's token %d, mark %d; want %d for both", rec.Token, highWater(t, ns), first.Token+1)
@@ -178,8 +187,9 @@ func TestWokenWaiterWritesWithoutReading(t *testing.T) {
 // TestWokenWaiterOutOfDate: a waiter whose watch delivered the release but
 // not the grant that followed it (held here by its transport) tries from
 // the version it saw; the server refuses that write, and the waiter reads
-// the Lease and answers ErrHeld with the live term: one term, the tokens and
-// the mark untouched by the refused waiter. The control runs the same steps
+// the Lease and answers ErrHeld with the live term: one term, the Lease
+// untouched by the refused waiter, which reserves the token after the live
+// term's for its next turn. The control runs the same steps
 // with nobody taking the lease in between: the waiter then takes it from the
 // version it saw, so the held watch did leave it only the release to go by.
 func TestWokenWaiterOutOfDate(t *testing.T) {
@@ -217,22 +227,23 @@ func TestWokenWaiterOutOfDate(t *testing.T) {
 			rec, err := st.Acquire(ctxT(t), "job", "node-b", 15*time.Second, "")
 			got := spy.take()
 			if !taken {
-				if err != nil || rec.Token != first.Token+1 || got != "PUT 2" {
-					t.Fatalf("nobody took it: Acquire = %v, %v with %s; want token %d with PUT 2", rec, err, got, first.Token+1)
+				if err != nil || rec.Token != first.Token+1 || got != "PUT 1" {
+					t.Fatalf("nobody took it: Acquire = %v, %v with %s; want token %d (reserved) with PUT 1", rec, err, got, first.Token+1)
 				}
 				return
 			}
 			if !errors.Is(err, store.ErrHeld) || rec.Holder != "node-c" || rec.Token != third.Token {
 				t.Fatalf("Acquire from an out-of-date version = %v, %v; want ErrHeld with node-c's term %d", rec, err, third.Token)
 			}
-			// It tried the mark from the version it had (refused: 409),
-			// read it, saw a grant above the one it saw, and read the
-			// Lease.
-			if got != "GET 2 PUT 1 409 1" {
-				t.Errorf("requests: %s, want GET 2 PUT 1 409 1", got)
+			// It tried the Lease with its reserved token from the version it
+			// had (refused: 409), read the Lease, found node-c's term above
+			// its reservation, and reserved again: read the mark (node-c
+			// had raised it) and raised it to the token after node-c's.
+			if got != "GET 2 PUT 2 409 1" {
+				t.Errorf("requests: %s, want GET 2 PUT 2 409 1", got)
 			}
-			if m := highWater(t, ns); m != mark {
-				t.Errorf("the refused waiter moved the mark from %d to %d", mark, m)
+			if m := highWater(t, ns); m != third.Token+1 || mark != third.Token {
+				t.Errorf("mark %d before the refused waiter, %d after; want %d, then %d (its new reservation)", mark, m, third.Token, third.Token+1)
 			}
 			l, err := adminClient(t).CoordinationV1().Leases(ns).Get(ctxT(t), "job", metav1.GetOptions{})
 			if err != nil {
@@ -240,6 +251,126 @@ func TestWokenWaiterOutOfDate(t *testing.T) {
 			}
 			if *l.Spec.HolderIdentity != "node-c" || int64(*l.Spec.LeaseTransitions) != third.Token {
 				t.Errorf("Lease holder %s token %d; want node-c %d", *l.Spec.HolderIdentity, *l.Spec.LeaseTransitions, third.Token)
+			}
+		})
+	}
+}
+
+// TestReservedTokenGrantedOnlyIfNothingIntervened: a token a waiter
+// reserved is granted only from a version its watch delivered, while that
+// watch has run without a gap since the reservation and no version has shown
+// the token or more. Each case reserves (node-b refused while node-a holds),
+// then lets something happen before the release reaches the waiter:
+//   - nothing (the control): the reserved token is granted with one write;
+//   - another store takes and releases the lease in between: its grant is
+//     above the reservation, and the waiter's grant is above both;
+//   - the waiter's watch ends and a new one starts: the reservation is
+//     dropped (the store cannot tell what it missed) and the grant raises
+//     the mark again;
+//   - the Lease is granted, deleted, and made again by another tool with
+//     leaseTransitions 0: the grant is still above every token granted.
+//
+// In every case the token is above every token granted before, and the mark
+// holds it.
+func TestReservedTokenGrantedOnlyIfNothingIntervened(t *testing.T) {
+	for _, c := range []string{"nothing", "another grant", "watch restarted", "deleted and made again"} {
+		t.Run(c, func(t *testing.T) {
+			ns := namespace(t)
+			holderSt := openStore(t, apiserver(t).AdminConfig(), ns)
+			otherSt := openStore(t, apiserver(t).AdminConfig(), ns)
+			st, spy := gatedStore(t, ns)
+			leases := adminClient(t).CoordinationV1().Leases(ns)
+
+			first, err := holderSt.Acquire(ctxT(t), "job", "node-a", 15*time.Second, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, stopWatch := context.WithCancel(ctxT(t))
+			defer stopWatch()
+			wake, err := st.Watch(wctx, "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustBeRefused(t, st, "node-b")
+			reserved := highWater(t, ns)
+			if reserved != first.Token+1 {
+				t.Fatalf("reservation: mark %d, want %d", reserved, first.Token+1)
+			}
+			highest := first.Token // the highest token granted so far
+
+			if c == "watch restarted" {
+				stopWatch()
+				if !closedWithin(wake, 30*time.Second) {
+					t.Fatal("the watch did not end")
+				}
+				if wake, err = st.Watch(ctxT(t), "job"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			spy.hold() // the waiter sees nothing of what follows until open
+			if err := holderSt.Release(ctxT(t), first.Term); err != nil {
+				t.Fatal(err)
+			}
+			switch c {
+			case "another grant", "deleted and made again":
+				rec, err := otherSt.Acquire(ctxT(t), "job", "node-c", 15*time.Second, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Token <= reserved {
+					t.Fatalf("node-c's token %d is not above the reservation %d", rec.Token, reserved)
+				}
+				highest = rec.Token
+				if err := otherSt.Release(ctxT(t), rec.Term); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c == "deleted and made again" {
+				if err := leases.Delete(ctxT(t), "job", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				zero := int32(0)
+				l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "job"}, Spec: coordinationv1.LeaseSpec{LeaseTransitions: &zero}}
+				if _, err := leases.Create(ctxT(t), l, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cur, err := leases.Get(ctxT(t), "job", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spy.open()
+			// Wait until the watch has delivered the Lease as it is now:
+			// every version in between changed its holder or token, so
+			// each one wakes the channel.
+			for k8sstore.Delivered(st, "job") != cur.ResourceVersion {
+				if _, ok := within(wake, 30*time.Second); !ok {
+					t.Fatalf("the watch did not deliver version %s (last delivered: %q)", cur.ResourceVersion, k8sstore.Delivered(st, "job"))
+				}
+			}
+			spy.take()
+			rec, err := st.Acquire(ctxT(t), "job", "node-b", 15*time.Second, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := spy.take()
+			if rec.Token <= highest || highWater(t, ns) != rec.Token {
+				t.Fatalf("grant: token %d, mark %d; want a token above %d that the mark holds", rec.Token, highWater(t, ns), highest)
+			}
+			if c == "nothing" {
+				if got != "PUT 1" || rec.Token != reserved {
+					t.Errorf("nothing intervened: token %d with %s; want the reserved %d with PUT 1 (the Lease alone)", rec.Token, got, reserved)
+				}
+				return
+			}
+			// The mark is raised again before the Lease is written; it is
+			// read first where another store raised it meanwhile.
+			want := "GET 1 PUT 2"
+			if c == "watch restarted" {
+				want = "PUT 2"
+			}
+			if got != want {
+				t.Errorf("requests: %s; want %s", got, want)
 			}
 		})
 	}

@@ -39,7 +39,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	case err != nil:
 		return nil, fmt.Errorf("leasehold/kubernetes: watch %q: %w", name, err)
 	default:
-		v := s.observe(cur, s.now())
+		v := s.observe(cur, s.now(), false)
 		last, rv = &v, cur.Metadata.ResourceVersion
 	}
 	// The watch lives as long as ctx and the store: its request is
@@ -75,6 +75,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	}
 	s.wg.Add(2)
 	s.watched[o.obj]++
+	s.sightingLocked(o.obj).gap()
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
@@ -98,6 +99,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		defer func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			s.sightingLocked(o.obj).gap()
 			if s.watched[o.obj]--; s.watched[o.obj] == 0 {
 				delete(s.watched, o.obj)
 			}
@@ -128,7 +130,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				// reached it, as a client-go contender polling as often
 				// would (it is still no earlier than the write: the event
 				// follows it).
-				s.observe(&l, s.now())
+				s.observe(&l, s.now(), true)
 				v := specView(&l)
 				if last == nil || ev.Type == "ADDED" || v.holder != last.holder || v.token != last.token {
 					wake()
