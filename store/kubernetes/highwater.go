@@ -146,13 +146,11 @@ func (s *Store) reserveToken(ctx context.Context, o object, seen int64) {
 // the write.
 func (s *Store) takeReservation(obj, rv string, want int64) int64 {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	sg := s.seen[obj]
-	if sg == nil || rv != sg.delivered || sg.reserved < want {
-		return 0
+	var tok int64
+	if sg := s.seen[obj]; sg != nil && rv == sg.delivered && sg.reserved >= want {
+		tok, sg.reserved = sg.reserved, 0
 	}
-	tok := sg.reserved
-	sg.reserved = 0
+	s.mu.Unlock()
 	return tok
 }
 

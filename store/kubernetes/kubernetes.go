@@ -84,6 +84,7 @@ type Store struct {
 
 // sighting is what this Store has seen of one Lease object.
 type sighting struct {
+	_ [0]func() // not comparable: spares the binary an equality function
 	// last is the latest version of the object this store read or wrote.
 	last *lease
 	// since is when this store first saw last's resourceVersion: when the
