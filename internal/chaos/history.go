@@ -57,13 +57,14 @@ const (
 // clock's reading at process start), the clock on which the node decides when
 // to stop trusting its term.
 type event struct {
-	_     [0]func() // not comparable: spares the binary an equality function
-	Wall  int64     `json:"wall"`
-	Mono  int64     `json:"mono"`
-	Clock int64     `json:"clock"`
-	Node  string    `json:"node"` // the process slot: n1, n2, or a twin such as n1b
-	Inc   int       `json:"inc"`  // incarnation of the slot: 1, then +1 per restart
-	Kind  string    `json:"ev"`
+	_ [0]func() // not comparable: spares the binary an equality function
+
+	Wall  int64  `json:"wall"`
+	Mono  int64  `json:"mono"`
+	Clock int64  `json:"clock"`
+	Node  string `json:"node"` // the process slot: n1, n2, or a twin such as n1b
+	Inc   int    `json:"inc"`  // incarnation of the slot: 1, then +1 per restart
+	Kind  string `json:"ev"`
 
 	Identity  string `json:"identity,omitempty"` // the configured identity (twins share it)
 	Holder    string `json:"holder,omitempty"`   // the holder identity: Identity plus a random suffix

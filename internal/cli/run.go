@@ -20,7 +20,8 @@ import (
 )
 
 type runCmd struct {
-	_       [0]func() // not comparable: spares the binary an equality function
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	env     *Env
 	fs      *flag.FlagSet
 	store   storeFlag

@@ -24,7 +24,8 @@ type verifyCmd struct {
 }
 
 type verifyFlags struct {
-	_                                                        [0]func() // not comparable: spares the binary an equality function
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	store, faults, out, register, brokenStore                string
 	nodes, resources, groups, overlap, untilFaults, slots    int
 	duration, slack, maxSkew, writeInterval, think           time.Duration

@@ -113,7 +113,8 @@ func (s *Store) forgetMark(name string) {
 // this store watches the Lease and another holder has it, so that the grant
 // that follows the release writes only the Lease (see takeReservation). It
 // does nothing while a reservation above seen stands. Errors are dropped:
-// the grant then raises the mark itself.
+// the grant then raises the mark itself. Outside a watch of this store on
+// the Lease it does nothing: a refusal then is no wait.
 //
 // A reserved token is above every token granted when it was reserved (the
 // mark was raised to it with the version read); every grant since raised

@@ -328,9 +328,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		}
 		v := s.observe(cur, s.now(), false)
 		if v.holder != "" && v.holder != holder && v.remaining() > 0 {
-			if s.watching(o.obj) {
-				s.reserveToken(ctx, o, max(v.token, s.maxToken(o.obj)))
-			}
+			s.reserveToken(ctx, o, max(v.token, s.maxToken(o.obj)))
 			return v.record(name), fmt.Errorf("leasehold/kubernetes: acquire %q: held by %s: %w", name, v.holder, store.ErrHeld)
 		}
 		rec, err := s.grant(ctx, o, cur, v, holder, secs, metadata)
@@ -353,8 +351,10 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 // from (409 Conflict), or is gone (404). Acquire reads it again.
 var errLeaseChanged = errors.New("the Lease changed")
 
-// grant raises the high-water mark and writes a new term of holder on cur,
-// the version of the Lease seen as v, conditional on its resourceVersion.
+// grant writes a new term of holder on cur, the version of the Lease seen as
+// v, conditional on its resourceVersion, with the token this store reserved
+// while it waited (takeReservation) or else one it first raises the
+// high-water mark to.
 func (s *Store) grant(ctx context.Context, o object, cur *lease, v view, holder string, secs int32, metadata string) (store.Record, error) {
 	want := max(v.token, s.maxToken(o.obj)) + 1
 	token := s.takeReservation(o.obj, cur.Metadata.ResourceVersion, want)

@@ -46,9 +46,10 @@ const (
 
 // names are the SQL names of one lease table and its companions, quoted.
 type names struct {
-	_                   [0]func() // not comparable: spares the binary an equality function
-	table, hist, epochs string    // quoted table names
-	queue, qseq         string    // the fair queue's places and counters, quoted (queue.go)
+	_ [0]func() // not comparable: spares the binary an equality function
+
+	table, hist, epochs string // quoted table names
+	queue, qseq         string // the fair queue's places and counters, quoted (queue.go)
 	// trigger names, unquoted (plain identifiers).
 	trBI, trBU, trBD, trAI, trAU string
 }
@@ -94,7 +95,8 @@ const recordCols = `l.name, COALESCE(l.holder, ''), l.epoch,
 // their arguments (interpolateParams), and the token of a grant comes back
 // in the OK packet through LAST_INSERT_ID(expr).
 type statements struct {
-	_                                                                                                              [0]func() // not comparable: spares the binary an equality function
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	acquire, acquireLock, insert, insertLock, renew, release, get, list, floor, forceSelect, forceRelease, history string
 	renewManyHead, renewTail                                                                                       string
 }

@@ -92,7 +92,8 @@ func channelFor(schema, table string) string {
 // acquireFn, renewFn and releaseFn call the lease functions that run acquire,
 // renew and release (leaseFunctions).
 type statements struct {
-	_                                                                    [0]func() // not comparable: spares the binary an equality function
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	acquire, renew, release, get, list, renewMany, forceRelease, history string
 	acquireFn, renewFn, releaseFn                                        string
 }
