@@ -39,6 +39,10 @@ type contender struct {
 	// left the queue (see acquire); nil when none is leaving. The term's
 	// keeper waits for it (waitLeft) before it releases.
 	leaving chan struct{}
+	// flushes: whoever called try flushes the event queue as soon as an
+	// attempt is granted (a Lock's Acquire and TryAcquire), so a granted
+	// attempt's event waits for that flush rather than start a goroutine.
+	flushes bool
 }
 
 // errQueued: a fair contender's place is not first in the queue, so it
@@ -60,7 +64,12 @@ func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
 	rec, err := c.store.Acquire(actx, c.name, c.holder, t.LeaseDuration, c.metadata)
 	cancel()
 	rtt := c.clock.Now().Sub(sent)
-	c.emit(Event{Kind: EventAcquireAttempt, Name: c.name, Term: rec.Term, Record: rec, Latency: rtt, Err: err})
+	attempt := Event{Kind: EventAcquireAttempt, Name: c.name, Term: rec.Term, Record: rec, Latency: rtt, Err: err}
+	if err == nil && c.flushes {
+		c.emitLater(attempt)
+	} else {
+		c.emit(attempt)
+	}
 	switch {
 	case err == nil:
 		c.unknown = false

@@ -63,7 +63,7 @@ func NewLock(st store.Store, name string, cfg Config) (*Lock, error) {
 
 func (l *Lock) contender() *contender {
 	holder := l.base + "." + strconv.FormatUint(l.seq.Add(1), 10)
-	return &contender{holdConfig: &l.hold, watcher: l.watcher, name: l.name, holder: holder, metadata: l.cfg.Metadata}
+	return &contender{holdConfig: &l.hold, watcher: l.watcher, name: l.name, holder: holder, metadata: l.cfg.Metadata, flushes: true}
 }
 
 // TryAcquire makes one attempt, without queueing even when Config.Fair is
