@@ -91,7 +91,9 @@
 // client, raw SQL included). Each Store keeps one dedicated LISTEN connection
 // (not one per lease), opened on first Watch, and fans notifications out by
 // lease name; a waiting Lock or Elector acts within milliseconds of a
-// release. When the connection drops, waiters keep polling on their own timer
+// release. The connection LISTENs only while the store has a watch open, so
+// a process that only takes and releases leases is not sent its own grants
+// and releases. When the connection drops, waiters keep polling on their own timer
 // while the store reconnects, LISTENs again and then wakes every waiter once.
 // A crashed holder's lease is not an event: waiters wake when it expires, from
 // the time remaining that the database computed.

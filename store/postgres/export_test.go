@@ -20,6 +20,24 @@ func (s *Store) ListenerState() (up bool, pid uint32, sessions int) {
 	return l.up, l.pid, l.sessions
 }
 
+// ListenerListening reports whether the store's LISTEN is in effect, and
+// how many notifications its connection has received.
+func (s *Store) ListenerListening() (listening bool, notified int) {
+	s.mu.Lock()
+	l := s.lis
+	s.mu.Unlock()
+	if l == nil {
+		return false, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.listening, l.notified
+}
+
+// SetBeforeListen makes the listener call f before each LISTEN it sends.
+// Set it before the store's first Watch.
+func (s *Store) SetBeforeListen(f func()) { s.beforeListen = f }
+
 // Watchers reports how many watches of name are registered.
 func (s *Store) Watchers(name string) int { return s.hub.Count(name) }
 

@@ -211,6 +211,7 @@ func newStore(ctx context.Context, q querier, opts Options, closePool func()) (*
 		opts:      opts,
 		closePool: closePool,
 	}
+	s.hub.Idle = s.watchEnded
 	s.sql = newStatements(s.qtable, s.qhist, func(suffix string) string { return ident(schema, table+suffix) }, leaseFunctionsVersion)
 	if opts.PreparedStatements {
 		q.prepare()

@@ -61,6 +61,9 @@ type Store struct {
 	hub  storekit.Hub // the watches, woken by the listener
 	mu   sync.Mutex   // guards lis
 	lis  *listener
+	// beforeListen, if set, runs before each LISTEN the listener sends
+	// (tests hold a LISTEN back with it).
+	beforeListen func()
 }
 
 var (

@@ -175,3 +175,124 @@ func TestWaiterWakesAtExpiry(t *testing.T) {
 		t.Fatalf("History = %+v, %v; want an expired-takeover", hist, err)
 	}
 }
+
+// TestListenOnlyWhileWatched: the store's connection LISTENs while it has a
+// watch and UNLISTENs when the last one ends, so a store that only takes
+// and releases leases is not sent a notification for each grant and
+// release on the table. Checked by what the connection received: of 20
+// cycles while nothing was watched and one grant after a new watch, only
+// that grant's notification arrives (notifications come in commit order,
+// so the earlier ones would have come first). Before the change the
+// connection stayed LISTENing and received all 41.
+func TestListenOnlyWhileWatched(t *testing.T) {
+	schema := migrated(t)
+	st := openStore(t, schema, postgres.Options{})
+	other := openStore(t, schema, postgres.Options{NoWatch: true})
+	ctx := ctxFor(t)
+
+	wctx, stop := context.WithCancel(ctx)
+	if _, err := st.Watch(wctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	if listening, _ := st.ListenerListening(); !listening {
+		t.Fatal("Watch returned before LISTEN was in effect")
+	}
+	stop()
+	waitFor(t, "the store to UNLISTEN after its last watch ended", func() bool {
+		listening, _ := st.ListenerListening()
+		return !listening
+	})
+	_, before := st.ListenerListening()
+
+	for range 20 {
+		rec, err := other.Acquire(ctx, "job", "node-a", time.Minute, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Release(ctx, rec.Term); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch, err := st.Watch(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(ctx, "job", "node-a", time.Minute, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-watch:
+	case <-ctx.Done():
+		t.Fatal("the watch started after the idle cycles was not woken by the grant")
+	}
+	waitFor(t, "the grant's notification to be counted", func() bool {
+		_, n := st.ListenerListening()
+		return n > before
+	})
+	if _, after := st.ListenerListening(); after-before != 1 {
+		t.Fatalf("the store's connection received %d notifications; want 1 (the grant after the watch), none for the 20 cycles while nothing was watched", after-before)
+	}
+}
+
+// TestWatchWaitsForListen: a Watch started while the store is not
+// LISTENing returns only once LISTEN is in effect, so no change after it
+// returns is missed. The test holds the listener's LISTEN back, grants the
+// lease from another store meanwhile (a NOTIFY that the store's connection
+// cannot hear), and checks that Watch has not returned; once the LISTEN is
+// let go, Watch returns, and the next grant wakes it. Without the wait in
+// Watch (checked by hand), Watch returns at once and the test fails.
+func TestWatchWaitsForListen(t *testing.T) {
+	schema := migrated(t)
+	st := openStore(t, schema, postgres.Options{})
+	other := openStore(t, schema, postgres.Options{NoWatch: true})
+	ctx := ctxFor(t)
+	held := make(chan struct{})
+	let := make(chan struct{})
+	first := true
+	st.SetBeforeListen(func() {
+		if first { // only the first LISTEN is held back
+			first = false
+			close(held)
+			<-let
+		}
+	})
+	type answer struct {
+		ch  <-chan struct{}
+		err error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		ch, err := st.Watch(ctx, "job")
+		answers <- answer{ch, err}
+	}()
+	select {
+	case <-held:
+	case a := <-answers:
+		t.Fatalf("Watch returned (%v) without the listener sending LISTEN", a.err)
+	}
+	rec, err := other.Acquire(ctx, "job", "node-a", time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("Watch returned (err %v) while its LISTEN was held back: a grant made then was missed", a.err)
+	default:
+	}
+	close(let)
+	a := <-answers
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if err := other.Release(ctx, rec.Term); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, open := <-a.ch:
+		if !open {
+			t.Fatal("the watch ended instead of waking at the release")
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch was not woken by the release after it returned")
+	}
+}

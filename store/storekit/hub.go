@@ -160,6 +160,15 @@ func (h *Hub) Count(key string) int {
 	return len(h.subs[key])
 }
 
+// Watched is the number of keys with at least one live subscription: 0
+// when nothing is watched, so that a store whose upstream subscription
+// covers every key (PostgreSQL's LISTEN on a table's channel) can drop it.
+func (h *Hub) Watched() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
 // Close ends every subscription (their channels are closed; Idle is not
 // called) and refuses new ones with store.ErrClosed. It is idempotent.
 func (h *Hub) Close() {

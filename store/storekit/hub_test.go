@@ -121,6 +121,29 @@ func TestHubIdleAndStop(t *testing.T) {
 	}
 }
 
+// Watched counts keys, not subscriptions, and is 0 once the last one stops.
+func TestHubWatched(t *testing.T) {
+	var h storekit.Hub
+	if n := h.Watched(); n != 0 {
+		t.Fatalf("Watched of a new hub = %d", n)
+	}
+	a1, _ := h.Subscribe("a")
+	a2, _ := h.Subscribe("a")
+	b, _ := h.Subscribe("b")
+	if n := h.Watched(); n != 2 {
+		t.Fatalf("Watched with two subscriptions of a and one of b = %d, want 2", n)
+	}
+	a1.Stop()
+	b.Stop()
+	if n := h.Watched(); n != 1 {
+		t.Fatalf("Watched with one subscription of a left = %d, want 1", n)
+	}
+	a2.Stop()
+	if n := h.Watched(); n != 0 {
+		t.Fatalf("Watched after every Stop = %d, want 0", n)
+	}
+}
+
 func TestHubClose(t *testing.T) {
 	var h storekit.Hub
 	idleCalled := false
