@@ -55,6 +55,8 @@ const (
 // or to Value for TargetValue. etcd compares an empty range as one key whose
 // revisions, version and lease are 0.
 type Cmp struct {
+	_ [0]func() // not comparable: spares the binary equality functions of Cmp and its arrays
+
 	Key, RangeEnd string
 	Target        Target
 	Relation      Relation
@@ -98,6 +100,8 @@ const (
 
 // Op is a range read, a put or a delete (RequestOp).
 type Op struct {
+	_ [0]func() // not comparable: spares the binary equality functions of Op and its arrays
+
 	Kind     OpKind
 	Key, End string // End: range end for Range and Delete ("" means the one key)
 	Value    string
