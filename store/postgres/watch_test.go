@@ -296,3 +296,68 @@ func TestWatchWaitsForListen(t *testing.T) {
 		t.Fatal("the watch was not woken by the release after it returned")
 	}
 }
+
+// TestWatchWaitingForListenSurvivesDrop: the connection drops while a Watch
+// waits for its LISTEN. The watch is kept, as a watch open across a drop
+// is: Watch returns it, and once the store has connected and LISTENed
+// again it wakes every watch once (anything may have changed unheard), and
+// then on each change as usual.
+func TestWatchWaitingForListenSurvivesDrop(t *testing.T) {
+	schema := migrated(t)
+	st := openStore(t, schema, postgres.Options{})
+	other := openStore(t, schema, postgres.Options{NoWatch: true})
+	admin := adminConn(t)
+	ctx := ctxFor(t)
+	held := make(chan struct{})
+	let := make(chan struct{})
+	first := true
+	st.SetBeforeListen(func() {
+		if first {
+			first = false
+			close(held)
+			<-let
+		}
+	})
+	type answer struct {
+		ch  <-chan struct{}
+		err error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		ch, err := st.Watch(ctx, "job")
+		answers <- answer{ch, err}
+	}()
+	<-held
+	_, pid, _ := st.ListenerState()
+	var ok bool
+	if err := admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	}
+	close(let) // the held LISTEN now meets a closed connection
+	a := <-answers
+	if a.err != nil {
+		t.Fatalf("Watch across the drop: %v; want the watch kept", a.err)
+	}
+	select {
+	case _, open := <-a.ch:
+		if !open {
+			t.Fatal("the watch ended instead of waking after the reconnect")
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch was not woken once the store LISTENed again")
+	}
+	if _, newPID, sessions := st.ListenerState(); sessions != 2 || newPID == pid {
+		t.Fatalf("listener pid %d, sessions %d after the drop; want a second session", newPID, sessions)
+	}
+	if _, err := other.Acquire(ctx, "job", "node-a", time.Minute, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, open := <-a.ch:
+		if !open {
+			t.Fatal("the watch ended instead of waking at the grant")
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch was not woken by a grant after the reconnect")
+	}
+}
