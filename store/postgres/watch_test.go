@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,8 +183,9 @@ func TestWaiterWakesAtExpiry(t *testing.T) {
 // release on the table. Checked by what the connection received: of 20
 // cycles while nothing was watched and one grant after a new watch, only
 // that grant's notification arrives (notifications come in commit order,
-// so the earlier ones would have come first). Before the change the
-// connection stayed LISTENing and received all 41.
+// so the earlier ones would have come first). With the UNLISTEN sent for
+// another channel (checked by hand), the connection kept LISTENing and the
+// test failed, counting 40.
 func TestListenOnlyWhileWatched(t *testing.T) {
 	schema := migrated(t)
 	st := openStore(t, schema, postgres.Options{})
@@ -198,9 +200,17 @@ func TestListenOnlyWhileWatched(t *testing.T) {
 		t.Fatal("Watch returned before LISTEN was in effect")
 	}
 	stop()
-	waitFor(t, "the store to UNLISTEN after its last watch ended", func() bool {
+	// The store marks itself not listening before it sends UNLISTEN: wait
+	// until its backend has run it.
+	admin := adminConn(t)
+	_, pid, _ := st.ListenerState()
+	waitFor(t, "the store's backend to run UNLISTEN after its last watch ended", func() bool {
+		var query, state string
+		if err := admin.QueryRow(ctx, `SELECT query, state FROM pg_stat_activity WHERE pid = $1`, int32(pid)).Scan(&query, &state); err != nil {
+			t.Fatal(err)
+		}
 		listening, _ := st.ListenerListening()
-		return !listening
+		return !listening && strings.HasPrefix(query, "UNLISTEN ") && state == "idle"
 	})
 	_, before := st.ListenerListening()
 
