@@ -256,25 +256,8 @@ func TestWatchWaitsForListen(t *testing.T) {
 	st := openStore(t, schema, postgres.Options{})
 	other := openStore(t, schema, postgres.Options{NoWatch: true})
 	ctx := ctxFor(t)
-	held := make(chan struct{})
-	let := make(chan struct{})
-	first := true
-	st.SetBeforeListen(func() {
-		if first { // only the first LISTEN is held back
-			first = false
-			close(held)
-			<-let
-		}
-	})
-	type answer struct {
-		ch  <-chan struct{}
-		err error
-	}
-	answers := make(chan answer, 1)
-	go func() {
-		ch, err := st.Watch(ctx, "job")
-		answers <- answer{ch, err}
-	}()
+	held, let := holdFirstListen(st)
+	answers := watchInBackground(ctx, st, "job")
 	select {
 	case <-held:
 	case a := <-answers:
@@ -318,25 +301,8 @@ func TestWatchWaitingForListenSurvivesDrop(t *testing.T) {
 	other := openStore(t, schema, postgres.Options{NoWatch: true})
 	admin := adminConn(t)
 	ctx := ctxFor(t)
-	held := make(chan struct{})
-	let := make(chan struct{})
-	first := true
-	st.SetBeforeListen(func() {
-		if first {
-			first = false
-			close(held)
-			<-let
-		}
-	})
-	type answer struct {
-		ch  <-chan struct{}
-		err error
-	}
-	answers := make(chan answer, 1)
-	go func() {
-		ch, err := st.Watch(ctx, "job")
-		answers <- answer{ch, err}
-	}()
+	held, let := holdFirstListen(st)
+	answers := watchInBackground(ctx, st, "job")
 	<-held
 	_, pid, _ := st.ListenerState()
 	var ok bool
@@ -370,4 +336,37 @@ func TestWatchWaitingForListenSurvivesDrop(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the watch was not woken by a grant after the reconnect")
 	}
+}
+
+// holdFirstListen holds the store's first LISTEN back: held is closed when
+// the listener is about to send it, and it is sent once let is closed.
+// Set before the store's first Watch.
+func holdFirstListen(st *postgres.Store) (held, let chan struct{}) {
+	held, let = make(chan struct{}), make(chan struct{})
+	first := true // read and written on the listener's goroutine only
+	st.SetBeforeListen(func() {
+		if first {
+			first = false
+			close(held)
+			<-let
+		}
+	})
+	return held, let
+}
+
+// watchAnswer is what a Watch call returned.
+type watchAnswer struct {
+	ch  <-chan struct{}
+	err error
+}
+
+// watchInBackground calls st.Watch on a goroutine of its own and delivers
+// its answer.
+func watchInBackground(ctx context.Context, st *postgres.Store, name string) <-chan watchAnswer {
+	answers := make(chan watchAnswer, 1)
+	go func() {
+		ch, err := st.Watch(ctx, name)
+		answers <- watchAnswer{ch, err}
+	}()
+	return answers
 }
