@@ -52,10 +52,15 @@ type Config struct {
 	// first-served queue kept in the store (store.Queuer): each waiter
 	// writes its place ahead, only the waiter first in the queue tries to
 	// acquire, and a release wakes it by the store's watch alone, so no
-	// waiter starves however many contend. It costs one write to join the
-	// queue and one to leave it per acquisition (and a refresh of the place
-	// every RetryPeriod while waiting); the place leaves while the term
+	// waiter starves however many contend. An acquisition that waits costs
+	// one write to join the queue and one to leave it (and a refresh of the
+	// place every RetryPeriod while waiting); the place leaves while the term
 	// starts, not before Acquire returns, and before the term is released.
+	// On a store with store.UnqueuedAcquirer (memstore, SQLite, PostgreSQL
+	// with its lease functions, Redis), a lease that is free with nobody
+	// queued is taken in one request with no place written, as without
+	// Fair; a Lock that found its lease contended within the last
+	// LeaseDuration queues at once instead.
 	// The queue only orders who tries:
 	// tokens, expiry and every other rule are those of the default mode. A
 	// waiter that dies leaves its place to expire LeaseDuration after its

@@ -33,6 +33,18 @@ type contender struct {
 	// queue is the store's first-come, first-served queue (Config.Fair);
 	// nil: no queue, every waiter tries.
 	queue store.Queuer
+	// unqueued, if set with queue, makes acquire's first attempt one
+	// store.UnqueuedAcquirer request: a lease that is free with nobody
+	// queued is taken without writing a place. Its owner sets it per
+	// acquire (a Lock only while its lease is not contended).
+	unqueued store.UnqueuedAcquirer
+	// placed is set once acquire has called Enqueue: a place may exist,
+	// and leaves the queue on the way out.
+	placed bool
+	// queuedBehind is set once the queue answered that places are ahead
+	// (Enqueue, or ErrQueued from the unqueued attempt): the lease is
+	// contended.
+	queuedBehind bool
 	// firstAt is when the store last said this contender's place is first
 	// in the queue (zero: not known to be first). A place first stays first
 	// until it leaves, so it is only refreshed every RetryPeriod.
@@ -58,12 +70,18 @@ var errTooSlow = errors.New("leasehold: acquire answered after its safe deadline
 // the time the request was sent. An error matching store.ErrHeld comes with
 // the live record.
 func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
+	return c.tryWith(ctx, c.store.Acquire)
+}
+
+// tryWith is try with the request acquire (store.Store.Acquire, or
+// store.UnqueuedAcquirer.AcquireUnqueued).
+func (c *contender) tryWith(ctx context.Context, acquire func(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error)) (store.Record, time.Time, error) {
 	t := c.timings
 	sent := c.clock.Now()
 	// A grant that takes longer than RenewDeadline is useless: it would be past
 	// its own safeUntil on arrival.
 	actx, cancel := context.WithTimeout(ctx, t.RenewDeadline)
-	rec, err := c.store.Acquire(actx, c.name, c.holder, t.LeaseDuration, c.metadata)
+	rec, err := acquire(actx, c.name, c.holder, t.LeaseDuration, c.metadata)
 	cancel()
 	rtt := c.clock.Now().Sub(sent)
 	attempt := Event{Kind: EventAcquireAttempt, Name: c.name, Term: rec.Term, Record: rec, Latency: rtt, Err: err}
@@ -89,6 +107,10 @@ func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
 			c.emit(Event{Kind: EventHolderObserved, Name: c.name, Record: rec})
 		}
 		return rec, sent, err
+	case errors.Is(err, store.ErrQueued):
+		// Nothing was granted: waiters are queued, or the store could not tell.
+		c.unknown = false
+		return rec, sent, err
 	case errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrClosed):
 		return rec, sent, err
 	default:
@@ -104,17 +126,24 @@ func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, e
 	var noWatchUntil time.Time // after a watch broke, poll until then
 	stopWatch := func() {}
 	defer func() { stopWatch() }()
-	if c.queue != nil {
-		// Leave the queue on every way out: with the lease (the next
-		// waiter moves up while this one holds), or without it. With the
-		// lease, the place leaves while the term starts, not before the
-		// caller has it: a place only orders who tries, and the holder's
-		// keeper waits for it to be gone before it releases the term, so
-		// the next waiter still finds it gone when the term ends.
+	c.placed, c.queuedBehind = false, false
+	unqueued := c.unqueued
+	if c.queue == nil {
+		unqueued = nil
+	} else {
+		// Leave the queue on every way out, if a place was written: with
+		// the lease (the next waiter moves up while this one holds), or
+		// without it. With the lease, the place leaves while the term
+		// starts, not before the caller has it: a place only orders who
+		// tries, and the holder's keeper waits for it to be gone before it
+		// releases the term, so the next waiter still finds it gone when
+		// the term ends.
 		defer func() {
-			if err == nil {
+			switch {
+			case !c.placed:
+			case err == nil:
 				c.leaveQueueLater(ctx)
-			} else {
+			default:
 				c.leaveQueue(ctx)
 			}
 		}()
@@ -136,6 +165,23 @@ func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, e
 		var rec store.Record
 		var sent time.Time
 		var err error
+		if unqueued != nil {
+			// First, take the lease at once if it is free and nobody is
+			// queued: no place is written. Refused (queued, held, or no
+			// answer), queue as usual, at once.
+			rec, sent, err = c.tryWith(ctx, unqueued.AcquireUnqueued)
+			unqueued = nil
+			switch {
+			case err == nil:
+				return rec, sent, nil
+			case errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrClosed):
+				c.giveBackUnknown(ctx)
+				return store.Record{}, time.Time{}, err
+			case errors.Is(err, store.ErrQueued):
+				c.queuedBehind = true
+			}
+			continue
+		}
 		if c.queued(ctx) {
 			err = errQueued
 		} else {
@@ -293,6 +339,7 @@ func (c *contender) queued(ctx context.Context) bool {
 		return false
 	}
 	qctx, cancel := context.WithTimeout(ctx, c.timings.RenewDeadline)
+	c.placed = true
 	ahead, err := c.queue.Enqueue(qctx, c.name, c.holder, c.timings.LeaseDuration)
 	cancel()
 	c.firstAt = time.Time{}
@@ -303,6 +350,7 @@ func (c *contender) queued(ctx context.Context) bool {
 		c.firstAt = now
 		return false
 	}
+	c.queuedBehind = true
 	return true
 }
 

@@ -117,6 +117,7 @@ func (e *Elector) Run(ctx context.Context, work WorkFunc) error {
 	c := &contender{holdConfig: &e.hold, watcher: e.watcher, name: e.name, holder: e.holder, metadata: e.cfg.Metadata}
 	if e.cfg.Fair {
 		c.queue, _ = store.AsQueuer(e.hold.store)
+		c.unqueued, _ = e.hold.store.(store.UnqueuedAcquirer)
 	}
 	for {
 		e.setContending(true)

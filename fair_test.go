@@ -247,20 +247,34 @@ func TestFairNeedsAQueue(t *testing.T) {
 	}
 }
 
+// queueOnly is a store with a queue but no store.UnqueuedAcquirer (and no
+// other optional capability): every fair acquisition writes a place.
+type queueOnly struct {
+	store.Store
+	store.Queuer
+}
+
+func (f *fixture) queueOnly() *faultstore.Store {
+	ms := memstore.Open(f.backend)
+	return faultstore.New(queueOnly{ms, ms})
+}
+
 // TestFairGrantDoesNotWaitForTheQueue: a fair Lock's Acquire and a fair
 // Elector's work start as soon as the store grants the term; the place
 // leaves the queue meanwhile (here in one second, the store's latency for
 // Dequeue alone), and the term is released only after the place has left,
 // so a waiter woken by the release never finds the old holder's place
-// ahead of it. The control: a Lock whose Acquire is slowed the same way,
-// which the same clock measures at one second.
+// ahead of it. The store has no store.UnqueuedAcquirer, so the grant comes
+// through the queue even though nobody else waits. The control: a Lock
+// whose Acquire is slowed the same way, which the same clock measures at
+// one second.
 func TestFairGrantDoesNotWaitForTheQueue(t *testing.T) {
 	const slow = time.Second
 	for _, kind := range []string{"Lock", "Elector", "control"} {
 		t.Run(kind, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFixture()
-				fs := f.faulty()
+				fs := f.queueOnly()
 				op := faultstore.OpDequeue
 				if kind == "control" {
 					op = faultstore.OpAcquire
@@ -313,4 +327,108 @@ func TestFairGrantDoesNotWaitForTheQueue(t *testing.T) {
 			})
 		})
 	}
+}
+
+// fairCycle runs one fair acquisition of kind ("Lock" or "Elector") on st
+// and releases it.
+func fairCycle(t *testing.T, st store.Store, kind string) {
+	t.Helper()
+	ctx := context.Background()
+	switch kind {
+	case "Lock":
+		h, err := newLock(t, st, "node-a", fair).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case "Elector":
+		err := newElector(t, st, "node-a", nil, fair).Run(ctx, func(ctx context.Context, l *leasehold.Lease) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFairUncontendedWritesNoPlace: on a store with
+// store.UnqueuedAcquirer, a fair acquisition of a lease that is free with
+// nobody queued is one Acquire request, as without Fair: no place is
+// written or removed. The control: the same cycle on a store without it
+// writes and removes a place, and the same check fails.
+func TestFairUncontendedWritesNoPlace(t *testing.T) {
+	for _, kind := range []string{"Lock", "Elector", "control"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture()
+				fs, control := f.faulty(), kind == "control"
+				if control {
+					fs, kind = f.queueOnly(), "Lock"
+				}
+				fairCycle(t, fs, kind)
+				enq, deq, acq := fs.Calls(faultstore.OpEnqueue), fs.Calls(faultstore.OpDequeue), fs.Calls(faultstore.OpAcquire)
+				wrote := enq != 0 || deq != 0
+				if control {
+					if !wrote {
+						t.Fatalf("control: a store without UnqueuedAcquirer had %d Enqueue and %d Dequeue calls; the check cannot fail", enq, deq)
+					}
+					return
+				}
+				if wrote || acq != 1 {
+					t.Fatalf("an uncontended fair %s cycle made %d Enqueue, %d Dequeue and %d Acquire calls, want 0, 0 and 1", kind, enq, deq, acq)
+				}
+			})
+		})
+	}
+}
+
+// TestFairContendedLockQueuesAtOnce: once a fair Lock has found its lease
+// held, its next Acquire within LeaseDuration goes straight to the queue
+// (a place written, one Acquire request), rather than first asking for the
+// lease on the queue's being empty; a LeaseDuration later it asks that way
+// again (no place written). The first half's control is the second half.
+func TestFairContendedLockQueuesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		ctx := context.Background()
+		fsA := f.faulty()
+		a := newLock(t, fsA, "node-a", fair)
+		held, err := newLock(t, f.faulty(), "node-b", fair).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			h, err := a.Acquire(ctx) // found held: a waits in the queue
+			if err == nil {
+				err = h.Release(ctx)
+			}
+			done <- err
+		}()
+		synctest.Wait()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		cycle := func() (enqueues, acquires int) {
+			e0, a0 := fsA.Calls(faultstore.OpEnqueue), fsA.Calls(faultstore.OpAcquire)
+			h, err := a.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return fsA.Calls(faultstore.OpEnqueue) - e0, fsA.Calls(faultstore.OpAcquire) - a0
+		}
+		if e, n := cycle(); e != 1 || n != 1 {
+			t.Errorf("right after a contended acquisition: %d Enqueue and %d Acquire calls, want 1 and 1 (queued at once)", e, n)
+		}
+		time.Sleep(leasehold.Timings{}.WithDefaults().LeaseDuration)
+		if e, n := cycle(); e != 0 || n != 1 {
+			t.Errorf("a LeaseDuration later: %d Enqueue and %d Acquire calls, want 0 and 1 (taken with the queue empty)", e, n)
+		}
+	})
 }

@@ -22,6 +22,9 @@ type Lock struct {
 	seq     atomic.Uint64
 	watcher store.Watcher
 	queue   store.Queuer // Config.Fair: the store's queue; nil otherwise
+	// unqueued: with queue, the store's store.UnqueuedAcquirer, if it has
+	// one: Acquire's first attempt while the lease is not contended.
+	unqueued store.UnqueuedAcquirer
 	// watchLag: the store's store.WatchLagger answer (0 without one), the
 	// least a Lock yields after a contended release.
 	watchLag time.Duration
@@ -32,7 +35,8 @@ type Lock struct {
 	yieldMu    sync.Mutex
 	yieldUntil time.Time
 	// contendedAt: when a released term of this Lock was last won against
-	// another holder (zero: never).
+	// another holder (zero: never). With Config.Fair: when an Acquire of
+	// this Lock last found the lease held or others queued.
 	contendedAt time.Time
 }
 
@@ -57,6 +61,7 @@ func NewLock(st store.Store, name string, cfg Config) (*Lock, error) {
 	}
 	if cfg.Fair {
 		l.queue, _ = store.AsQueuer(st)
+		l.unqueued, _ = st.(store.UnqueuedAcquirer)
 	}
 	return l, nil
 }
@@ -93,7 +98,11 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // latency, 1 ms, the store's watch lag), at most RetryPeriod, so the waiters
 // woken by that release get there first (see released); this applies to
 // every goroutine sharing the Lock. With Config.Fair, Acquire waits its turn
-// in the store's queue instead, and never yields.
+// in the store's queue instead, and never yields. On a store with
+// store.UnqueuedAcquirer, a fair Acquire first asks for the lease on the
+// condition that nobody is queued, unless an Acquire of this Lock found it
+// held or others queued within the last LeaseDuration: a lease nobody else
+// wants is then taken in one request, with no place written.
 func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 	defer l.hold.events.flush()
 	if err := l.waitYield(ctx); err != nil {
@@ -101,11 +110,30 @@ func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 	}
 	c := l.contender()
 	c.queue = l.queue
+	if l.queue != nil && !l.fairContended() {
+		c.unqueued = l.unqueued
+	}
 	rec, sent, err := c.acquire(ctx)
+	if l.queue != nil && (c.sawHeld || c.queuedBehind) {
+		l.yieldMu.Lock()
+		l.contendedAt = l.hold.clock.Now()
+		l.yieldMu.Unlock()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: acquire %q: %w", l.name, err)
 	}
 	return l.lease(ctx, c, rec, sent), nil
+}
+
+// fairContended reports whether a fair Acquire of this Lock found the
+// lease held or others queued within the last LeaseDuration. Its next
+// Acquire then queues at once: an attempt that skips the queue
+// (store.UnqueuedAcquirer) would most likely be refused, a request for
+// nothing on every turn of a busy lock.
+func (l *Lock) fairContended() bool {
+	l.yieldMu.Lock()
+	defer l.yieldMu.Unlock()
+	return !l.contendedAt.IsZero() && l.hold.clock.Now().Sub(l.contendedAt) < l.hold.timings.LeaseDuration
 }
 
 func (l *Lock) lease(ctx context.Context, c *contender, rec store.Record, sent time.Time) *Lease {

@@ -42,6 +42,9 @@ var (
 	// ErrInvalid: an argument broke the rules below (name, holder, TTL,
 	// metadata). Nothing was changed. The wrapped message names what was wrong.
 	ErrInvalid = errors.New("leasehold: invalid argument")
+	// ErrQueued: UnqueuedAcquirer.AcquireUnqueued found waiters queued for
+	// the lease, or could not check. Nothing was granted or changed.
+	ErrQueued = errors.New("leasehold: waiters are queued for the lease")
 )
 
 // Limits every store accepts, and every caller is held to by [ValidateName],
@@ -402,6 +405,25 @@ type Queuer interface {
 	// Dequeue removes holder's place from name's queue, if it has one. It
 	// is idempotent: removing a place that is not there is not an error.
 	Dequeue(ctx context.Context, name, holder string) error
+}
+
+// UnqueuedAcquirer is an optional capability of a Queuer: an Acquire that
+// grants only while the lease's queue is empty. A fair Lock or Elector
+// whose lease nobody else wants then takes it in one request, as an unfair
+// one does, and writes no place; a fair cycle otherwise costs a place
+// written and removed besides the grant and the release.
+//
+// Fairness is kept: nobody takes the lease ahead of a queued waiter. A
+// caller refused with ErrQueued or ErrHeld queues as it would have
+// without this capability.
+type UnqueuedAcquirer interface {
+	// AcquireUnqueued is Acquire with one more condition, checked in the
+	// same atomic step as the grant: while name's queue holds a live place
+	// (of any holder) it grants nothing, changes nothing, and returns an
+	// error matching ErrQueued. Its other answers are Acquire's. A store
+	// (or a wrapper around one) that cannot check the queue in that step
+	// returns ErrQueued without sending anything, and its caller queues.
+	AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (Record, error)
 }
 
 // QueueReporter is implemented by a store that wraps another (such as

@@ -24,8 +24,8 @@ import (
 // negative control it also breaks the store in one way (see Broken*), below
 // the recorder, so the history shows what the elector saw. It forwards every
 // optional capability on purpose (a wrapper that embedded store.Store would
-// hide the store's watch, and nodes would poll): Watch, RenewMany and Limits
-// reach the store inside when it has them.
+// hide the store's watch, and nodes would poll): Watch, RenewMany, Limits,
+// the queue and AcquireUnqueued reach the store inside when it has them.
 type recStore struct {
 	inner  store.Store
 	hw     *historyWriter
@@ -203,6 +203,26 @@ func (s *recStore) Enqueue(ctx context.Context, name, holder string, ttl time.Du
 		return 0, errors.New("chaos: the store has no queue")
 	}
 	return q.Enqueue(ctx, name, holder, ttl)
+}
+
+// AcquireUnqueued forwards the store's store.UnqueuedAcquirer, logged as
+// an acquire. While a broken mode is set, or without one, it answers
+// store.ErrQueued unsent, so that the caller's acquires go through
+// Acquire, where the broken modes live.
+func (s *recStore) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	u, ok := s.inner.(store.UnqueuedAcquirer)
+	if _, queues := store.AsQueuer(s.inner); !ok || !queues || s.broken != "" {
+		return store.Record{}, fmt.Errorf("chaos: acquire on an empty queue's condition not forwarded: %w", store.ErrQueued)
+	}
+	n := s.call(callAcquire, name, 0)
+	rec, err := u.AcquireUnqueued(ctx, name, holder, ttl, metadata)
+	rec = s.out(rec)
+	tok := int64(0)
+	if err == nil {
+		tok = rec.Token
+	}
+	s.answer(n, callAcquire, name, tok, err)
+	return rec, err
 }
 
 func (s *recStore) Dequeue(ctx context.Context, name, holder string) error {

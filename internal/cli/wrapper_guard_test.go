@@ -37,7 +37,7 @@ var embedAllowlist = map[string]bool{}
 
 // notForwarded lists, per wrapper, the optional interfaces it deliberately
 // does not forward, with the reason. The capabilities the lease loop uses
-// (Watcher, BatchRenewer, Limiter) may never appear here.
+// (loopCapabilities) may never appear here.
 var notForwarded = map[string]map[string]string{
 	// A fault-injecting test double: operators' capabilities are not what
 	// its faults exercise, and it is never given to the CLI.
@@ -53,7 +53,7 @@ var notForwarded = map[string]map[string]string{
 
 // loopCapabilities are the optional interfaces the elector, lock and keeper
 // look for: no wrapper may hide them.
-var loopCapabilities = []string{"Watcher", "BatchRenewer", "Limiter"}
+var loopCapabilities = []string{"Watcher", "BatchRenewer", "Limiter", "Queuer", "UnqueuedAcquirer"}
 
 type wrapperFinding struct {
 	typ      string // dir.Type, relative to the repository root

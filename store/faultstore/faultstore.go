@@ -289,6 +289,18 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	return do(ctx, s, OpEnqueue, func() (int, error) { return q.Enqueue(ctx, name, holder, ttl) })
 }
 
+// AcquireUnqueued passes through to the inner store's
+// store.UnqueuedAcquirer, under the faults of OpAcquire (it is an acquire).
+// If the inner store has none, or no queue, it answers store.ErrQueued
+// without calling it, as the contract allows: the caller queues.
+func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	u, ok := s.inner.(store.UnqueuedAcquirer)
+	if _, queues := store.AsQueuer(s.inner); !ok || !queues {
+		return store.Record{}, fmt.Errorf("faultstore: inner store cannot acquire on an empty queue's condition: %w", store.ErrQueued)
+	}
+	return do(ctx, s, OpAcquire, func() (store.Record, error) { return u.AcquireUnqueued(ctx, name, holder, ttl, metadata) })
+}
+
 // Dequeue passes through to the inner store's store.Queuer.
 func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	q, ok := store.AsQueuer(s.inner)

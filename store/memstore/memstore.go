@@ -107,7 +107,12 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.now()
+	return b.acquire(name, holder, ttl, metadata, b.now())
+}
+
+// acquire grants name to holder unless another term is live. Called with
+// b.mu held.
+func (b *Backend) acquire(name, holder string, ttl time.Duration, metadata string, now time.Time) (store.Record, error) {
 	l := b.leases[name]
 	if l == nil {
 		l = &lease{}

@@ -2,13 +2,37 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/store"
 )
 
-var _ store.Queuer = (*Store)(nil)
+var (
+	_ store.Queuer           = (*Store)(nil)
+	_ store.UnqueuedAcquirer = (*Store)(nil)
+)
+
+// AcquireUnqueued implements store.UnqueuedAcquirer: Acquire, refused
+// with store.ErrQueued while name's queue holds a live place.
+func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
+		return store.Record{}, err
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	b.prune(name, now)
+	if len(b.queues[name]) > 0 {
+		return store.Record{}, kit.Wrap(fmt.Sprintf("acquire %q", name), store.ErrQueued)
+	}
+	return b.acquire(name, holder, ttl, metadata, now)
+}
 
 // place is one waiter's place in a name's queue.
 type place struct {

@@ -213,6 +213,7 @@ func newStore(ctx context.Context, q querier, opts Options, closePool func()) (*
 	}
 	s.hub.Idle = s.watchEnded
 	s.sql = newStatements(s.qtable, s.qhist, func(suffix string) string { return ident(schema, table+suffix) }, leaseFunctionsVersion)
+	s.sql.acquireUnqueuedFn = s.acquireUnqueuedSQL()
 	if opts.PreparedStatements {
 		q.prepare()
 	}

@@ -96,6 +96,10 @@ type statements struct {
 
 	acquire, renew, release, get, list, renewMany, forceRelease, history string
 	acquireFn, renewFn, releaseFn                                        string
+	// acquireUnqueuedFn is acquireFn under a condition that no live place
+	// is queued for the name (see Store.AcquireUnqueued); set by newStore,
+	// which knows the queue's table.
+	acquireUnqueuedFn string
 }
 
 // recordCols are the columns of a store.Record, computed on the database's

@@ -10,7 +10,10 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-var _ store.Queuer = (*Store)(nil)
+var (
+	_ store.Queuer           = (*Store)(nil)
+	_ store.UnqueuedAcquirer = (*Store)(nil)
+)
 
 // The queue of lease name N (prefix P) is three keys in N's hash slot:
 //

@@ -75,6 +75,17 @@ func (s *Store) wrap(op string, err error) error {
 // published: waiters wake on releases and at expiry. A *TokenRegressError
 // reports a counter below a token already seen; nothing was granted then.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquire(ctx, name, holder, ttl, metadata, false)
+}
+
+// AcquireUnqueued implements store.UnqueuedAcquirer: Acquire's script,
+// refusing with store.ErrQueued while the name's queue holds a live place
+// (two more commands in the script, one request as before).
+func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquire(ctx, name, holder, ttl, metadata, true)
+}
+
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string, unqueued bool) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -91,7 +102,11 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if s.opts.Tokens == TokensCounter {
 		clock = "0"
 	}
-	res, err := acquireScript.Run(ctx, s.c, s.keys(name), holder, msArg, ":"+msArg+":"+metadata, floor, clock).Result()
+	script, keys := acquireScript, s.keys(name)
+	if unqueued {
+		script, keys = acquireUnqueuedScript, append(keys, s.queueKeys(name)[1])
+	}
+	res, err := script.Run(ctx, s.c, keys, holder, msArg, ":"+msArg+":"+metadata, floor, clock).Result()
 	if err != nil {
 		return store.Record{}, s.wrap(acquireOp(name), err)
 	}
@@ -117,6 +132,8 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 			return store.Record{}, s.wrap(acquireOp(name), r.err)
 		}
 		return store.Record{}, &TokenRegressError{Name: name, Seen: floor, Found: counter, Granted: true}
+	case acqQueued:
+		return store.Record{}, kit.Wrap(acquireOp(name), store.ErrQueued)
 	case acqHeld, acqHeldRegress:
 		holder, tr, pttl, counter := r.str(1), r.term(2), r.int(3), r.int(4)
 		if r.err != nil {

@@ -80,10 +80,29 @@ import goredis "github.com/redis/go-redis/v9"
 //	0 held by another, or 3 held and the counter was below the floor:
 //	  {status, holder, term record, pttl, counter-before}
 var acquireScript = goredis.NewScript(nextTokenLua + `
+local t = nil
+` + acquireLua)
+
+// acquireUnqueuedScript is acquireScript, first refusing with {4} (and
+// changing nothing) while KEYS[4], the name's queue of place expiries
+// (see queueKeys), holds a place that has not expired on the server's
+// clock. That costs two commands, TIME and ZRANGEBYSCORE (one the queue
+// already needs, so the README's ACL covers it), and the TIME is the one
+// the grant reads for its token.
+var acquireUnqueuedScript = goredis.NewScript(nextTokenLua + `
+local t = redis.call('TIME')
+if #redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), '+inf', 'LIMIT', 0, 1) > 0 then
+  return {4}
+end
+` + acquireLua)
+
+// acquireLua is the body of acquireScript; t is the server's TIME if the
+// script already read it, else nil.
+const acquireLua = `
 local floor = tonumber(ARGV[4])
 local clock = 0
 if ARGV[5] == '1' then
-  local t = redis.call('TIME')
+  t = t or redis.call('TIME')
   clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -118,7 +137,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], string.format('%d', tok) .. ARGV[3], 'PX', ARGV[2])
 return tok
-`)
+`
 
 // nextTokenLua defines nextToken, the one place where a grant's token is
 // taken (acquireScript and transferScript start with it).
@@ -177,6 +196,7 @@ const (
 	acqHeld         = 0
 	acqRegress      = 2
 	acqHeldRegress  = 3 // held by another, and the counter was below the floor
+	acqQueued       = 4 // acquireUnqueuedScript: a place is queued; nothing changed
 	renewNotHeld    = 0
 	releaseNotHeld  = 0
 	releaseReleased = 1

@@ -10,6 +10,11 @@ import (
 	"github.com/leasehold/leasehold/store/storekit"
 )
 
+var (
+	_ store.Queuer           = (*Store)(nil)
+	_ store.UnqueuedAcquirer = (*Store)(nil)
+)
+
 // The queue of a lease name is its rows in the table <table>_queue (see
 // Migrate): a place is (name, holder), its position seq (AUTOINCREMENT:
 // never reused, so a later place is always behind an earlier one) and its

@@ -46,6 +46,17 @@ func scanRecord(sc scanner, name string) (store.Record, error) {
 // SQLite's clock, only matches a free row, an expired row, or this holder's
 // row; if it matches nothing, the live term is read in the same transaction.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquire(ctx, name, holder, ttl, metadata, false)
+}
+
+// AcquireUnqueued implements store.UnqueuedAcquirer: Acquire's transaction,
+// which first counts the name's live places under the same write lock and
+// grants nothing while there is one.
+func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquire(ctx, name, holder, ttl, metadata, true)
+}
+
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string, unqueued bool) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -57,6 +68,15 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		return store.Record{}, s.fail("acquire "+name, err)
 	}
 	defer tx.Rollback()
+	if unqueued {
+		var queued bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+quote(s.queue)+` WHERE name = ?1 AND expires_at > `+nowMS+`)`, name).Scan(&queued); err != nil {
+			return store.Record{}, s.queueFail(fmt.Sprintf("acquire %q", name), err)
+		}
+		if queued {
+			return store.Record{}, kit.Wrap(fmt.Sprintf("acquire %q", name), store.ErrQueued)
+		}
+	}
 	rec, err := s.acquireIn(ctx, tx, name, holder, ttl, metadata)
 	switch {
 	case err == nil:

@@ -233,3 +233,66 @@ func testQueueInvalid(s *suite) {
 		}
 	}
 }
+
+// testQueueAcquireUnqueued: a store with store.UnqueuedAcquirer grants a
+// lease that is free and has nobody queued as Acquire does; answers
+// ErrHeld, with the live term, while another holds it; refuses with
+// ErrQueued while a place is queued (written through another handle),
+// granting and changing nothing: the lease stays free and its token where
+// it was; and grants again, with a higher token, once the place has left.
+// A handle that answers ErrQueued even with nobody queued (it cannot check
+// the queue, which the contract allows) is skipped once shown to have
+// granted nothing.
+func testQueueAcquireUnqueued(s *suite) {
+	q := s.queuer()
+	u, ok := s.store().(store.UnqueuedAcquirer)
+	if !ok {
+		s.t.Skip("store has no UnqueuedAcquirer capability: every fair acquisition writes a place")
+	}
+	ctx, ttl := s.ctx(), s.longTTL()
+	first, err := u.AcquireUnqueued(ctx, "job", "node-a", ttl, "meta")
+	if errors.Is(err, store.ErrQueued) {
+		if rec, gerr := s.store().Get(ctx, "job"); !errors.Is(gerr, store.ErrNotFound) {
+			s.t.Fatalf("AcquireUnqueued answered %v, and then Get found %+v, %v; want nothing granted (ErrNotFound)", err, rec, gerr)
+		}
+		s.t.Skipf("this handle answers ErrQueued with nobody queued (the contract allows it of a store that cannot check the queue): %v", err)
+	}
+	if err != nil {
+		s.t.Fatalf("AcquireUnqueued of a free lease with nobody queued: %v", err)
+	}
+	if first.Holder != "node-a" || first.Token <= 0 || first.Metadata != "meta" {
+		s.t.Fatalf("AcquireUnqueued granted %+v, want node-a's term with metadata %q and a token above 0", first, "meta")
+	}
+	held, err := u.AcquireUnqueued(ctx, "job", "node-b", ttl, "")
+	if !errors.Is(err, store.ErrHeld) || held.Holder != "node-a" || held.Token != first.Token {
+		s.t.Fatalf("AcquireUnqueued of a held lease: %+v, %v; want ErrHeld with node-a's term (token %d)", held, err, first.Token)
+	}
+	if err := s.store().Release(ctx, first.Term); err != nil {
+		s.t.Fatalf("Release: %v", err)
+	}
+	s.enqueue(q, "job", "waiter", ttl)
+	before, err := s.store().Get(ctx, "job")
+	if err != nil {
+		s.t.Fatalf("Get: %v", err)
+	}
+	if rec, err := u.AcquireUnqueued(ctx, "job", "node-b", ttl, ""); !errors.Is(err, store.ErrQueued) {
+		s.t.Fatalf("AcquireUnqueued with a place queued: %+v, %v; want ErrQueued", rec, err)
+	}
+	after, err := s.store().Get(ctx, "job")
+	if err != nil {
+		s.t.Fatalf("Get: %v", err)
+	}
+	if after.Live() || after.Token != before.Token {
+		s.t.Fatalf("after AcquireUnqueued was refused with a place queued, Get shows %+v; want the lease free with token %d as before", after, before.Token)
+	}
+	if err := q.Dequeue(ctx, "job", "waiter"); err != nil {
+		s.t.Fatalf("Dequeue: %v", err)
+	}
+	next, err := u.AcquireUnqueued(ctx, "job", "node-b", ttl, "")
+	if err != nil {
+		s.t.Fatalf("AcquireUnqueued once the place left: %v", err)
+	}
+	if next.Holder != "node-b" || next.Token <= first.Token {
+		s.t.Fatalf("AcquireUnqueued once the place left granted %+v; want node-b's term with a token above %d", next, first.Token)
+	}
+}

@@ -107,6 +107,7 @@ func Run(t *testing.T, h Harness) {
 		{"QueueDeadPlaceExpires", testQueueDeadPlaceExpires},
 		{"QueueWatch", testQueueWatch},
 		{"QueueInvalid", testQueueInvalid},
+		{"QueueAcquireUnqueued", testQueueAcquireUnqueued},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
