@@ -57,7 +57,7 @@ type Config struct {
 	// place every RetryPeriod while waiting); the place leaves while the term
 	// starts, not before Acquire returns, and before the term is released.
 	// On a store with store.UnqueuedAcquirer (memstore, SQLite, PostgreSQL
-	// with its lease functions, Redis), a lease that is free with nobody
+	// with its lease functions, Redis, etcd), a lease that is free with nobody
 	// queued is taken in one request with no place written, as without
 	// Fair; a Lock that found its lease contended within the last
 	// LeaseDuration queues at once instead.

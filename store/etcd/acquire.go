@@ -28,6 +28,19 @@ import (
 // A refused attempt puts its lease back in the pool. See "Reusing etcd
 // leases" in the package doc.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquireTerm(ctx, name, holder, ttl, metadata, false)
+}
+
+// AcquireUnqueued implements store.UnqueuedAcquirer. Acquire already
+// refuses while any contender key ranks ahead, a place included (etcd's
+// queue is the contender keys); this answers store.ErrQueued, rather than
+// ErrHeld with the place as the holder, when the key that refused it is a
+// leasehold place.
+func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquireTerm(ctx, name, holder, ttl, metadata, true)
+}
+
+func (s *Store) acquireTerm(ctx context.Context, name, holder string, ttl time.Duration, metadata string, unqueued bool) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -38,9 +51,9 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err != nil {
 		return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
 	}
-	rec, err := s.acquire(ctx, name, holder, ttl, secs, metadata, true)
+	rec, err := s.acquire(ctx, name, holder, ttl, secs, metadata, true, unqueued)
 	if errors.Is(err, errPooledGone) {
-		rec, err = s.acquire(ctx, name, holder, ttl, secs, metadata, false)
+		rec, err = s.acquire(ctx, name, holder, ttl, secs, metadata, false, unqueued)
 	}
 	return rec, err
 }
@@ -55,7 +68,7 @@ type keepAliveResult struct {
 	err   error
 }
 
-func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string, usePool bool) (store.Record, error) {
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string, usePool, unqueued bool) (store.Record, error) {
 	pfx, rk := s.lockPrefix(name), s.recordKey(name)
 
 	sent := time.Now()
@@ -206,6 +219,9 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 		lowest := contenders[0]
 		if !isOwnTerm(lowest, rec, holder) {
 			refused = true
+			if _, place := v.places[lowest.create]; place && unqueued {
+				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, store.ErrQueued)
+			}
 			r, err := s.describe(ctx, name, lowest, rec, v)
 			if err != nil {
 				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)

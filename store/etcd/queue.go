@@ -12,7 +12,10 @@ import (
 	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
 
-var _ store.Queuer = (*Store)(nil)
+var (
+	_ store.Queuer           = (*Store)(nil)
+	_ store.UnqueuedAcquirer = (*Store)(nil)
+)
 
 // The queue of lease name N (store.Queuer, for Config.Fair) is etcd's own:
 // the contender keys under P N/ in the order of their create revisions, the
