@@ -108,7 +108,8 @@ type eventQueue struct {
 
 	mu        sync.Mutex
 	cond      sync.Cond // signalled with mu when delivered or state moves
-	pending   []Event
+	pending   []Event   // pending[head:] are not given yet
+	head      int
 	added     uint64
 	delivered uint64
 	state     deliverer
@@ -123,6 +124,10 @@ const (
 	drainGo                  // a drain goroutine
 	flushGo                  // a flush, on its caller's goroutine
 )
+
+// maxKeptEvents is the largest array of pending events an empty queue
+// keeps for reuse.
+const maxKeptEvents = 16
 
 func newEventQueue(fn func(Event)) *eventQueue {
 	q := &eventQueue{fn: fn}
@@ -158,9 +163,17 @@ func (q *eventQueue) enqueue(e Event, spawn bool) {
 // deliverOne gives the first pending event to fn, with q.mu held on entry
 // and on return (not while fn runs).
 func (q *eventQueue) deliverOne() {
-	e := q.pending[0]
-	q.pending[0] = Event{}
-	q.pending = q.pending[1:]
+	e := q.pending[q.head]
+	q.pending[q.head] = Event{}
+	q.head++
+	if q.head == len(q.pending) {
+		// All given: reuse the array for the next events (a Lock cycle
+		// queues four), unless a burst made it large.
+		q.pending, q.head = q.pending[:0], 0
+		if cap(q.pending) > maxKeptEvents {
+			q.pending = nil
+		}
+	}
 	q.mu.Unlock()
 
 	q.fn(e)
@@ -177,11 +190,10 @@ func (q *eventQueue) drain() {
 		return // a flush took over; it starts another drain if events are left
 	}
 	q.state = drainGo
-	for len(q.pending) > 0 {
+	for q.head < len(q.pending) {
 		q.deliverOne()
 	}
 	q.state = idle
-	q.pending = nil
 	q.cond.Broadcast()
 }
 
@@ -205,12 +217,11 @@ func (q *eventQueue) flush() {
 		for q.delivered < n {
 			q.deliverOne()
 		}
-		if len(q.pending) > 0 {
+		if q.head < len(q.pending) {
 			q.state = spawned // events added since the call: a goroutine gives them
 			go q.drain()
 		} else {
 			q.state = idle
-			q.pending = nil
 		}
 		q.cond.Broadcast()
 	}
