@@ -28,7 +28,9 @@ import (
 // a holds the lease; b and then c start and queue behind it (their places
 // are seen in the store's queue table, in that order); when a's command
 // ends, b runs before c, each with a higher token, and the queue is empty
-// at the end.
+// at the end. a, which found the lease free with nobody queued, took it
+// without writing a place: the queue table's AUTOINCREMENT counter
+// (sqlite_sequence) has no row until b queues, which is the control.
 func TestFairRunSQLite(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "leases.db")
@@ -50,6 +52,12 @@ func TestFairRunSQLite(t *testing.T) {
 			out = append(out, h)
 		}
 		return out
+	}, func() int {
+		var n int
+		if err := db.QueryRow(`SELECT seq FROM sqlite_sequence WHERE name = 'leader_lease_queue'`).Scan(&n); err != nil {
+			return 0 // no row: no place was ever written
+		}
+		return n
 	})
 }
 
@@ -76,7 +84,7 @@ func TestFairRunEtcd(t *testing.T) {
 			out = append(out, strings.TrimPrefix(string(kv.Key), markers))
 		}
 		return out
-	})
+	}, nil)
 }
 
 // TestFairRunNATS: the same on NATS, whose queue is one key per place
@@ -133,7 +141,7 @@ func TestFairRunNATS(t *testing.T) {
 			out = append(out, p.holder)
 		}
 		return out
-	})
+	}, nil)
 }
 
 // TestFairRunKubernetes: the same on Kubernetes, whose queue is a Lease
@@ -164,14 +172,17 @@ func TestFairRunKubernetes(t *testing.T) {
 			out = append(out, p.Holder)
 		}
 		return out
-	})
+	}, nil)
 }
 
 // fairRun: a holds the lease; b and then c start and queue behind it
 // (queued lists the holders of the places, first first); when a's command
 // ends, b runs before c, each with a higher token, and the queue is empty at
 // the end.
-func fairRun(t *testing.T, url string, timings []string, queued func() []string) {
+// placesWritten, if set, counts the places ever written to the store's
+// queue: none while a, the first, holds (it found nobody queued), some
+// once b has queued.
+func fairRun(t *testing.T, url string, timings []string, queued func() []string, placesWritten func() int) {
 	dir := t.TempDir()
 	order := filepath.Join(dir, "order")
 	release := filepath.Join(dir, "go")
@@ -220,8 +231,18 @@ func fairRun(t *testing.T, url string, timings []string, queued func() []string)
 	}
 	a := start("a", release)
 	waitUntil(t, 30*time.Second, "a to hold the lease", func() bool { return len(lines()) == 2 })
+	if placesWritten != nil {
+		if n := placesWritten(); n != 0 {
+			t.Fatalf("a took a free lease with nobody queued, yet places were written: %d; want none", n)
+		}
+	}
 	b := start("b", "")
 	waitUntil(t, 30*time.Second, "b to queue", func() bool { return fmt.Sprint(names()) == "[b]" })
+	if placesWritten != nil {
+		if n := placesWritten(); n == 0 {
+			t.Fatal("control: b has queued, and no place was counted: the count cannot see a place")
+		}
+	}
 	c := start("c", "")
 	waitUntil(t, 30*time.Second, "c to queue behind b", func() bool { return fmt.Sprint(names()) == "[b c]" })
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
