@@ -70,18 +70,24 @@ var errTooSlow = errors.New("leasehold: acquire answered after its safe deadline
 // the time the request was sent. An error matching store.ErrHeld comes with
 // the live record.
 func (c *contender) try(ctx context.Context) (store.Record, time.Time, error) {
-	return c.tryWith(ctx, c.store.Acquire)
+	return c.tryWith(ctx, nil)
 }
 
-// tryWith is try with the request acquire (store.Store.Acquire, or
-// store.UnqueuedAcquirer.AcquireUnqueued).
-func (c *contender) tryWith(ctx context.Context, acquire func(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error)) (store.Record, time.Time, error) {
+// tryWith is try, sending unqueued.AcquireUnqueued instead of Acquire if
+// unqueued is set.
+func (c *contender) tryWith(ctx context.Context, unqueued store.UnqueuedAcquirer) (store.Record, time.Time, error) {
 	t := c.timings
 	sent := c.clock.Now()
 	// A grant that takes longer than RenewDeadline is useless: it would be past
 	// its own safeUntil on arrival.
 	actx, cancel := context.WithTimeout(ctx, t.RenewDeadline)
-	rec, err := acquire(actx, c.name, c.holder, t.LeaseDuration, c.metadata)
+	var rec store.Record
+	var err error
+	if unqueued != nil {
+		rec, err = unqueued.AcquireUnqueued(actx, c.name, c.holder, t.LeaseDuration, c.metadata)
+	} else {
+		rec, err = c.store.Acquire(actx, c.name, c.holder, t.LeaseDuration, c.metadata)
+	}
 	cancel()
 	rtt := c.clock.Now().Sub(sent)
 	attempt := Event{Kind: EventAcquireAttempt, Name: c.name, Term: rec.Term, Record: rec, Latency: rtt, Err: err}
@@ -169,7 +175,7 @@ func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, e
 			// First, take the lease at once if it is free and nobody is
 			// queued: no place is written. Refused (queued, held, or no
 			// answer), queue as usual, at once.
-			rec, sent, err = c.tryWith(ctx, unqueued.AcquireUnqueued)
+			rec, sent, err = c.tryWith(ctx, unqueued)
 			unqueued = nil
 			switch {
 			case err == nil:

@@ -152,6 +152,8 @@ func (s *Store) retry(ctx context.Context, fn func() error) error { return retri
 
 // recScan receives the columns of recordCols.
 type recScan struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	name, holder, meta string
 	epoch              int64
 	rem, ttl           float64
@@ -201,6 +203,11 @@ const maxAcquireRounds = 10
 // with ErrHeld; if that row turns out free (it changed in between), Acquire
 // tries again.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquire(ctx, name, holder, ttl, metadata, false)
+}
+
+// acquire is Acquire, or with unqueued AcquireUnqueued (queue.go).
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string, unqueued bool) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -208,16 +215,29 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		return store.Record{}, err
 	}
 	what := strconv.Quote(name)
+	queued := func() error { return kit.Wrap("acquire "+what, store.ErrQueued) }
+	if unqueued && s.noLeaseFunctions.Load() {
+		return store.Record{}, queued()
+	}
 	for range maxAcquireRounds {
 		var x recScan
 		granted := false
+		args := []any{name, holder, ttlMicros(ttl), metadata}
+		scan := func(r rowScanner) error {
+			granted = true
+			return r.Scan(x.dest()...)
+		}
 		err := s.retry(ctx, func() error {
 			granted = false
-			return s.leaseQuery(ctx, s.sql.acquireFn, s.sql.acquire, []any{name, holder, ttlMicros(ttl), metadata}, func(r rowScanner) error {
-				granted = true
-				return r.Scan(x.dest()...)
-			})
+			if unqueued {
+				return s.q.query(ctx, s.sql.acquireUnqueuedFn, args, scan)
+			}
+			return s.leaseQuery(ctx, s.sql.acquireFn, s.sql.acquire, args, scan)
 		})
+		if unqueued && leaseFunctionUnusable(err) {
+			s.noLeaseFunctions.Store(true)
+			return store.Record{}, queued()
+		}
 		if err != nil {
 			return store.Record{}, s.opErr("acquire", what, err)
 		}
@@ -229,12 +249,14 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 			return store.Record{}, s.opErr("acquire", what, err)
 		}
 		switch {
-		case !found:
+		case !found && !unqueued:
 			// Deleted by hand since: insert it.
-		case cur.Token < 0:
+		case found && cur.Token < 0:
 			return store.Record{}, kit.Errorf("acquire "+what, "epoch is %d: %w", cur.Token, ErrBadRow)
-		case cur.Holder != "" && cur.Holder != holder && cur.Remaining > 0:
+		case found && cur.Holder != "" && cur.Holder != holder && cur.Remaining > 0:
 			return cur, kit.Errorf("acquire "+what, "held by %s: %w", cur.Holder, store.ErrHeld)
+		case unqueued:
+			return store.Record{}, queued() // a place is queued (or the row changed meanwhile)
 		}
 	}
 	return store.Record{}, kit.Errorf("acquire "+what, "the row kept changing between the compare-and-swap and the read (%d rounds); nothing was granted by the last round, retry later", maxAcquireRounds)

@@ -165,8 +165,8 @@ SELECT count(pg_notify(ch.chan, $1)) FROM (SELECT 1 FROM gone LIMIT 1) AS x, ({{
 // condition that no live place is queued for the name. The condition is an
 // uncorrelated subquery, which PostgreSQL runs first, once, as a one-time
 // filter: when it is false the function is never called, so nothing is
-// written and no token is spent (the conformance suite's QueueAcquireUnqueued checks that nothing was granted).
-// Under READ COMMITTED the statement's snapshot is taken when it starts:
+// written and no token is spent (the conformance case QueueAcquireUnqueued
+// checks that nothing was granted). Under READ COMMITTED the statement's snapshot is taken when it starts:
 // a place committed meanwhile is one that arrived with this request, and
 // either may go first.
 func (s *Store) acquireUnqueuedSQL() string {
@@ -176,48 +176,12 @@ func (s *Store) acquireUnqueuedSQL() string {
 
 // AcquireUnqueued implements store.UnqueuedAcquirer: one statement, the
 // acquire lease function's call on the condition that the name's queue
-// holds no live place. A store that uses its statements rather than the
-// lease functions (see Options) answers store.ErrQueued without sending
-// anything: its acquire is a statement of several writing parts, which a
-// condition around it would not stop. When nothing is granted it reads the
-// lease, as Acquire does, to return the live term with store.ErrHeld;
-// otherwise it answers store.ErrQueued.
+// holds no live place (acquireUnqueuedSQL). A store that uses its
+// statements rather than the lease functions (see Options) answers
+// store.ErrQueued without sending anything: its acquire is a statement of
+// several writing parts, which a condition around it would not stop. When
+// nothing is granted it reads the lease, as Acquire does, to return the
+// live term with store.ErrHeld; otherwise it answers store.ErrQueued.
 func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := s.life.Check(ctx); err != nil {
-		return store.Record{}, err
-	}
-	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
-		return store.Record{}, err
-	}
-	what := strconv.Quote(name)
-	if s.noLeaseFunctions.Load() {
-		return store.Record{}, kit.Errorf("acquire "+what, "the lease functions are not in use: %w", store.ErrQueued)
-	}
-	var x recScan
-	granted := false
-	err := s.retry(ctx, func() error {
-		granted = false
-		return s.q.query(ctx, s.sql.acquireUnqueuedFn, []any{name, holder, ttlMicros(ttl), metadata}, func(r rowScanner) error {
-			granted = true
-			return r.Scan(x.dest()...)
-		})
-	})
-	if leaseFunctionUnusable(err) {
-		s.noLeaseFunctions.Store(true)
-		return store.Record{}, kit.Errorf("acquire "+what, "the lease functions are not usable: %w", store.ErrQueued)
-	}
-	if err != nil {
-		return store.Record{}, s.opErr("acquire", what, err)
-	}
-	if granted {
-		return x.record(), nil
-	}
-	cur, found, err := s.get(ctx, name)
-	if err != nil {
-		return store.Record{}, s.opErr("acquire", what, err)
-	}
-	if found && cur.Holder != "" && cur.Holder != holder && cur.Remaining > 0 {
-		return cur, kit.Errorf("acquire "+what, "held by %s: %w", cur.Holder, store.ErrHeld)
-	}
-	return store.Record{}, kit.Wrap("acquire "+what, store.ErrQueued)
+	return s.acquire(ctx, name, holder, ttl, metadata, true)
 }

@@ -102,11 +102,11 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if s.opts.Tokens == TokensCounter {
 		clock = "0"
 	}
-	script, keys := acquireScript, s.keys(name)
+	keys, args := s.keys(name), []any{holder, msArg, ":" + msArg + ":" + metadata, floor, clock}
 	if unqueued {
-		script, keys = acquireUnqueuedScript, append(keys, s.queueKeys(name)[1])
+		keys, args = append(keys, s.queueKeys(name)[1]), append(args, "1")
 	}
-	res, err := script.Run(ctx, s.c, keys, holder, msArg, ":"+msArg+":"+metadata, floor, clock).Result()
+	res, err := acquireScript.Run(ctx, s.c, keys, args...).Result()
 	if err != nil {
 		return store.Record{}, s.wrap(acquireOp(name), err)
 	}

@@ -81,20 +81,21 @@ import goredis "github.com/redis/go-redis/v9"
 //	  {status, holder, term record, pttl, counter-before}
 var acquireScript = goredis.NewScript(nextTokenLua + `
 local t = nil
+if ARGV[6] == '1' then
+  t = redis.call('TIME')
+  if #redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), '+inf', 'LIMIT', 0, 1) > 0 then
+    return {4}
+  end
+end
 ` + acquireLua)
 
-// acquireUnqueuedScript is acquireScript, first refusing with {4} (and
-// changing nothing) while KEYS[4], the name's queue of place expiries
+// With ARGV[6] = "1" (AcquireUnqueued), acquireScript first refuses with
+// {4}, changing nothing, while KEYS[4], the name's queue of place expiries
 // (see queueKeys), holds a place that has not expired on the server's
 // clock. That costs two commands, TIME and ZRANGEBYSCORE (one the queue
 // already needs, so the README's ACL covers it), and the TIME is the one
-// the grant reads for its token.
-var acquireUnqueuedScript = goredis.NewScript(nextTokenLua + `
-local t = redis.call('TIME')
-if #redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), '+inf', 'LIMIT', 0, 1) > 0 then
-  return {4}
-end
-` + acquireLua)
+// the default token source reads anyway. One script serves both, so the
+// binary carries its text once.
 
 // acquireLua is the body of acquireScript; t is the server's TIME if the
 // script already read it, else nil.
@@ -196,7 +197,7 @@ const (
 	acqHeld         = 0
 	acqRegress      = 2
 	acqHeldRegress  = 3 // held by another, and the counter was below the floor
-	acqQueued       = 4 // acquireUnqueuedScript: a place is queued; nothing changed
+	acqQueued       = 4 // AcquireUnqueued: a place is queued; nothing changed
 	renewNotHeld    = 0
 	releaseNotHeld  = 0
 	releaseReleased = 1
