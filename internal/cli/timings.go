@@ -25,6 +25,8 @@ const (
 // `run` and `doctor`. Unset durations take the core's defaults, scaled from
 // --lease-duration (see leasehold.Timings).
 type timingFlags struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	leaseDuration, renewDeadline, renewInterval, retryPeriod time.Duration
 	jitter                                                   float64
 	termGrace, killMargin                                    time.Duration

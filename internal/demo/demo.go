@@ -51,6 +51,8 @@ const (
 )
 
 type node struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	name string
 	cmd  *exec.Cmd
 	log  string // path of its log (run's JSON log and its worker's stderr)

@@ -65,6 +65,8 @@ var tokenReread = time.Minute
 // fileToken is a bearer token kept in a file that something else rotates
 // (a pod's projected service account token, a kubeconfig's tokenFile).
 type fileToken struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	path string
 
 	mu    sync.Mutex

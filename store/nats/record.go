@@ -26,6 +26,8 @@ import (
 
 // value is the JSON body of a term's message.
 type value struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	Holder string `json:"holder"`
 	// Token is the term's fencing token. It is 0 in the message that grants
 	// the term: the token is then that message's own revision, which the
@@ -51,6 +53,8 @@ const (
 
 // entry is a key's last message as the server stored it.
 type entry struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	rev  uint64
 	at   time.Time // the server's clock when it stored the message
 	kind kind

@@ -17,6 +17,8 @@ import (
 // node then, unless a renewal moved the deadline; a term whose process
 // stopped is ended by ZooKeeper instead, when its session times out.
 type entry struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	s      *Store
 	prefix string // the node's name before its sequence: unique per attempt
 	name   string
