@@ -95,12 +95,15 @@ func benchHandoff(b *testing.B, watch bool, timings leasehold.Timings) {
 // wait dominates the wall time, does not blur. Run with -count to alternate
 // the three.
 func BenchmarkCycle(b *testing.B) {
-	b.Run("functions", func(b *testing.B) { benchCycle(b, false, false) })
-	b.Run("statements", func(b *testing.B) { benchCycle(b, true, false) })
-	b.Run("prepared", func(b *testing.B) { benchCycle(b, false, true) })
+	b.Run("functions", func(b *testing.B) { benchCycle(b, false, false, false) })
+	b.Run("statements", func(b *testing.B) { benchCycle(b, true, false, false) })
+	b.Run("prepared", func(b *testing.B) { benchCycle(b, false, true, false) })
+	// unqueued is a fair Lock's uncontended cycle: AcquireUnqueued, whose
+	// condition reads the queue table first, then Release.
+	b.Run("unqueued", func(b *testing.B) { benchCycle(b, false, false, true) })
 }
 
-func benchCycle(b *testing.B, dropFunctions, prepared bool) {
+func benchCycle(b *testing.B, dropFunctions, prepared, unqueued bool) {
 	schema := migrated(b)
 	ctx := ctxFor(b)
 	if dropFunctions {
@@ -116,8 +119,12 @@ func benchCycle(b *testing.B, dropFunctions, prepared bool) {
 		b.Fatal(err)
 	}
 	defer st.Close()
+	acquire := st.Acquire
+	if unqueued {
+		acquire = st.AcquireUnqueued
+	}
 	cycle := func() {
-		rec, err := st.Acquire(ctx, "job", "node-a", time.Minute, "")
+		rec, err := acquire(ctx, "job", "node-a", time.Minute, "")
 		if err != nil {
 			b.Fatal(err)
 		}
