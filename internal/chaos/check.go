@@ -95,8 +95,6 @@ func (v Violation) String() string { return v.Check + ": " + v.Msg }
 
 // checkOutcome is the verdict of one check.
 type checkOutcome struct {
-	_ [0]func() // not comparable: spares the binary an equality function
-
 	Name       string `json:"name"`
 	Title      string `json:"title"`
 	Violations int    `json:"violations"`
@@ -218,8 +216,6 @@ func (h *history) failoverBound() time.Duration {
 }
 
 type grant struct {
-	_ [0]func() // not comparable: spares the binary an equality function
-
 	proc   string
 	holder string
 	wall   int64

@@ -361,8 +361,6 @@ func (c *checker) checkTokenOrder() string {
 // liveWork is an interval (wall ns) in which a process ran a term's guarded
 // work believing it held the lease, and was not frozen.
 type liveWork struct {
-	_ [0]func() // not comparable: spares the binary an equality function
-
 	proc     string
 	token    int64
 	from, to int64
@@ -604,8 +602,6 @@ func (c *checker) slowNote(from, to int64) string {
 // (while one fault of it is active, or a new one begins before the cluster
 // had the bound to recover, nobody owes a leader).
 type episode struct {
-	_ [0]func() // not comparable: spares the binary an equality function
-
 	end  int64 // the last heal
 	n    int   // faults in it
 	last fault // the fault that healed last

@@ -15,8 +15,6 @@ import (
 // accepted write.
 
 type regInput struct {
-	_ [0]func() // not comparable: spares the binary an equality function
-
 	Resource string
 	Read     bool
 	Token    int64
@@ -25,16 +23,12 @@ type regInput struct {
 }
 
 type regOutput struct {
-	_ [0]func() // not comparable: spares the binary an equality function
-
 	Accepted bool
 	Value    string
 	Token    int64
 }
 
 type regState struct {
-	_ [0]func() // not comparable: spares the binary an equality function
-
 	Value  string
 	Token  int64
 	Writer string `json:",omitempty"` // the holder of the last accepted term
