@@ -98,6 +98,11 @@ const MinTTL = time.Millisecond
 
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquireIf(ctx, name, holder, ttl, metadata, false)
+}
+
+// acquireIf is Acquire, or with unqueued AcquireUnqueued (queue.go).
+func (s *Store) acquireIf(ctx context.Context, name, holder string, ttl time.Duration, metadata string, unqueued bool) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -107,7 +112,14 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.acquire(name, holder, ttl, metadata, b.now())
+	now := b.now()
+	if unqueued {
+		b.prune(name, now)
+		if len(b.queues[name]) > 0 {
+			return store.Record{}, kit.Wrap(fmt.Sprintf("acquire %q", name), store.ErrQueued)
+		}
+	}
+	return b.acquire(name, holder, ttl, metadata, now)
 }
 
 // acquire grants name to holder unless another term is live. Called with

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -17,21 +16,7 @@ var (
 // AcquireUnqueued implements store.UnqueuedAcquirer: Acquire, refused
 // with store.ErrQueued while name's queue holds a live place.
 func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := s.life.Check(ctx); err != nil {
-		return store.Record{}, err
-	}
-	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
-		return store.Record{}, err
-	}
-	b := s.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := b.now()
-	b.prune(name, now)
-	if len(b.queues[name]) > 0 {
-		return store.Record{}, kit.Wrap(fmt.Sprintf("acquire %q", name), store.ErrQueued)
-	}
-	return b.acquire(name, holder, ttl, metadata, now)
+	return s.acquireIf(ctx, name, holder, ttl, metadata, true)
 }
 
 // place is one waiter's place in a name's queue.
