@@ -79,6 +79,10 @@ type Store struct {
 	// places are the queue places this handle last found of each waiter
 	// (queue.go): Dequeue deletes such a place without listing the queue.
 	places map[placeKey]string
+	// emptyQueues holds, by name, the data version of the queue's path
+	// that this handle last read with no place in the queue (queue.go):
+	// AcquireUnqueued checks it in the create's transaction.
+	emptyQueues map[string]int32
 	// free holds the names this handle saw go free last (see markFree): the
 	// next Acquire of such a name creates its node without looking first.
 	free map[string]struct{}

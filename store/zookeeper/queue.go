@@ -15,7 +15,10 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-var _ store.Queuer = (*Store)(nil)
+var (
+	_ store.Queuer           = (*Store)(nil)
+	_ store.UnqueuedAcquirer = (*Store)(nil)
+)
 
 // queueDir is the folder, under the root, of the queues (Config.Fair): the
 // queue of name N is the path root/.leasehold-queue/N. No lease name starts
@@ -120,10 +123,14 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 				return 0, kit.Wrap(op, s.life.ClosedOr(err))
 			}
 		}
-		_, err = call(ctx, func() (string, error) {
-			return sess.conn.Create(qp+"/"+pfx, nil, zk.FlagEphemeral|zk.FlagSequence, s.cfg.ACL)
+		// The queue's path is written in the place's transaction: its data
+		// version rises with every place, which AcquireUnqueued checks.
+		resp, err := call(ctx, func() ([]zk.MultiResponse, error) {
+			return sess.conn.Multi(
+				&zk.CreateRequest{Path: qp + "/" + pfx, Acl: s.cfg.ACL, Flags: zk.FlagEphemeralSequential},
+				&zk.SetDataRequest{Path: qp, Version: -1})
 		})
-		if err != nil {
+		if err = multiErr(resp, err); err != nil {
 			s.notePlace(name, holder, "") // a place may have been written
 			return 0, kit.Wrap(op, s.life.ClosedOr(describe(err)))
 		}
@@ -236,6 +243,102 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(qp+"/"+k, -1) })
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return kit.Wrap(op, s.life.ClosedOr(describe(err)))
+		}
+	}
+	return nil
+}
+
+// AcquireUnqueued implements store.UnqueuedAcquirer. Every Enqueue writes
+// the queue's path node in the transaction that creates its place, so the
+// path's data version rises with every place written. AcquireUnqueued reads
+// that version with the queue's listing, only while the listing shows no
+// place, and the transaction that creates the contender node checks it:
+// if a place was written since, the transaction applies nothing, and the
+// queue is listed again (ErrQueued while a place is there). A place that
+// leaves (Dequeue, or its session's end) does not change the version: the
+// queue only got shorter.
+//
+// The handle keeps the last version it read with an empty queue, per name,
+// so a lease taken and released again and again with nobody queued costs
+// what Acquire costs, the create's transaction alone; the first
+// AcquireUnqueued of a name through a handle lists the queue first (and
+// creates the queue's path if it is missing, to have a version to check).
+// Places written by a leasehold release before this one do not raise the
+// version: while such a process queues on the same ensemble, a fair Lock
+// may take a free lease ahead of it.
+func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquireOp(ctx, name, holder, ttl, metadata, true)
+}
+
+// errQueueWritten: a contender's transaction was refused because the
+// queue's path version it checked has changed; nothing was written.
+var errQueueWritten = errors.New("a place was queued since the queue was read")
+
+// queueCheck is one AcquireUnqueued's condition on name's queue: the data
+// version of the queue's path, read with no place in the queue. A nil
+// queueCheck (Acquire) checks nothing.
+type queueCheck struct {
+	s     *Store
+	name  string
+	ver   int32
+	known bool // ver is set
+	stale bool // a transaction's check of ver failed (errQueueWritten)
+}
+
+// op is the check for a create's transaction: the version this handle
+// remembers for an empty queue, or, if there is none or a check of it
+// failed, one read now with the queue's listing (its path is created if
+// missing). It answers ErrQueued while the queue holds a place.
+func (q *queueCheck) op(ctx context.Context, conn *zk.Conn) (*zk.CheckVersionRequest, error) {
+	if q == nil {
+		return nil, nil
+	}
+	s := q.s
+	qp := s.queuePath(q.name)
+	s.mu.Lock()
+	if !q.known && !q.stale {
+		q.ver, q.known = s.emptyQueues[q.name]
+	}
+	delete(s.emptyQueues, q.name)
+	s.mu.Unlock()
+	for tries := 0; !q.known || q.stale; tries++ {
+		var stat *zk.Stat
+		kids, err := call(ctx, func() (k []string, err error) { k, stat, err = conn.Children(qp); return })
+		if errors.Is(err, zk.ErrNoNode) && tries == 0 {
+			err = s.ensurePath(ctx, conn, qp)
+			if err == nil {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, describe(err)
+		}
+		for _, k := range kids {
+			if _, ok := placeSeq(k); ok {
+				return nil, store.ErrQueued
+			}
+		}
+		q.ver, q.known, q.stale = stat.Version, true, false
+	}
+	// Remembered again only now: concurrent calls each read their own.
+	s.mu.Lock()
+	if s.emptyQueues == nil || len(s.emptyQueues) >= maxNotes {
+		s.emptyQueues = map[string]int32{} // a lost note costs a listing
+	}
+	s.emptyQueues[q.name] = q.ver
+	s.mu.Unlock()
+	return &zk.CheckVersionRequest{Path: qp, Version: q.ver}, nil
+}
+
+// multiErr is the error of a transaction: the call's, else the first of
+// its operations'.
+func multiErr(resp []zk.MultiResponse, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range resp {
+		if r.Error != nil {
+			return r.Error
 		}
 	}
 	return nil

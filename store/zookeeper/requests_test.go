@@ -504,3 +504,92 @@ func TestNoNoteBehindHolder(t *testing.T) {
 		t.Fatalf("acquire after a node behind the holder went: %q on its session, want %q (no create)", got, want)
 	}
 }
+
+// TestUnqueuedRequests counts the requests of a fair Lock's uncontended
+// cycle (AcquireUnqueued, Release): the first lists the queue (and makes
+// its path); after that, the handle checks the queue's version it
+// remembers inside the create's transaction, so a cycle costs what an
+// unfair one does, the transaction and the delete. A place written through
+// another handle's Enqueue raises that version: the next AcquireUnqueued's
+// transaction is refused, it lists the queue and answers ErrQueued, with
+// nothing written; once the place left it reads the new version and grants.
+// The control: a place written without the version's rise (as a release
+// before this one queued) is not seen by a check of the remembered version,
+// and the lease is granted ahead of it, which is what the version is for.
+func TestUnqueuedRequests(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	root := uniqueRoot("unqueued")
+	a := openStore(t, root, oc.addr())
+	b := openStore(t, root)
+	c := rawConn(t)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	cycle := func(holder string) store.Record {
+		t.Helper()
+		r, err := a.AcquireUnqueued(ctx, "job", holder, ttl, "")
+		if err != nil {
+			t.Fatalf("AcquireUnqueued for %s: %v", holder, err)
+		}
+		if err := a.Release(ctx, r.Term); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	check := func(what, want string) {
+		t.Helper()
+		if got := oc.take(); got != want {
+			t.Fatalf("%s: requests %q, want %q", what, got, want)
+		}
+	}
+	last := cycle("warm") // the term session, the lease's and the queue's paths
+	oc.take()
+	for i := range 3 {
+		r := cycle(fmt.Sprintf("a%d", i))
+		check("a cycle with nobody queued", "delete 1, multi 1")
+		if r.Token <= last.Token {
+			t.Fatalf("token %d, want above %d", r.Token, last.Token)
+		}
+		last = r
+	}
+
+	if _, err := b.Enqueue(ctx, "job", "waiter", ttl); err != nil {
+		t.Fatal(err)
+	}
+	before, err := b.Get(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc.take()
+	if r, err := a.AcquireUnqueued(ctx, "job", "rival", ttl, ""); !errors.Is(err, store.ErrQueued) {
+		t.Fatalf("AcquireUnqueued with a place queued through another handle: %+v, %v; want ErrQueued", r, err)
+	}
+	check("refused behind a place", "getChildren2 1, multi 1")
+	if after, err := b.Get(ctx, "job"); err != nil || after.Token != before.Token || after.Live() {
+		t.Fatalf("after the refusal Get = %+v, %v; want it as before, %+v", after, err, before)
+	}
+	if err := b.Dequeue(ctx, "job", "waiter"); err != nil {
+		t.Fatal(err)
+	}
+	oc.take()
+	r := cycle("after")
+	// The refused attempt took the handle's note that the lease is free,
+	// so this one lists the lease as well as the queue.
+	check("the first cycle once the place left", "delete 1, getChildren2 2, multi 1")
+	if r.Token <= last.Token {
+		t.Fatalf("token %d, want above %d", r.Token, last.Token)
+	}
+	cycle("again")
+	check("the next cycle", "delete 1, multi 1")
+
+	// Control: a place created without writing the queue's path.
+	if _, err := c.Create(a.queuePath("job")+"/"+placePrefix("old-waiter"), nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	r, err = a.AcquireUnqueued(ctx, "job", "ahead", ttl, "")
+	if err != nil {
+		t.Fatalf("control: AcquireUnqueued beside a place that did not raise the version: %v; want it granted (the check of the remembered version cannot see that place)", err)
+	}
+	if err := a.Release(ctx, r.Term); err != nil {
+		t.Fatal(err)
+	}
+}

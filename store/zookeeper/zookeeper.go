@@ -28,6 +28,11 @@ import (
 // nodes at once) Acquire waits for those to go first: a successor replacing
 // its reservation must not hand the lock to one of them.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquireOp(ctx, name, holder, ttl, metadata, false)
+}
+
+// acquireOp is Acquire, or with unqueued AcquireUnqueued (queue.go).
+func (s *Store) acquireOp(ctx context.Context, name, holder string, ttl time.Duration, metadata string, unqueued bool) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -48,14 +53,18 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		}
 		return store.Record{}, kit.Wrap(op, err)
 	}
-	rec, err := s.acquire(ctx, sess, name, holder, ttl, metadata)
+	var q *queueCheck
+	if unqueued {
+		q = &queueCheck{s: s, name: name}
+	}
+	rec, err := s.acquire(ctx, sess, name, holder, ttl, metadata, q)
 	if err != nil {
 		return rec, kit.Wrap(op, s.life.ClosedOr(err))
 	}
 	return rec, nil
 }
 
-func (s *Store) acquire(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+func (s *Store) acquire(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string, q *queueCheck) (store.Record, error) {
 	p := s.Path(name)
 	// A lease this handle saw go free last is tried at once, without the
 	// look: create's transaction or its listing decides, as after a look
@@ -98,9 +107,19 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 	}
 	for ; attempt < maxAcquireAttempts; attempt++ {
 		sent := time.Now()
+		// AcquireUnqueued's condition, first: a queued place refuses it
+		// whether or not the lease is free.
+		check, err := q.op(ctx, sess.conn)
+		if err != nil {
+			return store.Record{}, err
+		}
 		if speculate {
 			speculate = false
-			rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, nil, -1, sent)
+			rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, check, nil, -1, sent)
+			if errors.Is(err, errQueueWritten) {
+				q.stale = true
+				continue
+			}
 			if !retry {
 				return rec, err
 			}
@@ -163,7 +182,11 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 			}
 			continue // the holder left meanwhile: look again
 		}
-		rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, ops, -1, sent)
+		rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, check, ops, -1, sent)
+		if errors.Is(err, errQueueWritten) {
+			q.stale = true
+			continue
+		}
 		if retry {
 			if len(mine) > 0 {
 				s.forgetNodes(name, mine)
@@ -196,14 +219,17 @@ const (
 )
 
 // create creates the contender node (deleting the nodes in ops first, in the
-// same transaction) and checks that it is the lowest. retry says to look at
+// same transaction) and checks that it is the lowest. With check (from a
+// queueCheck), the transaction applies only if the queue's path still has
+// the version checked; if not, nothing was written and the error is
+// errQueueWritten. retry says to look at
 // the children again; with it, beatenBy is the lowest node another holder
 // had when ours was not the lowest (zero if none was seen). A pathVersion
 // other than -1 is the data version of the lease's path that the caller's
 // look saw: the transaction then applies only if no leasehold contender
 // created a node since (each one writes the path's data in its own
 // transaction).
-func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, ops []any, pathVersion int32, sent time.Time) (_ store.Record, retry bool, beatenBy contender, _ error) {
+func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, check *zk.CheckVersionRequest, ops []any, pathVersion int32, sent time.Time) (_ store.Record, retry bool, beatenBy contender, _ error) {
 	e := &entry{s: s, prefix: newNodePrefix(holder), name: name, holder: holder, meta: metadata, sess: sess, ttl: ttl}
 	s.mu.Lock()
 	if s.life.Closed() {
@@ -224,19 +250,20 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 	if testHookBeforeCreate != nil {
 		testHookBeforeCreate()
 	}
+	if check != nil {
+		ops = append([]any{check}, ops...)
+	}
 	ops = append(ops,
 		&zk.CreateRequest{Path: p + "/" + e.prefix, Data: encodeNode(holder, metadata, ttl), Acl: s.cfg.ACL, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: p, Data: encodeRecord(e.prefix), Version: pathVersion})
 	resp, err := call(ctx, func() ([]zk.MultiResponse, error) { return sess.conn.Multi(ops...) })
-	if err == nil {
-		for _, r := range resp {
-			if r.Error != nil {
-				err = r.Error
-				break
-			}
-		}
-	}
+	err = multiErr(resp, err)
 	switch {
+	case check != nil && len(resp) > 0 && resp[0].Error != nil:
+		// The queue check failed (a place was written since its version
+		// was read, or the queue's path went): nothing was written.
+		s.dropLocked(e)
+		return store.Record{}, false, contender{}, errQueueWritten
 	case errors.Is(err, zk.ErrBadVersion) && pathVersion != -1:
 		// A contender created a node since the caller looked: nothing was
 		// written.
