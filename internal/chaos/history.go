@@ -105,6 +105,8 @@ func procName(node string, inc int) string { return fmt.Sprintf("%s.%d", node, i
 // the writes they accepted, in the same statement as the write; the HTTP
 // register logs every attempt, accepted or refused.
 type registerEntry struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	Seq      int64  `json:"seq"` // the register's own order of writes
 	Wall     int64  `json:"wall"`
 	Resource string `json:"res"`
@@ -127,6 +129,8 @@ type readOp struct {
 // fault is one fault the harness injected. Start and End are wall times (Unix
 // ns); End is when the fault healed (equal to Start for an instant fault).
 type fault struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	Kind   string `json:"kind"`
 	Target string `json:"target,omitempty"` // the process (Event.Proc), or "store"
 	// Leader is true when the target held the lease when the fault began.
