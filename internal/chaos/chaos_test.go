@@ -108,9 +108,25 @@ func runClean(t *testing.T, c Config) *Outcome {
 	out := runLogged(t, c)
 	for _, v := range out.Result.Violations {
 		t.Errorf("violation: %s", v)
-		if tl := failoverTimeline(out.History, v); tl != "" {
-			t.Log(tl)
+	}
+	// Each failover violation's timeline, from its own group's history: a
+	// run of many groups merges only their faults, not their events.
+	for _, o := range append([]*Outcome{out}, out.Groups...) {
+		if o.Groups != nil {
+			continue
 		}
+		for _, v := range o.Result.Violations {
+			if tl := failoverTimeline(o.History, v); tl != "" {
+				t.Logf("%s %s: %s", o.Group, v, tl)
+			}
+		}
+	}
+	if n := len(out.Result.Violations); n > 0 {
+		// Said again last, after the timelines: a CI log shows only the
+		// beginning and the end of a long output.
+		t.Cleanup(func() {
+			t.Logf("%d violations, first: %s (%s)", n, out.Result.Violations[0], out.Summary)
+		})
 	}
 	for _, e := range out.UnexpectedExits {
 		t.Errorf("node: %s", e)

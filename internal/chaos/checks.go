@@ -519,7 +519,8 @@ func (c *checker) checkFailover() string {
 	lead := leaderTimes(c.h)
 	n, slow := 0, 0
 	var longest int64
-	for _, ep := range faultEpisodes(c.h.Faults, bound) {
+	eps := faultEpisodes(c.h.Faults, bound)
+	for k, ep := range eps {
 		heal := ep.end
 		if heal+bound > c.h.End {
 			continue // the run ended first; the harness leaves a quiet period to avoid this
@@ -534,9 +535,20 @@ func (c *checker) checkFailover() string {
 		// process and to a store no fault was acting on, delays every
 		// failover by up to d: such a leader is late by the store's
 		// slowness, not by the library's. The summary counts them.
-		if d := c.slowestCall(heal, heal+bound); d > 0 && i < len(lead) && lead[i] <= heal+bound+d {
+		d, due := c.storeAfterHeal(heal, bound)
+		if d > 0 && i < len(lead) && lead[i] <= heal+bound+d {
 			slow++
 			longest = max(longest, d)
+			continue
+		}
+		// A call that ran out of time says more: the store did not answer
+		// it at all. The bound then runs from the end of the last such call,
+		// and a fault that begins before that joins the episode, as one
+		// that begins within the bound does (the next episode is judged).
+		if due > heal+bound &&
+			(i < len(lead) && lead[i] <= due || i == len(lead) && due > c.h.End || k+1 < len(eps) && eps[k+1].start < due) {
+			slow++
+			longest = max(longest, due-heal-bound)
 			continue
 		}
 		f := ep.last
@@ -560,23 +572,31 @@ func (c *checker) checkFailover() string {
 	return out
 }
 
-// slowestCall is the longest time a store call took to be answered, among
-// the calls sent in [from, to] by a process no fault acted on while the call
-// ran, while no fault acted on the store: slowness the machine or the store
-// caused, not a fault (a blackholed or paused process's calls are slow by
-// design). 0 if there was none.
-func (c *checker) slowestCall(from, to int64) int64 {
-	var d int64
-	for _, sc := range c.calls {
-		if sc.req.Wall < from || sc.req.Wall > to || sc.ans == nil {
+// storeAfterHeal is what the store calls sent after the heal at heal say
+// of the store, among the calls of a process no fault acted on while the
+// call ran, to a store no fault acted on (a blackholed or paused process's
+// calls are slow by design): slowest, the longest any of those sent within
+// bound of the heal took to be answered (0 if none), and due, when a leader
+// is due counting the store's stalls: heal + bound, or bound after the end
+// of a call sent before then that ran out of time with no answer (the
+// store did not answer at all), and so on from there.
+func (c *checker) storeAfterHeal(heal, bound int64) (slowest, due int64) {
+	due = heal + bound
+	for _, sc := range c.calls { // in request order
+		if sc.req.Wall > due {
+			break
+		}
+		if sc.req.Wall < heal || sc.ans == nil || c.faulted(sc.req.Proc(), sc.req.Wall, sc.ans.Wall) {
 			continue
 		}
-		if c.faulted(sc.req.Proc(), sc.req.Wall, sc.ans.Wall) {
-			continue
+		if sc.req.Wall <= heal+bound {
+			slowest = max(slowest, sc.ans.Wall-sc.req.Wall)
 		}
-		d = max(d, sc.ans.Wall-sc.req.Wall)
+		if strings.Contains(sc.ans.Err, "context deadline exceeded") {
+			due = max(due, sc.ans.Wall+bound)
+		}
 	}
-	return d
+	return slowest, due
 }
 
 // faulted reports whether a fault acted on proc or on the store at some
@@ -593,7 +613,7 @@ func (c *checker) faulted(proc string, from, to int64) bool {
 // slowNote is, for a failover violation's message, the slowest unfaulted
 // store call in the window, if any.
 func (c *checker) slowNote(from, to int64) string {
-	if d := c.slowestCall(from, to); d > 0 {
+	if d, _ := c.storeAfterHeal(from, to-from); d > 0 {
 		return fmt.Sprintf(" (the slowest store call sent in that time without a fault took %v)", time.Duration(d))
 	}
 	return ""
@@ -604,9 +624,10 @@ func (c *checker) slowNote(from, to int64) string {
 // (while one fault of it is active, or a new one begins before the cluster
 // had the bound to recover, nobody owes a leader).
 type episode struct {
-	end  int64 // the last heal
-	n    int   // faults in it
-	last fault // the fault that healed last
+	start int64 // the first fault's start
+	end   int64 // the last heal
+	n     int   // faults in it
+	last  fault // the fault that healed last
 }
 
 func faultEpisodes(faults []fault, bound int64) []episode {
@@ -626,7 +647,7 @@ func faultEpisodes(faults []fault, bound int64) []episode {
 			}
 			continue
 		}
-		out = append(out, episode{end: f.End, n: 1, last: f})
+		out = append(out, episode{start: f.Start, end: f.End, n: 1, last: f})
 	}
 	return out
 }
