@@ -740,47 +740,39 @@ func TestFailoverAllowsTheStoresSlowness(t *testing.T) {
 // call ended. The control: the same call answered (refused) after as long
 // excuses only its own duration, and the late leader is a violation.
 func TestFailoverAllowsTheStoresStalls(t *testing.T) {
-	late := func(err string) *Result {
+	// Healed at 6.5 s; the bound (3.36 s) ends at 9.86 s. n1.1's call runs
+	// from 7.0 s to 7.9 s and ends with err; n1 leads again at leads. With
+	// another fault (on n3.1, 10.5 s to 11.5 s: within the 11.26 s the
+	// stall allows, after the bound's 9.86 s), it joins the episode, whose
+	// leader is then judged against its heal at 11.5 s.
+	run := func(err string, leads float64, another bool) *Result {
 		h := cleanHistory()
-		// Healed at 6.5 s; the bound (3.36 s) ends at 9.86 s; n1 leads
-		// again at 11 s, 1.14 s late. The call runs from 7.0 s to 7.9 s.
-		leaderlessAfterBlackhole(h, 14)
+		leaderlessAfterBlackhole(h, 16)
+		if another {
+			h.Faults = append(h.Faults, fault{Kind: faultBlackhole, Target: "n3.1", Start: at(10.5), End: at(11.5)})
+		}
 		b := &histBuilder{h: h, reqN: 100}
 		b.ev("n1.1", 7.0, event{Kind: evRequest, Req: 101, Call: callAcquire})
 		b.ev("n1.1", 7.9, event{Kind: evAnswer, Req: 101, Call: callAcquire, Err: err})
-		b.granted("n1.1", 11.0, evAcquired, "n1-aaaa", 3, 0.005)
+		b.granted("n1.1", leads, evAcquired, "n1-aaaa", 3, 0.005)
 		sortEvents(h.Events)
 		return checkHistory(h, checkOptions{})
 	}
-	if r := late("acquire: Put: context deadline exceeded"); violationsOf(r)[chkFailover] != 0 {
+	const timedOut = "acquire: Put: context deadline exceeded"
+	if r := run(timedOut, 11, false); violationsOf(r)[chkFailover] != 0 {
 		t.Errorf("a leader 1.14 s late, due 11.26 s after a call that timed out at 7.9 s: %v, want it allowed", r.Violations)
 	} else if c := outcome(r, chkFailover); !strings.Contains(c.Checked, "1 leaders later than the bound") {
 		t.Errorf("failover's summary %q does not count the late leader", c.Checked)
 	}
-	if r := late("held"); violationsOf(r)[chkFailover] != 1 {
+	if r := run("held", 11, false); violationsOf(r)[chkFailover] != 1 {
 		t.Errorf("a leader 1.14 s late after a 0.9 s call that was answered: violations %v, want one failover", violationsOf(r))
 	}
-
-	// A fault that begins before the leader is due (here 10.5 s, within the
-	// 11.26 s the stall allows and after the bound's 9.86 s) joins the
-	// episode: the leader at 12 s is judged against its heal at 11.5 s.
-	// The control: with the call answered, the first episode's leader was
-	// due at 9.86 s (10.76 s with the call's 0.9 s), before that fault.
-	next := func(err string) *Result {
-		h := cleanHistory()
-		leaderlessAfterBlackhole(h, 16)
-		h.Faults = append(h.Faults, fault{Kind: faultBlackhole, Target: "n3.1", Start: at(10.5), End: at(11.5)})
-		b := &histBuilder{h: h, reqN: 100}
-		b.ev("n1.1", 7.0, event{Kind: evRequest, Req: 101, Call: callAcquire})
-		b.ev("n1.1", 7.9, event{Kind: evAnswer, Req: 101, Call: callAcquire, Err: err})
-		b.granted("n1.1", 12.0, evAcquired, "n1-aaaa", 3, 0.005)
-		sortEvents(h.Events)
-		return checkHistory(h, checkOptions{})
-	}
-	if r := next("acquire: context deadline exceeded"); violationsOf(r)[chkFailover] != 0 {
+	if r := run(timedOut, 12, true); violationsOf(r)[chkFailover] != 0 {
 		t.Errorf("a fault that began while the stalled store's leader was not yet due: %v, want the episode judged from that fault's heal", r.Violations)
 	}
-	if r := next("held"); violationsOf(r)[chkFailover] != 1 {
+	// The control: with the call answered, the first episode's leader was
+	// due at 9.86 s (10.76 s with the call's 0.9 s), before that fault.
+	if r := run("held", 12, true); violationsOf(r)[chkFailover] != 1 {
 		t.Errorf("control, the call answered: violations %v, want one failover (the first heal's)", violationsOf(r))
 	}
 }
