@@ -61,9 +61,15 @@ func semaphoreNode(c *nodeConfig, st store.Store, cfg leasehold.Config, hw *hist
 				}
 				continue
 			}
+			// The work ends after hold, when the slot's term does, or when
+			// the node is asked to stop (the slot's context is its own, not
+			// ctx's): a node told to stop has LeaseDuration + 5 s to exit,
+			// and hold reaches 3 leases (CI caught a 3 s lease's run killed).
 			hold := time.Duration((1 + 2*rand.Float64()) * float64(c.timings.LeaseDuration))
 			wctx, cancel := context.WithTimeout(l.Context(), hold)
+			stopWork := context.AfterFunc(ctx, cancel)
 			work(wctx, l)
+			stopWork()
 			cancel()
 			// Only after the guarded work returned.
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.timings.RenewDeadline)
