@@ -567,7 +567,7 @@ func (c *checker) checkFailover() string {
 	}
 	out := fmt.Sprintf("%d healed faults, bound %v", n, time.Duration(bound))
 	if slow > 0 {
-		out += fmt.Sprintf(" (%d leaders later than the bound by no more than the store's slowest answer after the heal, longest %v)", slow, time.Duration(longest))
+		out += fmt.Sprintf(" (%d leaders later than the bound by no more than the store's slowest answer or stalls after the heal, longest %v)", slow, time.Duration(longest))
 	}
 	return out
 }

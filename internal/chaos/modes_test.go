@@ -73,7 +73,7 @@ func modeRun(t *testing.T, mode, storeName string) {
 			t.Fatalf("no mode run on %s", storeName)
 		}
 		if storeName == "kubernetes" {
-			// Eight kinds on a 2 s lease in 20 s do not all come up (the
+			// Eight kinds on a 3 s lease in 20 s do not all come up (the
 			// run requires each): the ones that end a holder's belief.
 			c.Faults = []string{faultPause, faultKill, faultBlackhole, faultClock}
 		}
