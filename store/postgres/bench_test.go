@@ -101,6 +101,10 @@ func BenchmarkCycle(b *testing.B) {
 	// unqueued is a fair Lock's uncontended cycle: AcquireUnqueued, whose
 	// condition reads the queue table first, then Release.
 	b.Run("unqueued", func(b *testing.B) { benchCycle(b, false, false, true) })
+	// unqueued-prepared: the same with prepared statements, planned once
+	// per connection; without them PostgreSQL plans each statement, and
+	// the condition's subquery costs more to plan than the function call.
+	b.Run("unqueued-prepared", func(b *testing.B) { benchCycle(b, false, true, true) })
 }
 
 func benchCycle(b *testing.B, dropFunctions, prepared, unqueued bool) {
