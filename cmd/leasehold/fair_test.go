@@ -3,7 +3,9 @@ package main_test
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	natsio "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,6 +25,7 @@ import (
 	clientset "k8s.io/client-go/kubernetes"
 
 	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
+	"github.com/leasehold/leasehold/store/zookeeper/zktest"
 )
 
 // TestFairRunSQLite: `leasehold run --fair` on the default kind of store.
@@ -173,6 +177,48 @@ func TestFairRunKubernetes(t *testing.T) {
 		}
 		return out
 	}, nil)
+}
+
+// TestFairRunZooKeeper: the same on ZooKeeper, whose queue is ZooKeeper's
+// own recipe: ephemeral sequential places p-<holder in hex>-<seq> under
+// ROOT/.leasehold-queue/NAME. Each place is written with a write of that
+// path node, so its data version counts the places ever written: a, which
+// found nobody queued, took the lease without one (AcquireUnqueued).
+func TestFairRunZooKeeper(t *testing.T) {
+	srv := zktest.Standalone(t, zktest.Options{})
+	conn, _, err := zk.Connect([]string{srv.Addr()}, 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const qp = "/lh-fair/.leasehold-queue/fair-job"
+	fairRun(t, "zookeeper://"+srv.Addr()+"/lh-fair", timingArgs, func() []string {
+		kids, _, err := conn.Children(qp)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Slice(kids, func(i, j int) bool {
+			return kids[i][strings.LastIndexByte(kids[i], '-'):] < kids[j][strings.LastIndexByte(kids[j], '-'):]
+		})
+		var out []string
+		for _, k := range kids {
+			h, err := hex.DecodeString(strings.TrimPrefix(k[:strings.LastIndexByte(k, '-')], "p-"))
+			if err != nil {
+				t.Fatalf("place %s: %v", k, err)
+			}
+			out = append(out, string(h))
+		}
+		return out
+	}, func() int {
+		_, st, err := conn.Exists(qp)
+		if err != nil || st == nil {
+			return 0 // no queue path: no place was ever written
+		}
+		return int(st.Version)
+	})
 }
 
 // fairRun: a holds the lease; b and then c start and queue behind it

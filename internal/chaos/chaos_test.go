@@ -111,10 +111,11 @@ func runClean(t *testing.T, c Config) *Outcome {
 	}
 	// Each failover violation's timeline, from its own group's history: a
 	// run of many groups merges only their faults, not their events.
-	for _, o := range append([]*Outcome{out}, out.Groups...) {
-		if o.Groups != nil {
-			continue
-		}
+	groups := out.Groups
+	if len(groups) == 0 {
+		groups = []*Outcome{out}
+	}
+	for _, o := range groups {
 		for _, v := range o.Result.Violations {
 			if tl := failoverTimeline(o.History, v); tl != "" {
 				t.Logf("%s %s: %s", o.Group, v, tl)

@@ -282,26 +282,24 @@ type queueCheck struct {
 	name  string
 	ver   int32
 	known bool // ver is set
-	stale bool // a transaction's check of ver failed (errQueueWritten)
 }
 
 // op is the check for a create's transaction: the version this handle
-// remembers for an empty queue, or, if there is none or a check of it
-// failed, one read now with the queue's listing (its path is created if
-// missing). It answers ErrQueued while the queue holds a place.
+// remembers for an empty queue, or, if there is none, one read now with
+// the queue's listing (its path is created if missing), and remembered. It
+// answers ErrQueued while the queue holds a place.
 func (q *queueCheck) op(ctx context.Context, conn *zk.Conn) (*zk.CheckVersionRequest, error) {
 	if q == nil {
 		return nil, nil
 	}
 	s := q.s
 	qp := s.queuePath(q.name)
-	s.mu.Lock()
-	if !q.known && !q.stale {
+	if !q.known {
+		s.mu.Lock()
 		q.ver, q.known = s.emptyQueues[q.name]
+		s.mu.Unlock()
 	}
-	delete(s.emptyQueues, q.name)
-	s.mu.Unlock()
-	for tries := 0; !q.known || q.stale; tries++ {
+	for tries := 0; !q.known; tries++ {
 		var stat *zk.Stat
 		kids, err := call(ctx, func() (k []string, err error) { k, stat, err = conn.Children(qp); return })
 		if errors.Is(err, zk.ErrNoNode) && tries == 0 {
@@ -318,16 +316,26 @@ func (q *queueCheck) op(ctx context.Context, conn *zk.Conn) (*zk.CheckVersionReq
 				return nil, store.ErrQueued
 			}
 		}
-		q.ver, q.known, q.stale = stat.Version, true, false
+		q.ver, q.known = stat.Version, true
+		s.mu.Lock()
+		if s.emptyQueues == nil || len(s.emptyQueues) >= maxNotes {
+			s.emptyQueues = map[string]int32{} // a lost note costs a listing
+		}
+		s.emptyQueues[q.name] = q.ver
+		s.mu.Unlock()
 	}
-	// Remembered again only now: concurrent calls each read their own.
-	s.mu.Lock()
-	if s.emptyQueues == nil || len(s.emptyQueues) >= maxNotes {
-		s.emptyQueues = map[string]int32{} // a lost note costs a listing
-	}
-	s.emptyQueues[q.name] = q.ver
-	s.mu.Unlock()
 	return &zk.CheckVersionRequest{Path: qp, Version: q.ver}, nil
+}
+
+// failed forgets the version a transaction's check refused (a place was
+// written since), here and in the handle, so that the next op reads it.
+func (q *queueCheck) failed() {
+	q.known = false
+	q.s.mu.Lock()
+	if v, ok := q.s.emptyQueues[q.name]; ok && v == q.ver {
+		delete(q.s.emptyQueues, q.name) // not a newer one another call read
+	}
+	q.s.mu.Unlock()
 }
 
 // multiErr is the error of a transaction: the call's, else the first of

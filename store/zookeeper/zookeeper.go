@@ -117,7 +117,7 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 			speculate = false
 			rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, check, nil, -1, sent)
 			if errors.Is(err, errQueueWritten) {
-				q.stale = true
+				q.failed()
 				continue
 			}
 			if !retry {
@@ -184,7 +184,7 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 		}
 		rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, check, ops, -1, sent)
 		if errors.Is(err, errQueueWritten) {
-			q.stale = true
+			q.failed()
 			continue
 		}
 		if retry {
