@@ -117,6 +117,10 @@ func (s *pgServer) Start(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("postgres exited at start, again for 30 s; the end of its log:\n%s", s.logTail())
 		}
+		// A process of the old server that Stop did not find as the
+		// postmaster's child (a CI run's start was refused for 30 s) still
+		// runs in the data directory: kill it.
+		waitGone(s.killLeftovers(), 10*time.Second)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -211,6 +215,50 @@ func (s *pgServer) Stop(context.Context) error {
 	<-s.exited
 	waitGone(kids, 10*time.Second)
 	return nil
+}
+
+// killLeftovers kills, with SIGKILL, every process whose working directory
+// is this server's data directory (each PostgreSQL process runs there; the
+// directory is this test's own), and returns their PIDs.
+func (s *pgServer) killLeftovers() []int {
+	dirs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && cwd == s.dir {
+			syscall.Kill(pid, syscall.SIGKILL)
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestPGServerKillsLeftovers: a process left running in the server's data
+// directory is killed; one elsewhere is not (the control).
+func TestPGServerKillsLeftovers(t *testing.T) {
+	s := &pgServer{dir: t.TempDir()}
+	start := func(dir string) *exec.Cmd {
+		c := exec.Command("sleep", "60")
+		c.Dir = dir
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		return c
+	}
+	left, other := start(s.dir), start(t.TempDir())
+	if got := s.killLeftovers(); !slices.Equal(got, []int{left.Process.Pid}) {
+		t.Fatalf("killed %v, want only %d (the process in the data directory)", got, left.Process.Pid)
+	}
+	if err := left.Wait(); err == nil {
+		t.Fatal("the process in the data directory exited cleanly; want it killed")
+	}
+	if _, state, ok := procStat(other.Process.Pid); !ok || state == 'Z' {
+		t.Fatal("control: the process elsewhere is gone too")
+	}
 }
 
 // childrenOf lists the processes whose parent is pid (from /proc; none where
