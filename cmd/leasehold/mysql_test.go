@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +65,40 @@ func mysqlURL(t *testing.T) string {
 		db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name)
 	})
 	return "mysql://root@127.0.0.1:3306/" + name
+}
+
+// TestFairRunMySQL: fairRun on MySQL/MariaDB, whose queue is the places in
+// the <table>_queue table, in the order of their seq. Each new place takes
+// its seq from the name's counter in <table>_qseq, so the counter is the
+// number of places ever written: a, which found nobody queued, took the
+// lease without one (AcquireUnqueued's conditional grant).
+func TestFairRunMySQL(t *testing.T) {
+	u := mysqlURL(t)
+	db, err := sql.Open("mysql", testenv.MySQLDSN(t)+u[strings.LastIndexByte(u, '/')+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fairRun(t, u+"?create_if_missing=true", timingArgs, func() []string {
+		rows, err := db.Query(`SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq`)
+		if err != nil {
+			return nil // the table is made by the first run's migration
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var h string
+			if err := rows.Scan(&h); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, h)
+		}
+		return out
+	}, func() int {
+		var n int
+		if err := db.QueryRow(`SELECT n FROM leader_lease_qseq WHERE name = 'fair-job'`).Scan(&n); err != nil {
+			return 0 // no table or no row: no place was ever written
+		}
+		return n
+	})
 }

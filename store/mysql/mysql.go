@@ -151,30 +151,38 @@ func ttlMicros(ttl time.Duration) int64 { return int64(ttl / time.Microsecond) }
 // between) or "the INSERT of a new name met a row inserted meanwhile".
 const maxAcquireRounds = 10
 
-// grantKind picks the grant statements: a lease (expiring) or a GET_LOCK
-// term (a held row with no expiry of its own).
+// grantKind picks the grant statements: a lease (expiring), a lease
+// granted only while the name's queue holds no live place
+// (AcquireUnqueued), or a GET_LOCK term (a held row with no expiry of its
+// own).
 type grantKind int
 
 const (
 	grantLease grantKind = iota
+	grantUnqueued
 	grantLock
 )
 
 // grant makes a new term of name for holder: one conditional UPDATE whose
 // OK packet carries the new epoch (LAST_INSERT_ID(expr)); for a name never
 // granted, one INSERT. If the UPDATE matches no row, one read reports the
-// live term with ErrHeld. If the guard refuses the grant below the name's
-// high-water mark (a row lost and re-created at a lower epoch), the store
-// reads the mark and asks again above it.
+// live term with ErrHeld (with grantUnqueued, a row that the read finds
+// free, or this holder's, was refused for a place queued: ErrQueued). If
+// the guard refuses the grant below the name's high-water mark (a row lost
+// and re-created at a lower epoch), the store reads the mark and asks
+// again above it.
 func (s *Store) grant(ctx context.Context, q execer, op, name, holder string, ttl time.Duration, metadata string, kind grantKind) (store.Record, error) {
 	var floor int64
 	us := ttlMicros(ttl)
 	for range maxAcquireRounds {
 		var n, token int64
 		var err error
-		if kind == grantLease {
+		switch kind {
+		case grantLease:
 			n, token, err = s.execID(ctx, q, s.sql.acquire, floor, holder, us, metadata, us, floor, name, holder)
-		} else {
+		case grantUnqueued:
+			n, token, err = s.execID(ctx, q, s.sql.acquireUnqueued, floor, holder, us, metadata, us, floor, name, holder)
+		default:
 			n, token, err = s.execID(ctx, q, s.sql.acquireLock, floor, holder, metadata, floor, name, holder)
 		}
 		if isHighWater(err) {
@@ -195,9 +203,15 @@ func (s *Store) grant(ctx context.Context, q execer, op, name, holder string, tt
 		}
 		switch {
 		case !found:
-			if kind == grantLease {
+			switch kind {
+			case grantLease:
 				_, token, err = s.execID(ctx, q, s.sql.insert, name, holder, floor, us, metadata, us, floor)
-			} else {
+			case grantUnqueued:
+				n, token, err = s.execID(ctx, q, s.sql.insertUnqueued, name, holder, floor, us, metadata, us, floor, name)
+				if err == nil && n != 1 {
+					return store.Record{}, kit.Wrap(op, store.ErrQueued)
+				}
+			default:
 				_, token, err = s.execID(ctx, q, s.sql.insertLock, name, holder, floor, metadata, floor)
 			}
 			switch {
@@ -216,6 +230,11 @@ func (s *Store) grant(ctx context.Context, q execer, op, name, holder string, tt
 			return store.Record{}, kit.Errorf(op, "epoch is %d: %w", cur.Token, ErrBadRow)
 		case cur.Holder != "" && cur.Holder != holder && cur.Remaining > 0:
 			return cur, kit.Errorf(op, "held by %s: %w", cur.Holder, store.ErrHeld)
+		case kind == grantUnqueued:
+			// Free, expired or this holder's, and not granted: a place is
+			// queued (or the row changed meanwhile; the caller queues and
+			// asks again).
+			return store.Record{}, kit.Wrap(op, store.ErrQueued)
 		}
 	}
 	return store.Record{}, kit.Errorf(op, "the row kept changing between the conditional UPDATE and the read (%d rounds); nothing was granted by the last round, retry later", maxAcquireRounds)
@@ -314,13 +333,25 @@ func (s *Store) readFloor(ctx context.Context, q execer, op, name string, tried 
 
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquire(ctx, name, holder, ttl, metadata, grantLease)
+}
+
+// AcquireUnqueued implements store.UnqueuedAcquirer: Acquire's statements
+// with one more condition, that no live place is queued for the name
+// (statements.acquireUnqueued). A refused grant costs one read more, which
+// tells ErrHeld from ErrQueued.
+func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	return s.acquire(ctx, name, holder, ttl, metadata, grantUnqueued)
+}
+
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string, kind grantKind) (store.Record, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, err
 	}
 	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
 		return store.Record{}, err
 	}
-	return s.grant(ctx, s.db, "acquire "+strconv.Quote(name), name, holder, ttl, metadata, grantLease)
+	return s.grant(ctx, s.db, "acquire "+strconv.Quote(name), name, holder, ttl, metadata, kind)
 }
 
 // Renew implements store.Store: one UPDATE naming the exact term.

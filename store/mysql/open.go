@@ -85,15 +85,16 @@ type Store struct {
 }
 
 var (
-	_ store.Store         = (*Store)(nil)
-	_ store.Watcher       = (*Store)(nil)
-	_ store.Queuer        = (*Store)(nil)
-	_ store.BatchRenewer  = (*Store)(nil)
-	_ store.Lister        = (*Store)(nil)
-	_ store.ForceReleaser = (*Store)(nil)
-	_ store.Migrator      = (*Store)(nil)
-	_ store.Historian     = (*Store)(nil)
-	_ store.Limiter       = (*Store)(nil)
+	_ store.Store            = (*Store)(nil)
+	_ store.Watcher          = (*Store)(nil)
+	_ store.Queuer           = (*Store)(nil)
+	_ store.UnqueuedAcquirer = (*Store)(nil)
+	_ store.BatchRenewer     = (*Store)(nil)
+	_ store.Lister           = (*Store)(nil)
+	_ store.ForceReleaser    = (*Store)(nil)
+	_ store.Migrator         = (*Store)(nil)
+	_ store.Historian        = (*Store)(nil)
+	_ store.Limiter          = (*Store)(nil)
 )
 
 // Limits reports the store's bounds on timings (store.Limiter): leases of

@@ -97,8 +97,8 @@ const recordCols = `l.name, COALESCE(l.holder, ''), l.epoch,
 type statements struct {
 	_ [0]func() // not comparable: spares the binary an equality function
 
-	acquire, acquireLock, insert, insertLock, renew, release, get, list, floor, forceSelect, forceRelease, history string
-	renewManyHead, renewTail                                                                                       string
+	acquire, acquireUnqueued, acquireLock, insert, insertUnqueued, insertLock, renew, release, get, list, floor, forceSelect, forceRelease, history string
+	renewManyHead, renewTail                                                                                                                        string
 }
 
 // The assignments of a grant. meta_epoch is assigned before epoch and both
@@ -139,6 +139,16 @@ func newStatements(n names) statements {
 WHERE l.name = ? AND l.epoch >= 0
 	AND (l.holder IS NULL OR l.holder = '' OR l.holder = ? OR l.expires_at <= {{now}})`)
 	}
+	// unqueued is AcquireUnqueued's condition: no live place is queued for
+	// the name. Under REPEATABLE READ InnoDB reads the places of an UPDATE's
+	// subquery with shared locks, so it sees the latest committed places and
+	// an Enqueue of the name waits for the grant's commit; under READ
+	// COMMITTED the read is the statement's snapshot, taken when it starts.
+	// Either way a place committed before the request is seen, and one
+	// written meanwhile arrived with it: either may go first.
+	unqueued := func(name string) string {
+		return r.Replace(`NOT EXISTS (SELECT 1 FROM {{q}} AS p WHERE p.name = ` + name + ` AND p.expires_at > {{now}})`)
+	}
 	insert := func(expires, ttl string) string {
 		return r.Replace(`INSERT INTO {{t}} (name, holder, epoch, expires_at, metadata, ttl_us, meta_epoch)
 VALUES (?, ?, LAST_INSERT_ID(? + 1), ` + expires + `, ?, ` + ttl + `, ? + 1)`)
@@ -148,8 +158,16 @@ VALUES (?, ?, LAST_INSERT_ID(? + 1), ` + expires + `, ?, ` + ttl + `, ? + 1)`)
 		acquire: grant(laterExpiry, `?`),
 		// args: floor, holder, metadata, floor, name, holder
 		acquireLock: grant(`{{free}}`, `NULL`),
+		// args: floor, holder, ttl_us, metadata, ttl_us, floor, name, holder
+		acquireUnqueued: grant(laterExpiry, `?`) + ` AND ` + unqueued(`l.name`),
 		// args: name, holder, floor, ttl_us, metadata, ttl_us, floor
 		insert: insert(`{{now}} + INTERVAL ? MICROSECOND`, `?`),
+		// INSERT ... SELECT, so that the condition can stop it: no row
+		// inserted means a place is queued.
+		// args: name, holder, floor, ttl_us, metadata, ttl_us, floor, name
+		insertUnqueued: r.Replace(`INSERT INTO {{t}} (name, holder, epoch, expires_at, metadata, ttl_us, meta_epoch)
+SELECT ?, ?, LAST_INSERT_ID(? + 1), {{now}} + INTERVAL ? MICROSECOND, ?, ?, ? + 1 FROM DUAL
+WHERE `) + unqueued(`?`),
 		// args: name, holder, floor, metadata, floor
 		insertLock: insert(`{{free}}`, `NULL`),
 		// Renew names the exact term and never changes the epoch.

@@ -239,7 +239,8 @@ func testQueueInvalid(s *suite) {
 // ErrHeld, with the live term, while another holds it; refuses with
 // ErrQueued while a place is queued (written through another handle),
 // granting and changing nothing: Get shows what it showed before the call;
-// and grants again, with a higher token, once the place has left.
+// grants again, with a higher token, once the place has left; and refuses
+// a name never granted that has a place queued.
 // A handle that answers ErrQueued even with nobody queued (it cannot check
 // the queue, which the contract allows) is skipped once shown to have
 // granted nothing.
@@ -294,5 +295,17 @@ func testQueueAcquireUnqueued(s *suite) {
 	}
 	if next.Holder != "node-b" || next.Token <= first.Token {
 		s.t.Fatalf("AcquireUnqueued once the place left granted %+v; want node-b's term with a token above %d", next, first.Token)
+	}
+	// A name never granted, with a place queued: the grant that would
+	// create the lease is refused too (SQL stores insert a new name's row
+	// by another statement than the one that updates it).
+	s.enqueue(q, "fresh", "waiter", ttl)
+	if rec, err := u.AcquireUnqueued(ctx, "fresh", "node-b", ttl, ""); !errors.Is(err, store.ErrQueued) {
+		s.t.Fatalf("AcquireUnqueued of a name never granted, with a place queued: %+v, %v; want ErrQueued", rec, err)
+	}
+	if rec, err := s.store().Get(ctx, "fresh"); err == nil && rec.Holder == "node-b" {
+		s.t.Fatalf("after AcquireUnqueued of a new name was refused, Get shows %+v: granted to node-b", rec)
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.t.Fatalf("Get: %v", err)
 	}
 }
