@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -346,5 +347,64 @@ func TestRunRejectsTimingsBelowTheStoresLimits(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(c.Dir); len(entries) != 0 {
 		t.Fatalf("a rejected run wrote %d files", len(entries))
+	}
+}
+
+// TestFairGroups: with FairGroups, the last groups' electors wait in the
+// store's fair queue and the others do not. On SQLite each group has its
+// own file, whose queue table's AUTOINCREMENT counter (sqlite_sequence)
+// counts the places ever written: the fair group's standbys queue behind
+// its leader, and the other group writes none (the control: the flag
+// reaches the nodes of one group only). The summary names the fair groups.
+func TestFairGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take seconds")
+	}
+	path := filepath.Join(t.TempDir(), "leases.db")
+	c := baseConfig(t, "sqlite://"+path, 9*time.Second)
+	c.Groups, c.FairGroups = 2, 1
+	c.Faults = []string{faultPause}
+	out, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Result.OK() || !strings.Contains(out.Summary, "2 groups (1 fair)") {
+		t.Fatalf("summary: %s", out.Summary)
+	}
+	places := func(group string) int {
+		db, err := sql.Open("sqlite", "file:"+strings.TrimSuffix(path, ".db")+"-"+group+".db?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var n int
+		if err := db.QueryRow(`SELECT seq FROM sqlite_sequence WHERE name = 'leader_lease_queue'`).Scan(&n); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			t.Fatalf("group %s: %v", group, err)
+		}
+		return n
+	}
+	if n := places("g01"); n != 0 {
+		t.Errorf("group g01 is not fair, yet %d places were written to its queue", n)
+	}
+	if n := places("g02"); n == 0 {
+		t.Errorf("group g02 is fair, yet no place was written to its queue: its standbys did not queue")
+	}
+}
+
+func TestRunRejectsBadFairGroups(t *testing.T) {
+	for _, tc := range []struct {
+		groups, fair int
+		mode, want   string
+	}{
+		{2, 3, "", "3 fair groups: need 0 to --groups (2)"},
+		{1, -1, "", "-1 fair groups"},
+		{1, 1, ModeSemaphore, "fair groups need an elector run: a semaphore refuses Config.Fair"},
+		{1, 1, ModeSchedule, "fair groups need an elector run: a schedule refuses Config.Fair"},
+	} {
+		c := baseConfig(t, "sqlite://"+filepath.Join(t.TempDir(), "leases.db"), 20*time.Second)
+		c.Groups, c.FairGroups, c.Mode = tc.groups, tc.fair, tc.mode
+		if _, err := Validate(c); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want ErrInvalid with %q", tc, err, tc.want)
+		}
 	}
 }

@@ -83,6 +83,12 @@ type Config struct {
 	// injected this many faults (each group finishes its current burst and
 	// quiet period), or when Duration runs out, whichever is first.
 	UntilFaults int
+	// FairGroups is the number of lease groups, the last ones, whose nodes
+	// run their Elector with leasehold.Config.Fair: the fair queue, and a
+	// fair acquire's first try without a place (store.UnqueuedAcquirer).
+	// Default 0; at most Groups; elector runs only (a Semaphore and a
+	// Scheduler refuse Fair).
+	FairGroups int
 
 	// Timings of the lease (default: a 2 s lease, 1.4 s renew deadline,
 	// 400 ms renew interval, 300 ms retry period, 0.2 jitter, 400 ms wind-down).
@@ -252,6 +258,12 @@ func (c *Config) normalize() (*url.URL, *store.Descriptor, []string, error) {
 	}
 	if c.Think < 0 || c.Think >= t.WindDown {
 		return bad("--think %v must be in [0, wind-down %v): a write prepared just before the work is told to stop must still land before safeUntil", c.Think, t.WindDown)
+	}
+	if c.FairGroups < 0 || c.FairGroups > c.Groups {
+		return bad("%d fair groups: need 0 to --groups (%d)", c.FairGroups, c.Groups)
+	}
+	if c.FairGroups > 0 && c.Mode != "" && c.Mode != ModeElector {
+		return bad("fair groups need an elector run: a %s refuses Config.Fair", c.Mode)
 	}
 	switch c.Mode {
 	case "", ModeElector:

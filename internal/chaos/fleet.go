@@ -115,6 +115,10 @@ func runFleet(ctx context.Context, c Config) (*Outcome, error) {
 		gc.Groups = 1
 		gc.Seed = groupSeed(c.Seed, i)
 		gc.Dir = filepath.Join(dir, groupName(i))
+		gc.FairGroups = 0
+		if i >= c.Groups-c.FairGroups {
+			gc.FairGroups = 1
+		}
 		if local {
 			// A file store: each group its own file, beside the given one.
 			// Groups on one file would share its lock, and a node frozen
@@ -191,6 +195,9 @@ func mergeOutcomes(dir string, seed uint64, outs []*Outcome) *Outcome {
 	h := &history{Store: first.Store, Seed: seed, Fenced: first.Fenced, BrokenStore: first.BrokenStore,
 		Timings: first.Timings, Slack: first.Slack, Start: first.Start, End: first.End, Resources: first.Resources, Groups: len(outs),
 		Mode: first.Mode, Lease: first.Lease, Slots: first.Slots, Every: first.Every}
+	for _, o := range outs {
+		h.FairGroups += o.History.FairGroups
+	}
 	labels := make([]string, len(outs))
 	results := make([]*Result, len(outs))
 	out := &Outcome{Dir: dir, Seed: seed, History: h, Groups: outs}

@@ -398,7 +398,7 @@ func (h *harness) collect(ctx context.Context, resources []string) (*history, er
 		Store: redact(h.u), Seed: h.cfg.Seed, Fenced: !h.cfg.Unfenced, BrokenStore: h.cfg.BrokenStore, Timings: h.cfg.timingsJSON(), Slack: h.cfg.Slack,
 		Start: h.start.UnixNano(), End: time.Now().UnixNano(),
 		Events: events, Register: log, RegisterLogsRefused: h.reg.LogsRefused(), Reads: reads, Faults: faults,
-		Resources: resources, Mode: h.cfg.Mode, Lease: h.lease, Slots: h.cfg.Slots, Every: h.cfg.Every,
+		Resources: resources, Mode: h.cfg.Mode, Lease: h.lease, Slots: h.cfg.Slots, Every: h.cfg.Every, FairGroups: h.cfg.FairGroups,
 	}, nil
 }
 

@@ -182,6 +182,9 @@ type history struct {
 	// Groups is the number of lease groups a fleet's merged history adds up
 	// (0 or 1: one group, whose events these are).
 	Groups int `json:"groups,omitempty"`
+	// FairGroups is how many of those groups ran fair electors
+	// (Config.FairGroups; in a group's own history, 1 if it did).
+	FairGroups int `json:"fair_groups,omitempty"`
 }
 
 // timingsRecord is leasehold.Timings as recorded in a history.

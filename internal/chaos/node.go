@@ -63,6 +63,7 @@ type nodeConfig struct {
 	mode                                     string
 	slots                                    int
 	every                                    time.Duration
+	fair                                     bool
 }
 
 func parseNodeFlags(args []string) (*nodeConfig, error) {
@@ -93,6 +94,7 @@ func parseNodeFlags(args []string) (*nodeConfig, error) {
 	fs.Float64Var(&c.clockRate, "clock-rate", 1, "")
 	fs.StringVar(&c.broken, "broken-store", "", "break the store this way (negative control only)")
 	fs.StringVar(&c.mode, "mode", ModeElector, "elector, semaphore or schedule")
+	fs.BoolVar(&c.fair, "fair", false, "the elector waits in the fair queue (Config.Fair)")
 	fs.IntVar(&c.slots, "slots", 0, "a semaphore's slots")
 	fs.DurationVar(&c.every, "every", 0, "a schedule's period")
 	if err := fs.Parse(args); err != nil {
@@ -234,7 +236,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			hw.emit(event{Kind: evReleased, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err), Lease: lease})
 		}
 	}
-	lcfg := leasehold.Config{Identity: c.identity, Timings: c.timings, Clock: clock, OnEvent: onEvent}
+	lcfg := leasehold.Config{Identity: c.identity, Timings: c.timings, Clock: clock, OnEvent: onEvent, Fair: c.fair}
 	var identity string
 	var run func(context.Context, leasehold.WorkFunc) error
 	switch c.mode {

@@ -136,6 +136,9 @@ func (h *harness) startProc(ctx context.Context, slot, identity string, offset t
 		args = append(args, "--broken-store", c.BrokenStore)
 	}
 	args = append(args, "--mode", c.Mode)
+	if c.FairGroups > 0 { // this group's nodes are fair (runFleet gives each group 0 or 1)
+		args = append(args, "--fair")
+	}
 	switch c.Mode {
 	case ModeSemaphore:
 		args = append(args, "--slots", strconv.Itoa(c.Slots))

@@ -89,8 +89,13 @@ func summaryLine(h *history, r *Result) string {
 		fenced += " BROKEN-STORE " + h.BrokenStore
 	}
 	groups := ""
-	if h.Groups > 1 {
+	switch {
+	case h.Groups > 1 && h.FairGroups > 0:
+		groups = fmt.Sprintf("%d groups (%d fair), ", h.Groups, h.FairGroups)
+	case h.Groups > 1:
 		groups = fmt.Sprintf("%d groups, ", h.Groups)
+	case h.FairGroups > 0:
+		groups = "fair, "
 	}
 	mode := ""
 	switch h.Mode {

@@ -152,6 +152,10 @@ func runStore(t *testing.T, name string, span time.Duration, groups int) {
 			groups = r.groups
 		}
 		volume(&c, groups)
+		// Half of the groups run fair electors (leasehold.Config.Fair):
+		// their acquires go through the store's queue and its grant
+		// without a place (store.UnqueuedAcquirer), under the same faults.
+		c.FairGroups = groups / 2
 		out := runClean(t, c)
 		requireKinds(t, out, c.Faults...)
 		requireVolume(t, out, ciVolume)

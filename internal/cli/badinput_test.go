@@ -93,6 +93,8 @@ func TestBadInputs(t *testing.T) {
 		{"migrate arguments", []string{"migrate", "extra"}, ExitUsage, "takes no arguments", ""},
 		{"fair with slots", []string{"run", "--lease", "x", "--fair", "--slots", "2", "--", "true"}, ExitUsage, "--fair does not go with --slots", ""},
 		{"fair with every", []string{"run", "--lease", "x", "--fair", "--every", "1h", "--", "true"}, ExitUsage, "--fair does not go with --every", ""},
+		{"verify fair with slots", []string{"verify", "--fair", "--slots", "2"}, ExitUsage, "--fair does not go with --slots", ""},
+		{"verify fair with every", []string{"verify", "--fair", "--every", "2s"}, ExitUsage, "--fair does not go with --every", ""},
 		{"unknown command", []string{"rn", "--lease", "x"}, ExitUsage, `unknown command "rn"`, ""},
 	}
 	if len(cases) < 40 {

@@ -155,11 +155,8 @@ func (r *runCmd) Run(ctx context.Context, args []string) error {
 	if err := r.checkSlots(); err != nil {
 		return err
 	}
-	switch {
-	case r.fair && r.slots > 0:
-		return usagef("--fair does not go with --slots: a semaphore's slots have no queue")
-	case r.fair && r.sched.every > 0:
-		return usagef("--fair does not go with --every: a scheduled job runs once per period, whoever is first")
+	if err := checkFairMode(r.fair, r.slots > 0, r.sched.every > 0); err != nil {
+		return err
 	}
 	tm, termGrace, killMargin, err := r.timings.resolve()
 	if err != nil {
@@ -498,6 +495,17 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// checkFairMode refuses --fair beside --slots or --every (run and verify).
+func checkFairMode(fair, slots, every bool) error {
+	switch {
+	case fair && slots:
+		return usagef("--fair does not go with --slots: a semaphore's slots have no queue")
+	case fair && every:
+		return usagef("--fair does not go with --every: a scheduled job runs once per period, whoever is first")
+	}
+	return nil
 }
 
 // checkFair refuses --fair on a store without a queue (store.AsQueuer, which

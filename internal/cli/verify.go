@@ -33,7 +33,7 @@ type verifyFlags struct {
 	windDown, every                                          time.Duration
 	jitter, maxDrift, leaderBias                             float64
 	seed                                                     uint64
-	unfenced, keep, plan, allowRemote                        bool
+	unfenced, keep, plan, allowRemote, fair                  bool
 }
 
 func newVerifyCmd(env *Env) Command { return &verifyCmd{env: env} }
@@ -67,6 +67,7 @@ Examples:
   leasehold verify --store postgres://postgres@127.0.0.1/test --duration 2m --seed 42
   leasehold verify --store redis://127.0.0.1:6379/0 --faults pause,blackhole --plan
   leasehold verify --groups 12 --overlap 3 --lease-duration 1s --until-faults 10000 --duration 24h   # a soak
+  leasehold verify --fair --faults pause,kill   # electors waiting in the fair queue (run --fair)
   leasehold verify --unfenced          # the negative control: must exit 1
   leasehold verify --broken-store early-grant --faults kill   # a store that grants early: must exit 1
   leasehold verify --slots 2 --faults pause,kill,clock   # a semaphore of 2 slots on 3 nodes
@@ -94,6 +95,7 @@ Examples:
 	fs.DurationVar(&f.think, "think", 40*time.Millisecond, "time each write spends on its way, without looking at the lease; below --wind-down")
 	fs.IntVar(&f.resources, "resources", 2, "register resources the leader writes in turn")
 	fs.StringVar(&f.register, "register", "", "the fenced register: http, postgres or sqlite (default: postgres for a\nPostgreSQL store, sqlite for SQLite, http otherwise)")
+	fs.BoolVar(&f.fair, "fair", false, "the nodes' electors wait in the store's fair queue, as 'leasehold run --fair' does\n(every group; not with --slots or --every)")
 	fs.BoolVar(&f.unfenced, "unfenced", false, "turn the register's token check off: the negative control, which must fail")
 	fs.IntVar(&f.slots, "slots", 0, "run a semaphore of `N` slots on every node instead of an elector (1 to --nodes - 1): each holder\nwrites to its slot's resource with its slot's token; checks per slot, and at most N at work at once")
 	fs.DurationVar(&f.every, "every", 0, "run a scheduled job of period `D` (whole seconds) on every node instead of an elector,\non each node's skewed clock: each run writes with its token; checks at most one run per period")
@@ -150,10 +152,18 @@ Examples:
 	switch {
 	case f.slots != 0 && f.every != 0:
 		return usagef("--slots and --every: a run is a semaphore or a schedule, not both")
+	case f.fair && f.slots != 0:
+		return usagef("--fair does not go with --slots: a semaphore's slots have no queue")
+	case f.fair && f.every != 0:
+		return usagef("--fair does not go with --every: a scheduled job runs once per period, whoever is first")
 	case f.slots != 0:
 		mode = chaos.ModeSemaphore
 	case f.every != 0:
 		mode = chaos.ModeSchedule
+	}
+	fairGroups := 0
+	if f.fair {
+		fairGroups = f.groups
 	}
 	cfg := chaos.Config{
 		StoreURL: storeURL, AllowRemote: f.allowRemote, Mode: mode, Slots: f.slots, Every: f.every,
@@ -163,7 +173,7 @@ Examples:
 		Timings: leasehold.Timings{LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RenewInterval: f.renewInterval,
 			RetryPeriod: f.retryPeriod, Jitter: f.jitter, WindDown: f.windDown},
 		Slack: f.slack, MaxSkew: f.maxSkew, MaxDrift: f.maxDrift, WriteInterval: f.writeInterval, Think: f.think,
-		Resources: f.resources, Register: f.register, Unfenced: f.unfenced, BrokenStore: f.brokenStore, Dir: out, Keep: f.keep,
+		Resources: f.resources, Register: f.register, Unfenced: f.unfenced, FairGroups: fairGroups, BrokenStore: f.brokenStore, Dir: out, Keep: f.keep,
 		Progress: c.env.Stderr,
 	}
 	if cfg.Seed == 0 {
