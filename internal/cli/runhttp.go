@@ -29,6 +29,8 @@ type termTracker struct {
 }
 
 type heldTerm struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	term      store.Term
 	safeUntil time.Time
 }
@@ -54,10 +56,10 @@ func (t *termTracker) observe(ev leasehold.Event) {
 	}
 	switch ev.Kind {
 	case leasehold.EventAcquired:
-		t.held[ev.Name] = heldTerm{ev.Term, ev.SafeUntil}
+		t.held[ev.Name] = heldTerm{term: ev.Term, safeUntil: ev.SafeUntil}
 	case leasehold.EventRenewed:
 		if h, ok := t.held[ev.Name]; ok && h.term == ev.Term {
-			t.held[ev.Name] = heldTerm{ev.Term, ev.SafeUntil}
+			t.held[ev.Name] = heldTerm{term: ev.Term, safeUntil: ev.SafeUntil}
 		}
 	case leasehold.EventLost:
 		if h, ok := t.held[ev.Name]; ok && h.term == ev.Term {

@@ -467,6 +467,8 @@ func (s *Store) Close() error {
 // scrubbed is a driver's error with the password removed from its message,
 // still matching what it wraps (errors.As finds the *mysql.MySQLError).
 type scrubbed struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	msg string
 	err error
 }

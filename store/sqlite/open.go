@@ -58,6 +58,8 @@ type Options struct {
 
 // Store is a lease store on one SQLite file. It is safe for concurrent use.
 type Store struct {
+	_ [0]func() // not comparable: spares the binary an equality function
+
 	db      *sql.DB
 	path    string
 	table   string
