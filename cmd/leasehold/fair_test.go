@@ -44,18 +44,7 @@ func TestFairRunSQLite(t *testing.T) {
 	}
 	defer db.Close()
 	fairRun(t, "sqlite://"+path, timingArgs, func() []string {
-		rows, err := db.Query(`SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' ORDER BY seq`)
-		if err != nil {
-			return nil // the table is made by the first run's Open
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var h string
-			rows.Scan(&h)
-			out = append(out, h)
-		}
-		return out
+		return sqlHolders(t, db, `SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' ORDER BY seq`)
 	}, func() int {
 		var n int
 		if err := db.QueryRow(`SELECT seq FROM sqlite_sequence WHERE name = 'leader_lease_queue'`).Scan(&n); err != nil {
@@ -219,6 +208,25 @@ func TestFairRunZooKeeper(t *testing.T) {
 		}
 		return int(st.Version)
 	})
+}
+
+// sqlHolders lists the holders query returns: the places of a SQL store's
+// queue, in their order (none while the table is not made yet).
+func sqlHolders(t *testing.T, db *sql.DB, query string) []string {
+	rows, err := db.Query(query)
+	if err != nil {
+		return nil // the table is made by the first run's Open or migration
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var h string
+		if err := rows.Scan(&h); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 // fairRun: a holds the lease; b and then c start and queue behind it

@@ -80,20 +80,7 @@ func TestFairRunMySQL(t *testing.T) {
 	}
 	defer db.Close()
 	fairRun(t, u+"?create_if_missing=true", timingArgs, func() []string {
-		rows, err := db.Query(`SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq`)
-		if err != nil {
-			return nil // the table is made by the first run's migration
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var h string
-			if err := rows.Scan(&h); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, h)
-		}
-		return out
+		return sqlHolders(t, db, `SELECT holder FROM leader_lease_queue WHERE name = 'fair-job' AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq`)
 	}, func() int {
 		var n int
 		if err := db.QueryRow(`SELECT n FROM leader_lease_qseq WHERE name = 'fair-job'`).Scan(&n); err != nil {
