@@ -116,6 +116,12 @@ Examples:
 	if f.overlap < 1 {
 		return usagef("--overlap %d: need 1 to --nodes (%d)", f.overlap, f.nodes)
 	}
+	if f.slots != 0 && f.every != 0 {
+		return usagef("--slots and --every: a run is a semaphore or a schedule, not both")
+	}
+	if err := checkFairMode(f.fair, f.slots != 0, f.every != 0); err != nil {
+		return err
+	}
 	faults, err := chaos.ParseFaults(f.faults)
 	if err != nil {
 		return usagef("--faults: %v", strings.TrimPrefix(err.Error(), chaos.ErrInvalid.Error()+": "))
@@ -150,12 +156,6 @@ Examples:
 	}
 	mode := chaos.ModeElector
 	switch {
-	case f.slots != 0 && f.every != 0:
-		return usagef("--slots and --every: a run is a semaphore or a schedule, not both")
-	case f.fair && f.slots != 0:
-		return usagef("--fair does not go with --slots: a semaphore's slots have no queue")
-	case f.fair && f.every != 0:
-		return usagef("--fair does not go with --every: a scheduled job runs once per period, whoever is first")
 	case f.slots != 0:
 		mode = chaos.ModeSemaphore
 	case f.every != 0:
@@ -191,6 +191,9 @@ Examples:
 		return nil
 	}
 	res, err := chaos.Run(ctx, cfg)
+	if err != nil && res == nil && f.out == "" {
+		os.Remove(out) // the directory made above, if the refused run left it empty
+	}
 	if u, perr := url.Parse(storeURL); perr == nil {
 		from = u.Redacted() // name the store, never its password
 	}

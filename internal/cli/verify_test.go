@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 )
@@ -10,6 +11,8 @@ import (
 // verify refuses bad input before it starts anything, with exit code 2 and a
 // message naming what was wrong; --plan prints the seed's schedule.
 func TestVerifyFlags(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // where a run without --out makes its directory
 	cases := []struct {
 		args []string
 		code int
@@ -34,6 +37,11 @@ func TestVerifyFlags(t *testing.T) {
 		{[]string{"--broken-store", "extra-slot", "--every", "2s", "--plan"}, ExitUsage, "--broken-store extra-slot needs a semaphore run"},
 		{[]string{"--slots", "2", "--seed", "7", "--plan"}, ExitOK, "fault schedule of seed 7"},
 		{[]string{"--every", "2s", "--seed", "7", "--plan"}, ExitOK, "fault schedule of seed 7"},
+		// Without --plan, refused before or inside the harness: nothing is
+		// left in the temporary directory (checked below).
+		{[]string{"--slots", "2", "--every", "2s"}, ExitUsage, "a semaphore or a schedule, not both"},
+		{[]string{"--fair", "--slots", "2"}, ExitUsage, "--fair does not go with --slots"},
+		{[]string{"--duration", "2s"}, ExitUsage, "too short"},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer
@@ -41,6 +49,9 @@ func TestVerifyFlags(t *testing.T) {
 		if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
 			t.Errorf("verify %v: exit %d, want %d with %q; stdout %q stderr %q", tc.args, code, tc.code, tc.want, out.String(), errb.String())
 		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("refused runs left %d entries in the temporary directory, such as %s", len(left), left[0].Name())
 	}
 	// The same seed gives the same schedule.
 	var a, b bytes.Buffer
