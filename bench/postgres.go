@@ -93,9 +93,11 @@ func (e *pgEnv) version(ctx context.Context) string {
 	if err := e.pool.QueryRow(ctx, `SHOW server_version`).Scan(&v); err != nil {
 		return "?"
 	}
-	var sc, fs string
-	e.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&sc, &fs)
-	return fmt.Sprintf("PostgreSQL %s (synchronous_commit=%s, fsync=%s)", v, sc, fs)
+	// autovacuum: with it off, the dead rows of leasehold's history table
+	// pile up during a run and slow its trim (see BENCHMARKS.md, session 20).
+	var sc, fs, av string
+	e.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync'), current_setting('autovacuum')`).Scan(&sc, &fs, &av)
+	return fmt.Sprintf("PostgreSQL %s (synchronous_commit=%s, fsync=%s, autovacuum=%s)", v, sc, fs, av)
 }
 
 func (e *pgEnv) close() {
