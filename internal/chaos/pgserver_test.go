@@ -221,19 +221,14 @@ func (s *pgServer) Stop(context.Context) error {
 // is this server's data directory (each PostgreSQL process runs there; the
 // directory is this test's own), and returns their PIDs.
 func (s *pgServer) killLeftovers() []int {
-	dirs, _ := os.ReadDir("/proc")
-	var out []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && cwd == s.dir {
-			syscall.Kill(pid, syscall.SIGKILL)
-			out = append(out, pid)
-		}
+	pids := procsWhere(func(pid int) bool {
+		cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		return err == nil && cwd == s.dir
+	})
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	return out
+	return pids
 }
 
 // TestPGServerKillsLeftovers: a process left running in the server's data
@@ -264,15 +259,20 @@ func TestPGServerKillsLeftovers(t *testing.T) {
 // childrenOf lists the processes whose parent is pid (from /proc; none where
 // there is no /proc).
 func childrenOf(pid int) []int {
+	return procsWhere(func(k int) bool {
+		ppid, state, ok := procStat(k)
+		return ok && ppid == pid && state != 'Z'
+	})
+}
+
+// procsWhere lists the processes in /proc for which match is true (none
+// where there is no /proc).
+func procsWhere(match func(pid int) bool) []int {
 	dirs, _ := os.ReadDir("/proc")
 	var out []int
 	for _, d := range dirs {
-		k, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, state, ok := procStat(k); ok && ppid == pid && state != 'Z' {
-			out = append(out, k)
+		if pid, err := strconv.Atoi(d.Name()); err == nil && match(pid) {
+			out = append(out, pid)
 		}
 	}
 	return out
