@@ -26,7 +26,8 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //     NOTIFY waiters, write the history and raise the high-water mark on
 //     every grant and release, by leasehold or by any other client;
 //   - the high-water table <table>_epochs (the highest epoch ever given to
-//     each name, seeded from the lease rows and the history), and the guard
+//     each name, seeded from the lease rows and the history; and where the
+//     history trim of the name ended, its column trimmed), and the guard
 //     <table>_guard() with its four triggers, which refuse DELETE,
 //     TRUNCATE, renaming a row and lowering an epoch, and lift any grant
 //     that would not exceed the name's high-water mark above it;
@@ -40,9 +41,10 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //     them from Migrate, without touching the triggers or locking the
 //     table; until then the store sends the statements themselves.
 //
-// A table migrated by an earlier version (schema 1, without the guard) is
-// upgraded by running Migrate again; so is one whose triggers were dropped
-// or disabled.
+// A table migrated by an earlier version (schema 1, without the guard;
+// schema 2, whose history trim was not bounded below) is upgraded by running
+// Migrate again; so is one whose triggers were dropped or disabled. One
+// migrated by a later version is left as it is.
 //
 // It is idempotent, changes no lease, and when everything is current runs
 // no DDL (so needs no DDL privilege) and takes no lock: one catalogue read.
@@ -102,8 +104,8 @@ func (s *Store) current(ctx context.Context, q querier) (bool, error) {
 	AND to_regclass(format('%I.%I', n.nspname, $3::text || '_epochs')) IS NOT NULL
 	AND to_regclass(format('%I.%I', n.nspname, $3::text || '_queue')) IS NOT NULL
 	AND to_regclass(format('%I.%I', n.nspname, $3::text || '_qseq')) IS NOT NULL
-	AND coalesce(obj_description(to_regprocedure(format('%I.%I()', n.nspname, $3::text || '_changed')), 'pg_proc'), '') = $4
-	AND coalesce(obj_description(to_regprocedure(format('%I.%I()', n.nspname, $3::text || '_guard')), 'pg_proc'), '') = $4
+	AND `+schemaAtLeast(`obj_description(to_regprocedure(format('%I.%I()', n.nspname, $3::text || '_changed')), 'pg_proc')`, "$4")+`
+	AND `+schemaAtLeast(`obj_description(to_regprocedure(format('%I.%I()', n.nspname, $3::text || '_guard')), 'pg_proc')`, "$4")+`
 	AND (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgenabled <> 'D' AND t.tgname = ANY ($5::text[])) = cardinality($5::text[])
 	AND (SELECT count(*) FROM unnest($6::text[]) AS f(sig)
 		WHERE coalesce(obj_description(to_regprocedure(format('%I.%I', n.nspname, $3::text || split_part(f.sig, '(', 1)) || '(' || split_part(f.sig, '(', 2)), 'pg_proc'), '') = $7) = cardinality($6::text[])
@@ -221,17 +223,22 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 		}
 	}
 	var current bool
-	if _, err := queryOne(ctx, q, `SELECT coalesce(obj_description(to_regprocedure($1), 'pg_proc'), '') = $3
-	AND coalesce(obj_description(to_regprocedure($2), 'pg_proc'), '') = $3
+	if _, err := queryOne(ctx, q, `SELECT `+schemaAtLeast(`obj_description(to_regprocedure($1), 'pg_proc')`, "$3")+`
+	AND `+schemaAtLeast(`obj_description(to_regprocedure($2), 'pg_proc')`, "$3")+`
 	AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($4) AND tgenabled <> 'D' AND tgname = ANY ($5::text[])) = $6`,
 		[]any{fn + "()", guard + "()", schemaVersion, s.qtable, textArray(allTriggers), len(allTriggers)}, &current); err != nil {
 		return err
 	}
 	if !current {
-		// An upgrade from schema 1, or triggers dropped or disabled by
-		// hand. Creating the triggers locks the lease table against
-		// writers until this transaction ends, so the seed below sees
-		// every grant made before it, and the triggers every one after.
+		// An upgrade from an earlier schema, or triggers dropped or
+		// disabled by hand. Creating the triggers locks the lease table
+		// against writers until this transaction ends, so the seed below
+		// sees every grant made before it, and the triggers every one
+		// after. The trigger's trim needs the trimmed column (schema 3)
+		// first.
+		if err := q.exec(ctx, r.Replace(sqlAddTrimmed)); err != nil {
+			return err
+		}
 		if err := q.exec(ctx, r.Replace(sqlCreateFunction)); err != nil {
 			return err
 		}

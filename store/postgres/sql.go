@@ -26,8 +26,19 @@ const DefaultTable = "leader_lease"
 // does nothing (and needs no DDL privilege) when the schema is current.
 // Version 2 added the guard: the high-water table <table>_epochs and the
 // triggers that refuse DELETE, TRUNCATE, renaming a row and lowering an
-// epoch.
-const schemaVersion = "leasehold schema 2"
+// epoch. Version 3 bounded the history trim below (the high-water table's
+// trimmed column). A schema of a later version counts as current (see
+// schemaAtLeast), so that a process of this version does not put its own
+// triggers back over a later version's during a rolling upgrade.
+const schemaVersion = "leasehold schema 3"
+
+// schemaAtLeast is the SQL condition that the version in the comment expr
+// (a function's obj_description) is this one or later; param is the query
+// parameter that carries schemaVersion. A comment that is no leasehold
+// version at all (none, or one written by hand) is not current.
+func schemaAtLeast(expr, param string) string {
+	return "coalesce(substring(" + expr + " from '^leasehold schema ([0-9]+)$')::int, 0) >= substring(" + param + "::text from '([0-9]+)$')::int"
+}
 
 // Trigger names on the lease table.
 const (
@@ -253,10 +264,17 @@ CREATE INDEX {{i}} ON {{h}} (name, id DESC)`
 	// row lost past the guard (triggers disabled, a row restored from an
 	// old copy, the table dropped and migrated again).
 	sqlCreateEpochs = `CREATE TABLE {{w}} (
-	name  text PRIMARY KEY,
-	epoch bigint NOT NULL
+	name    text PRIMARY KEY,
+	epoch   bigint NOT NULL,
+	trimmed bigint
 );
-COMMENT ON TABLE {{w}} IS 'highest epoch (fencing token) ever given to each lease name: no grant gets one at or below it (leasehold)'`
+COMMENT ON TABLE {{w}} IS 'highest epoch (fencing token) ever given to each lease name: no grant gets one at or below it (leasehold)';
+` + sqlCommentTrimmed
+	// Schema 3 added trimmed to the high-water table: the history id up to
+	// which the trigger's trim has deleted the name's entries.
+	sqlAddTrimmed = `ALTER TABLE {{w}} ADD COLUMN IF NOT EXISTS trimmed bigint;
+` + sqlCommentTrimmed
+	sqlCommentTrimmed = `COMMENT ON COLUMN {{w}}.trimmed IS 'history id up to which the trim deleted this name''s entries: the next trim starts above it (leasehold)'`
 	// Seeds the high-water table from the lease rows and from the history,
 	// which remembers grants whose rows were deleted before the guard
 	// existed. Idempotent: it only ever raises.
@@ -334,6 +352,8 @@ COMMENT ON FUNCTION {{g}}() IS '` + schemaVersion + `'`
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $leasehold$
 DECLARE
 	ev text;
+	cut bigint;
+	lo bigint;
 BEGIN
 	IF TG_OP = 'INSERT' THEN
 		IF coalesce(NEW.holder, '') <> '' THEN
@@ -361,9 +381,20 @@ BEGIN
 	ELSIF ev IS NOT NULL THEN
 		INSERT INTO {{h}} (name, holder, epoch, event, metadata)
 		VALUES (NEW.name, NEW.holder, NEW.epoch, ev, CASE WHEN NEW.meta_epoch = NEW.epoch THEN NEW.metadata END);
+		-- The trim keeps the name's last 1,000 entries. Both its scans
+		-- start above the id the previous trim stopped at (the high-water
+		-- row's trimmed), so they never walk the entries it deleted
+		-- before: until a vacuum removes them they are still in the
+		-- index, and on a server without autovacuum unbounded scans grew
+		-- with every trim.
 		IF NEW.epoch % 64 = 0 THEN
-			DELETE FROM {{h}} AS h WHERE h.name = NEW.name AND h.id <= (
-				SELECT h2.id FROM {{h}} AS h2 WHERE h2.name = NEW.name ORDER BY h2.id DESC OFFSET 1000 LIMIT 1);
+			SELECT coalesce(w.trimmed, 0) INTO lo FROM {{w}} AS w WHERE w.name = NEW.name;
+			lo := coalesce(lo, 0);
+			SELECT h2.id INTO cut FROM {{h}} AS h2 WHERE h2.name = NEW.name AND h2.id > lo ORDER BY h2.id DESC OFFSET 1000 LIMIT 1;
+			IF cut IS NOT NULL THEN
+				DELETE FROM {{h}} AS h WHERE h.name = NEW.name AND h.id > lo AND h.id <= cut;
+				UPDATE {{w}} AS w SET trimmed = cut WHERE w.name = NEW.name;
+			END IF;
 		END IF;
 	END IF;
 	RETURN NULL;
