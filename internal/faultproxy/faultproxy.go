@@ -44,6 +44,8 @@ type Proxy struct {
 	wg        sync.WaitGroup
 	accepted  int
 	resetConn int
+	// hello rewrites each connection's first message (RewriteHello).
+	hello func(client io.Reader) ([]byte, error)
 }
 
 // New listens on a free port of 127.0.0.1 and forwards to target
@@ -111,6 +113,18 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.latency = d
+}
+
+// RewriteHello has f rewrite the first message of every connection from
+// now on: f reads that message from the client (exactly it, no more) and
+// returns the bytes sent to the target in its place; an error closes the
+// connection. The ZooKeeper ensemble fixture needs it: a member opening an
+// election connection names its own address in its first message, and the
+// peer may call it back there, past the proxy, unless the name is rewritten.
+func (p *Proxy) RewriteHello(f func(client io.Reader) ([]byte, error)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hello = f
 }
 
 // Refuse makes the proxy reset new connections (on) or forward them (off).
@@ -248,6 +262,18 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(server)
 	defer abort(server)
+	p.mu.Lock()
+	hello := p.hello
+	p.mu.Unlock()
+	if hello != nil {
+		b, err := hello(client)
+		if err != nil || !p.waitGate(nil) {
+			return
+		}
+		if _, err := server.Write(b); err != nil {
+			return
+		}
+	}
 	done := make(chan struct{}, 2)
 	stop := make(chan struct{})
 	go func() { p.pump(server, client, stop); done <- struct{}{} }()
