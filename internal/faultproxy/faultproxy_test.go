@@ -5,12 +5,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
 
-// echo echoes every connection on loopback until the test ends.
-func echo(t *testing.T) string {
+// echoServer echoes every line on loopback until the test ends.
+func echoServer(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,12 +33,116 @@ func echo(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// through sends msg through a new connection to p and reads one line back.
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string, within time.Duration) (string, error) {
+	t.Helper()
+	if _, err := c.Write([]byte(msg + "\n")); err != nil {
+		return "", err
+	}
+	c.SetReadDeadline(time.Now().Add(within))
+	defer c.SetReadDeadline(time.Time{})
+	line, err := r.ReadString('\n')
+	return line, err
+}
+
+// proxied starts a proxy to an echo server and connects through it; both
+// end with the test.
+func proxied(t *testing.T) (*Proxy, net.Conn, *bufio.Reader) {
+	t.Helper()
+	p, err := New(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return p, c, bufio.NewReader(c)
+}
+
+func TestProxyForwardsAndBlackholes(t *testing.T) {
+	p, c, r := proxied(t)
+	if line, err := roundTrip(t, c, r, "hello", 10*time.Second); err != nil || line != "hello\n" {
+		t.Fatalf("through the proxy: %q, %v", line, err)
+	}
+
+	// A blackhole keeps the connection open and delivers nothing...
+	p.Blackhole()
+	_, err := roundTrip(t, c, r, "held", 300*time.Millisecond)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("during a blackhole the read returned %v, want a timeout", err)
+	}
+	// ...and what was sent during it lands after it heals, as with TCP.
+	p.Heal()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if line, err := r.ReadString('\n'); err != nil || line != "held\n" {
+		t.Fatalf("after healing: %q, %v", line, err)
+	}
+	c.SetReadDeadline(time.Time{})
+
+	// Latency: a round trip takes at least the added latency.
+	p.SetLatency(200 * time.Millisecond)
+	start := time.Now()
+	if _, err := roundTrip(t, c, r, "slow", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("round trip with +200ms latency took %v", d)
+	}
+	p.Heal()
+}
+
+func TestProxyResetAndRefuse(t *testing.T) {
+	p, c, r := proxied(t)
+	if _, err := roundTrip(t, c, r, "a", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Reset()
+	if _, err := roundTrip(t, c, r, "b", 10*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after a reset the connection answered (%v)", err)
+	}
+	if acc, reset := p.Stats(); acc != 1 || reset < 1 {
+		t.Fatalf("stats: accepted %d, reset %d", acc, reset)
+	}
+
+	p.Refuse(true)
+	if _, err := through(t, p, "c\n"); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a refusing proxy answered (%v)", err)
+	}
+	p.Heal()
+	if line, err := through(t, p, "d\n"); err != nil || line != "d\n" {
+		t.Fatalf("after refusing ended: %q, %v", line, err)
+	}
+}
+
+// Overlapping faults heal one at a time: ending a blackhole leaves a
+// store restart's refusal in place, and Heal (the control) lifts both.
+func TestProxyEndBlackholeKeepsARefusal(t *testing.T) {
+	p, err := New(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Refuse(true)
+	p.Blackhole()
+	p.EndBlackhole()
+	if _, err := through(t, p, "a\n"); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after the blackhole ended, the refusing proxy answered (%v)", err)
+	}
+	p.Heal()
+	if line, err := through(t, p, "b\n"); err != nil || line != "b\n" {
+		t.Fatalf("after Heal: %q, %v", line, err)
+	}
+}
+
+// through sends msg through a new connection to p and reads one line back
+// (a refused dial is its error).
 func through(t *testing.T, p *Proxy, msg string) (string, error) {
 	t.Helper()
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer c.Close()
 	if _, err := c.Write([]byte(msg)); err != nil {
@@ -52,7 +157,7 @@ func through(t *testing.T, p *Proxy, msg string) (string, error) {
 // the rest of the stream passes as it is. A rewriter's error closes the
 // connection.
 func TestRewriteHello(t *testing.T) {
-	p, err := New(echo(t))
+	p, err := New(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
