@@ -36,7 +36,8 @@ type Status struct {
 	SafeUntil time.Time
 	// Contending is true while this node tries to acquire the lease.
 	Contending bool
-	// LastError is the last store error (nil after a successful call).
+	// LastError is the last store error (nil after a successful call, or
+	// after a fair acquire was told that others wait ahead of it).
 	LastError error
 	// LastContact is when the store last answered (any definite answer).
 	LastContact time.Time
@@ -206,11 +207,16 @@ func (e *Elector) observe(ev Event) {
 	defer e.mu.Unlock()
 	switch ev.Kind {
 	case EventAcquireAttempt, EventRenewFailed, EventRenewed, EventReleased:
-		definite := ev.Err == nil || errors.Is(ev.Err, store.ErrHeld) || errors.Is(ev.Err, store.ErrNotHeld)
-		if definite {
+		switch {
+		case ev.Err == nil || errors.Is(ev.Err, store.ErrHeld) || errors.Is(ev.Err, store.ErrNotHeld):
 			e.status.LastError = nil
 			e.status.LastContact = e.cfg.Clock.Now()
-		} else {
+		case errors.Is(ev.Err, store.ErrQueued):
+			// Others wait ahead: an answer, not a failure. It is no contact
+			// either: a store that cannot check the queue in the grant's
+			// step answers it without sending anything.
+			e.status.LastError = nil
+		default:
 			e.status.LastError = ev.Err
 		}
 	}

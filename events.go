@@ -15,7 +15,10 @@ type EventKind int
 const (
 	// EventAcquireAttempt: one acquire request returned. Err is nil when it
 	// granted a term, matches store.ErrHeld when another holder's term is live
-	// (Record is that term), and is anything else when the outcome is unknown.
+	// (Record is that term), matches store.ErrQueued when a fair acquire found
+	// others queued ahead (nothing granted, no failure; a store that cannot
+	// check the queue in the grant's step answers so without sending
+	// anything), and is anything else when the outcome is unknown.
 	EventAcquireAttempt EventKind = iota + 1
 	// EventAcquired: this node now holds Term and trusts it until SafeUntil.
 	EventAcquired

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -429,6 +430,54 @@ func TestFairContendedLockQueuesAtOnce(t *testing.T) {
 		time.Sleep(leasehold.Timings{}.WithDefaults().LeaseDuration)
 		if e, n := cycle(); e != 0 || n != 1 {
 			t.Errorf("a LeaseDuration later: %d Enqueue and %d Acquire calls, want 0 and 1 (taken with the queue empty)", e, n)
+		}
+	})
+}
+
+// TestFairWaiterIsNoStoreError: a fair candidate told store.ErrQueued
+// (others wait ahead of it; here answered unsent, as by a store that cannot
+// check the queue in the grant's step) waits in the queue, and its Status
+// shows no store error however long it waits: ErrQueued is an answer, not a
+// failure. Before, it stayed LastError while the candidate waited, and
+// `leasehold run`'s health called a third fair replica unable to reach its
+// store one lease after it queued.
+func TestFairWaiterIsNoStoreError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var queued atomic.Int32
+		var electors []*leasehold.Elector
+		for _, who := range []string{"a", "b", "c"} {
+			e := newElector(t, f.queueOnly(), "node-"+who, &recorder{}, func(c *leasehold.Config) {
+				c.Fair = true
+				next := c.OnEvent
+				c.OnEvent = func(ev leasehold.Event) {
+					if ev.Kind == leasehold.EventAcquireAttempt && errors.Is(ev.Err, store.ErrQueued) {
+						queued.Add(1)
+					}
+					next(ev)
+				}
+			})
+			electors = append(electors, e)
+			go e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
+				<-ctx.Done()
+				return nil
+			})
+			synctest.Wait()
+		}
+		time.Sleep(5 * leasehold.DefaultTimings().LeaseDuration)
+		synctest.Wait()
+		if queued.Load() == 0 {
+			t.Fatal("no candidate was told ErrQueued: the test shows nothing")
+		}
+		if !electors[0].Status().Leading {
+			t.Fatalf("node-a does not lead: %+v", electors[0].Status())
+		}
+		for i, e := range electors[1:] {
+			if st := e.Status(); st.LastError != nil {
+				t.Errorf("waiting candidate %d: LastError %v, want none", i+1, st.LastError)
+			}
 		}
 	})
 }

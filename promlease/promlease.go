@@ -55,7 +55,7 @@ var Reasons = []string{"expired", "lost", "released", "max-hold", "shutdown", "e
 
 // Results are the values of the result label of
 // leasehold_acquire_attempts_total.
-var Results = []string{"granted", "held", "error"}
+var Results = []string{"granted", "held", "queued", "error"}
 
 // Ops are the values of the op label of leasehold_store_errors_total.
 var Ops = []string{"acquire", "renew", "release"}
@@ -124,7 +124,7 @@ func New(opts Options) *Metrics {
 		at:        desc("leasehold_safe_until_timestamp_seconds", "Wall-clock time of safeUntil as Unix seconds, to the millisecond (advisory: the holder keeps the deadline on its monotonic clock); 0 when it does not lead."),
 		started:   counter("leasehold_terms_started_total", "Terms this process was granted."),
 		ended:     counter("leasehold_terms_ended_total", "Terms this process ended, by reason (expired: no renewal before safeUntil; lost: the store said so; released; max-hold: Config.MaxHold reached; shutdown: the caller's context ended; error).", "reason"),
-		attempts:  counter("leasehold_acquire_attempts_total", "Acquire requests, by result (granted; held by another; error, outcome unknown).", "result"),
+		attempts:  counter("leasehold_acquire_attempts_total", "Acquire requests, by result (granted; held by another; queued: others wait ahead of a fair acquire; error, outcome unknown).", "result"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "leasehold_renew_latency_seconds", Help: "Round trip of successful renewals, from when each was sent.",
 			Buckets: buckets, ConstLabels: cl,
@@ -168,6 +168,8 @@ func (m *Metrics) Observe(ev leasehold.Event) {
 			result = "granted"
 		case errors.Is(ev.Err, store.ErrHeld):
 			result = "held"
+		case errors.Is(ev.Err, store.ErrQueued):
+			result = "queued" // a fair acquire with others ahead: no store error
 		default:
 			m.storeErrs.WithLabelValues(name, "acquire").Inc()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"regexp"
@@ -72,6 +73,8 @@ func TestObserve(t *testing.T) {
 	for _, ev := range []leasehold.Event{
 		{Kind: leasehold.EventAcquireAttempt, Name: "web", Err: errors.Join(store.ErrHeld)},
 		{Kind: leasehold.EventAcquireAttempt, Name: "web", Err: timeout},
+		// A fair acquire with others ahead: counted as queued, no store error.
+		{Kind: leasehold.EventAcquireAttempt, Name: "web", Err: fmt.Errorf("places ahead: %w", store.ErrQueued)},
 		{Kind: leasehold.EventAcquireAttempt, Name: "web", Term: term},
 		{Kind: leasehold.EventAcquired, Name: "web", Term: term, SafeUntil: clock.now.Add(2 * time.Second)},
 		{Kind: leasehold.EventRenewed, Name: "web", Term: term, SafeUntil: clock.now.Add(9500 * time.Millisecond), Latency: 3 * time.Millisecond},
@@ -88,6 +91,7 @@ func TestObserve(t *testing.T) {
 		"leasehold_terms_ended_total{reason=expired}":      0,
 		"leasehold_acquire_attempts_total{result=granted}": 1,
 		"leasehold_acquire_attempts_total{result=held}":    1,
+		"leasehold_acquire_attempts_total{result=queued}":  1,
 		"leasehold_acquire_attempts_total{result=error}":   1,
 		"leasehold_renew_failures_total{}":                 1,
 		"leasehold_renew_latency_seconds_count{}":          1,

@@ -7,15 +7,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
 	natsio "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -351,5 +355,73 @@ func TestVerifyFair(t *testing.T) {
 	var places int
 	if err := db.QueryRow(`SELECT seq FROM sqlite_sequence WHERE name = 'leader_lease_queue'`).Scan(&places); err != nil || places == 0 {
 		t.Fatalf("the fair electors' standbys wrote no place to the queue (%d, %v)\n%s", places, err, out)
+	}
+}
+
+// TestFairStandbyHealthyPostgres: three `leasehold run --fair` on a
+// PostgreSQL schema migrated before the lease functions existed (here: the
+// acquire function dropped after migrating), where the store answers a fair
+// acquire store.ErrQueued without sending it. a leads; b and c queue. For
+// three leases after c was told so, c's /healthz stays 200 (standing by) and
+// its /metrics count the answer as queued, not as a store error. Before,
+// the answer was kept as the elector's last store error, and c's health
+// turned 503 ("cannot reach the store") one lease after it queued; the same
+// befell any fair candidate told ErrQueued by a store that checked (a lease
+// just released, with others queued) while it then waited its turn.
+func TestFairStandbyHealthyPostgres(t *testing.T) {
+	migrating := postgresURL(t)
+	if out, err := exec.Command(leaseholdBin, "migrate", "--store", migrating).CombinedOutput(); err != nil {
+		t.Fatalf("leasehold migrate: %v\n%s", err, out)
+	}
+	schema := regexp.MustCompile(`schema=([a-z0-9_]+)`).FindStringSubmatch(migrating)[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, strings.Split(migrating, "?")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `DROP FUNCTION `+schema+`.leader_lease_acquire(text, text, float8, text, text)`); err != nil {
+		t.Fatal(err)
+	}
+	url := strings.TrimSuffix(migrating, "&create_if_missing=true") // a migration would put the function back
+	dir := t.TempDir()
+	args := append([]string{"--fair", "--store", url, "--lease", "job", "--http", "127.0.0.1:0"}, timingArgs...)
+	get := func(addr, path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	a := startRun(t, dir, "a", nil, args...)
+	waitUntil(t, 20*time.Second, "a to lead", func() bool { return len(a.record().ticks) > 0 })
+	startRun(t, dir, "b", nil, args...)
+	c := startRun(t, dir, "c", nil, args...)
+	var addr string
+	waitUntil(t, 20*time.Second, "c to serve HTTP", func() bool {
+		if m := regexp.MustCompile(`msg="serving the status page, /healthz.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(c.log()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	waitUntil(t, 20*time.Second, "c to be told others are queued", func() bool {
+		_, body := get(addr, "/metrics")
+		return strings.Contains(body, `leasehold_acquire_attempts_total{lease="job",result="queued"}`) &&
+			!strings.Contains(body, `leasehold_acquire_attempts_total{lease="job",result="queued"} 0`)
+	})
+	for end := time.Now().Add(3 * 2 * time.Second); time.Now().Before(end); {
+		if code, body := get(addr, "/healthz"); code != 200 || !strings.Contains(body, "standing by") {
+			t.Fatalf("c's /healthz while it waits in the queue = %d %q, want 200, standing by", code, body)
+		}
+		time.Sleep(200 * time.Millisecond) // polling c's health over three leases
+	}
+	if _, body := get(addr, "/metrics"); !strings.Contains(body, `leasehold_store_errors_total{lease="job",op="acquire"} 0`) {
+		t.Errorf("c's /metrics count store errors while it waits:\n%s", body)
+	}
+	if !strings.Contains(a.log(), "acquired lease") || strings.Contains(c.log(), "acquired lease") {
+		t.Fatalf("a should lead and c wait; a's log:\n%s\nc's log:\n%s", a.log(), c.log())
 	}
 }

@@ -463,6 +463,8 @@ func (r *runCmd) logEvent(ev leasehold.Event) {
 			log.Error("acquire refused: the store refuses this client's writes", "err", ev.Err.Error())
 		case errors.Is(ev.Err, store.ErrHeld):
 			log.Debug("acquire refused: held", "holder", ev.Record.Holder, "token", ev.Record.Token, "remaining", ev.Record.Remaining.String())
+		case errors.Is(ev.Err, store.ErrQueued):
+			log.Debug("acquire refused: others are queued ahead (--fair)")
 		default:
 			log.Warn("acquire failed, outcome unknown", "err", ev.Err.Error(), "latency", ev.Latency.String())
 		}

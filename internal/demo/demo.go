@@ -79,6 +79,7 @@ type demo struct {
 type timelineLine struct {
 	at   time.Time
 	text string
+	_    [0]func() // not comparable: spares the binary an equality function
 }
 
 // Run runs the demo and prints its timeline to cfg.Out. It returns an error
@@ -144,7 +145,7 @@ register's log of write attempts, [node-N] that node's own log, [demo] what the 
 }
 
 func (d *demo) say(at time.Time, source, format string, args ...any) {
-	d.timeline = append(d.timeline, timelineLine{at, fmt.Sprintf("%6.2fs  %-10s %s\n", at.Sub(d.start).Seconds(), "["+source+"]", fmt.Sprintf(format, args...))})
+	d.timeline = append(d.timeline, timelineLine{at: at, text: fmt.Sprintf("%6.2fs  %-10s %s\n", at.Sub(d.start).Seconds(), "["+source+"]", fmt.Sprintf(format, args...))})
 }
 
 // flush prints the timeline so far, in time order.
