@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -387,26 +385,12 @@ func TestFairStandbyHealthyPostgres(t *testing.T) {
 	url := strings.TrimSuffix(migrating, "&create_if_missing=true") // a migration would put the function back
 	dir := t.TempDir()
 	args := append([]string{"--fair", "--store", url, "--lease", "job", "--http", "127.0.0.1:0"}, timingArgs...)
-	get := func(addr, path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(addr, path string) (int, string) { return getURL(t, "http://"+addr+path) }
 	a := startRun(t, dir, "a", nil, args...)
 	waitUntil(t, 20*time.Second, "a to lead", func() bool { return len(a.record().ticks) > 0 })
 	startRun(t, dir, "b", nil, args...)
 	c := startRun(t, dir, "c", nil, args...)
-	var addr string
-	waitUntil(t, 20*time.Second, "c to serve HTTP", func() bool {
-		if m := regexp.MustCompile(`msg="serving the status page, /healthz.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(c.log()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	})
+	addr := servedAddr(t, c)
 	waitUntil(t, 20*time.Second, "c to be told others are queued", func() bool {
 		_, body := get(addr, "/metrics")
 		return strings.Contains(body, `leasehold_acquire_attempts_total{lease="job",result="queued"}`) &&
