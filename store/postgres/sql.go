@@ -388,8 +388,8 @@ BEGIN
 		-- index, and on a server without autovacuum unbounded scans grew
 		-- with every trim.
 		IF NEW.epoch % 64 = 0 THEN
-			SELECT coalesce(w.trimmed, 0) INTO lo FROM {{w}} AS w WHERE w.name = NEW.name;
-			lo := coalesce(lo, 0);
+			SELECT w.trimmed INTO lo FROM {{w}} AS w WHERE w.name = NEW.name;
+			lo := coalesce(lo, 0); -- no trim yet, or no row
 			SELECT h2.id INTO cut FROM {{h}} AS h2 WHERE h2.name = NEW.name AND h2.id > lo ORDER BY h2.id DESC OFFSET 1000 LIMIT 1;
 			IF cut IS NOT NULL THEN
 				DELETE FROM {{h}} AS h WHERE h.name = NEW.name AND h.id > lo AND h.id <= cut;

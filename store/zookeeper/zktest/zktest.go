@@ -181,7 +181,7 @@ func (s *Server) Start() error {
 	if s.cmd != nil && s.runningLocked() {
 		return fmt.Errorf("zktest: server %s is already running", s.Addr())
 	}
-	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	log, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -327,16 +327,19 @@ func (s *Server) WaitServing(d time.Duration) error {
 }
 
 func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	b, _ := os.ReadFile(s.logPath())
 	if len(b) > 12000 {
 		b = b[len(b)-12000:]
 	}
 	return string(b)
 }
 
+// logPath is the server's log file (its stdout and stderr).
+func (s *Server) logPath() string { return filepath.Join(s.dir, "server.log") }
+
 // logSize is how long the server's log is now (0 if it cannot be read).
 func (s *Server) logSize() int64 {
-	fi, err := os.Stat(filepath.Join(s.dir, "server.log"))
+	fi, err := os.Stat(s.logPath())
 	if err != nil {
 		return 0
 	}
@@ -345,7 +348,7 @@ func (s *Server) logSize() int64 {
 
 // logFrom is the server's log from byte off on.
 func (s *Server) logFrom(off int64) string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	b, _ := os.ReadFile(s.logPath())
 	if off > int64(len(b)) {
 		return ""
 	}
