@@ -207,14 +207,11 @@ func (e *Elector) observe(ev Event) {
 	defer e.mu.Unlock()
 	switch ev.Kind {
 	case EventAcquireAttempt, EventRenewFailed, EventRenewed, EventReleased:
-		switch {
-		case ev.Err == nil || errors.Is(ev.Err, store.ErrHeld) || errors.Is(ev.Err, store.ErrNotHeld):
+		switch o := OutcomeOf(ev.Err); {
+		case o.Answered():
 			e.status.LastError = nil
 			e.status.LastContact = e.cfg.Clock.Now()
-		case errors.Is(ev.Err, store.ErrQueued):
-			// Others wait ahead: an answer, not a failure. It is no contact
-			// either: a store that cannot check the queue in the grant's
-			// step answers it without sending anything.
+		case o.Definite(): // queued: waiting, not failing; perhaps unsent, so no contact
 			e.status.LastError = nil
 		default:
 			e.status.LastError = ev.Err

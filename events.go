@@ -75,6 +75,76 @@ type Event struct {
 	Err     error
 }
 
+// Outcome says what the answer to one store request means. Every reader of
+// events (the Elector's Status, promlease, the command's logs and health)
+// classifies answers with OutcomeOf, so that they agree on which answers are
+// failures.
+type Outcome int
+
+const (
+	// OutcomeApplied: the request took effect (err nil): a term granted,
+	// renewed or released.
+	OutcomeApplied Outcome = iota + 1
+	// OutcomeHeld: another holder's term is live (store.ErrHeld); nothing
+	// was granted.
+	OutcomeHeld
+	// OutcomeQueued: others wait ahead in the fair queue (store.ErrQueued);
+	// nothing was granted. Waiting, not failing; and no sign that the store
+	// was reached, since a store that cannot check the queue in the grant's
+	// step answers so without sending anything.
+	OutcomeQueued
+	// OutcomeNotHeld: the term named is not live (store.ErrNotHeld);
+	// nothing changed.
+	OutcomeNotHeld
+	// OutcomeUnknown: any other error. The request may or may not have
+	// taken effect; an acquire may have granted a term nobody knows of.
+	OutcomeUnknown
+)
+
+var outcomeNames = map[Outcome]string{
+	OutcomeApplied: "applied",
+	OutcomeHeld:    "held",
+	OutcomeQueued:  "queued",
+	OutcomeNotHeld: "not-held",
+	OutcomeUnknown: "unknown",
+}
+
+func (o Outcome) String() string {
+	if s, ok := outcomeNames[o]; ok {
+		return s
+	}
+	return "invalid"
+}
+
+// OutcomeOf classifies a store request's error (an Event's Err).
+func OutcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeApplied
+	case errors.Is(err, store.ErrHeld):
+		return OutcomeHeld
+	case errors.Is(err, store.ErrQueued):
+		return OutcomeQueued
+	case errors.Is(err, store.ErrNotHeld):
+		return OutcomeNotHeld
+	default:
+		return OutcomeUnknown
+	}
+}
+
+// Definite reports whether the outcome is known: every outcome but
+// OutcomeUnknown. A definite answer is no store error.
+func (o Outcome) Definite() bool {
+	return o >= OutcomeApplied && o < OutcomeUnknown
+}
+
+// Answered reports whether the outcome shows the store was reached: a
+// definite answer other than OutcomeQueued. It is what the Elector counts as
+// contact (Status.LastContact).
+func (o Outcome) Answered() bool {
+	return o.Definite() && o != OutcomeQueued
+}
+
 // LossReason names why a term ended, for logs and metrics: "expired" (no
 // renewal before safeUntil), "lost" (the store said the term is gone),
 // "released", "handed-over" (ended on a hand-over request, see Handover),

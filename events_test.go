@@ -439,3 +439,40 @@ func TestLockCycleGivesEventsOnItsCaller(t *testing.T) {
 		t.Fatalf("over %d cycles, events given on another goroutine than Acquire's or Release's: %v", cycles, offCaller)
 	}
 }
+
+// TestOutcomeOf: every reader of events classifies answers alike, wrapped
+// errors included; only OutcomeUnknown is a store error, and a queued
+// answer is no contact (it may have been answered unsent).
+func TestOutcomeOf(t *testing.T) {
+	cases := []struct {
+		err      error
+		want     Outcome
+		definite bool
+		answered bool
+	}{
+		{nil, OutcomeApplied, true, true},
+		{store.ErrHeld, OutcomeHeld, true, true},
+		{fmt.Errorf("acquire %q: %w", "job", store.ErrHeld), OutcomeHeld, true, true},
+		{fmt.Errorf("fair: %w", store.ErrQueued), OutcomeQueued, true, false},
+		{fmt.Errorf("renew: %w", store.ErrNotHeld), OutcomeNotHeld, true, true},
+		{context.DeadlineExceeded, OutcomeUnknown, false, false},
+		{errors.New("connection reset by peer"), OutcomeUnknown, false, false},
+		{store.ErrInvalid, OutcomeUnknown, false, false},
+	}
+	for _, c := range cases {
+		o := OutcomeOf(c.err)
+		if o != c.want || o.Definite() != c.definite || o.Answered() != c.answered {
+			t.Errorf("OutcomeOf(%v) = %v (definite %v, answered %v); want %v (definite %v, answered %v)",
+				c.err, o, o.Definite(), o.Answered(), c.want, c.definite, c.answered)
+		}
+	}
+	var zero Outcome
+	if zero.Definite() || zero.Answered() || zero.String() != "invalid" {
+		t.Errorf("the zero Outcome: definite %v, answered %v, %q; want neither, \"invalid\"", zero.Definite(), zero.Answered(), zero)
+	}
+	for o, name := range outcomeNames {
+		if o.String() != name {
+			t.Errorf("%d.String() = %q, want %q", o, o.String(), name)
+		}
+	}
+}

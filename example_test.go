@@ -69,3 +69,27 @@ func ExampleTimings_Validate() {
 	// Output:
 	// leasehold: invalid config: leaseDuration 10s must be greater than renewDeadline 10s (rule leaseDuration > renewDeadline > renewInterval > 0): the gap is the safety margin
 }
+
+// OnEvent sees every acquire's answer; OutcomeOf says which answers are
+// store errors (only an unknown outcome is).
+func ExampleOutcomeOf() {
+	st := memstore.New()
+	onEvent := func(ev leasehold.Event) {
+		if ev.Kind == leasehold.EventAcquireAttempt {
+			o := leasehold.OutcomeOf(ev.Err)
+			fmt.Println("acquire:", o, "store error:", !o.Definite())
+		}
+	}
+	first, _ := leasehold.NewLock(st, "invoice-42", leasehold.Config{Identity: "replica-1", OnEvent: onEvent})
+	second, _ := leasehold.NewLock(st, "invoice-42", leasehold.Config{Identity: "replica-2", OnEvent: onEvent})
+	ctx := context.Background()
+	held, err := first.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	second.TryAcquire(ctx)
+	held.Release(ctx)
+	// Output:
+	// acquire: applied store error: false
+	// acquire: held store error: false
+}

@@ -24,7 +24,7 @@
 //	leasehold_safe_until_timestamp_seconds   gauge      that deadline as Unix wall-clock seconds (advisory)
 //	leasehold_terms_started_total            counter    terms this process was granted
 //	leasehold_terms_ended_total              counter    terms this process ended, by reason (leasehold.LossReason)
-//	leasehold_acquire_attempts_total         counter    acquire requests, by result (granted, held, error)
+//	leasehold_acquire_attempts_total         counter    acquire requests, by result (granted, held, queued, error)
 //	leasehold_renew_latency_seconds          histogram  round trip of successful renewals, from when each was sent
 //	leasehold_renew_failures_total           counter    renewals that failed (retried until safeUntil)
 //	leasehold_store_errors_total             counter    store requests whose outcome is unknown, by op (acquire, renew, release)
@@ -38,7 +38,6 @@
 package promlease
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -162,15 +161,8 @@ func (m *Metrics) Observe(ev leasehold.Event) {
 	terms := m.track(name)
 	switch ev.Kind {
 	case leasehold.EventAcquireAttempt:
-		result := "error"
-		switch {
-		case ev.Err == nil:
-			result = "granted"
-		case errors.Is(ev.Err, store.ErrHeld):
-			result = "held"
-		case errors.Is(ev.Err, store.ErrQueued):
-			result = "queued" // a fair acquire with others ahead: no store error
-		default:
+		result := attemptResult(leasehold.OutcomeOf(ev.Err))
+		if result == "error" {
 			m.storeErrs.WithLabelValues(name, "acquire").Inc()
 		}
 		m.attempts.WithLabelValues(name, result).Inc()
@@ -184,16 +176,31 @@ func (m *Metrics) Observe(ev leasehold.Event) {
 		m.latency.WithLabelValues(name).Observe(ev.Latency.Seconds())
 	case leasehold.EventRenewFailed:
 		m.failures.WithLabelValues(name).Inc()
-		if !errors.Is(ev.Err, store.ErrNotHeld) {
+		if !leasehold.OutcomeOf(ev.Err).Definite() {
 			m.storeErrs.WithLabelValues(name, "renew").Inc()
 		}
 	case leasehold.EventLost:
 		delete(terms, ev.Term)
 		m.ended.WithLabelValues(name, leasehold.LossReason(ev.Err)).Inc()
 	case leasehold.EventReleased:
-		if ev.Err != nil && !errors.Is(ev.Err, store.ErrNotHeld) {
+		if !leasehold.OutcomeOf(ev.Err).Definite() {
 			m.storeErrs.WithLabelValues(name, "release").Inc()
 		}
+	}
+}
+
+// attemptResult is an acquire's result label. An acquire is not answered
+// ErrNotHeld; if a store did, it is counted an error.
+func attemptResult(o leasehold.Outcome) string {
+	switch o {
+	case leasehold.OutcomeApplied:
+		return "granted"
+	case leasehold.OutcomeHeld:
+		return "held"
+	case leasehold.OutcomeQueued:
+		return "queued" // a fair acquire with others ahead: no store error
+	default:
+		return "error"
 	}
 }
 

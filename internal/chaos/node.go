@@ -218,7 +218,7 @@ func runNode(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				mu.Lock()
 				acqLatency = ev.Latency
 				mu.Unlock()
-			case !errors.Is(ev.Err, store.ErrHeld) && !errors.Is(ev.Err, store.ErrQueued): // those two are definite: nothing granted
+			case !leasehold.OutcomeOf(ev.Err).Definite(): // a definite refusal granted nothing
 				hw.emit(event{Kind: evAcquireErr, Token: ev.Term.Token, Latency: int64(ev.Latency), Err: errString(ev.Err), Lease: lease})
 			}
 		case leasehold.EventAcquired:

@@ -456,14 +456,14 @@ func (r *runCmd) logEvent(ev leasehold.Event) {
 	log := r.log
 	switch ev.Kind {
 	case leasehold.EventAcquireAttempt:
-		switch {
-		case ev.Err == nil:
+		switch o := leasehold.OutcomeOf(ev.Err); {
+		case o == leasehold.OutcomeApplied:
 			log.Debug("acquire granted", "token", ev.Term.Token, "latency", ev.Latency.String())
 		case writeRefused(ev.Err):
 			log.Error("acquire refused: the store refuses this client's writes", "err", ev.Err.Error())
-		case errors.Is(ev.Err, store.ErrHeld):
+		case o == leasehold.OutcomeHeld:
 			log.Debug("acquire refused: held", "holder", ev.Record.Holder, "token", ev.Record.Token, "remaining", ev.Record.Remaining.String())
-		case errors.Is(ev.Err, store.ErrQueued):
+		case o == leasehold.OutcomeQueued:
 			log.Debug("acquire refused: others are queued ahead (--fair)")
 		default:
 			log.Warn("acquire failed, outcome unknown", "err", ev.Err.Error(), "latency", ev.Latency.String())

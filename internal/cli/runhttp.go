@@ -42,11 +42,14 @@ func (t *termTracker) observe(ev leasehold.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	contact := func(err error) {
-		if err == nil || errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotHeld) {
+		switch o := leasehold.OutcomeOf(err); {
+		case o.Answered():
 			t.lastContact, t.lastErr = time.Now(), nil
-			return
+		case o.Definite(): // queued: waiting, not failing; perhaps unsent, so no contact
+			t.lastErr = nil
+		default:
+			t.lastErr = err
 		}
-		t.lastErr = err
 	}
 	switch ev.Kind {
 	case leasehold.EventAcquireAttempt, leasehold.EventRenewFailed, leasehold.EventReleased:
