@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/leasehold/leasehold/store"
 	lhmysql "github.com/leasehold/leasehold/store/mysql"
 )
 
@@ -78,39 +79,76 @@ func (e *myEnv) close() {
 	}
 }
 
-// lhLib is leasehold's Lock with a Store of its own per contender, as
-// separate processes have: a waiter then learns of another's release by its
-// watch's poll, not by its own Store's local wake-up.
-func (e *myEnv) lhLib(name string, every, handoffTTL time.Duration, note string) *lib {
-	return &lib{
-		name: name, store: "mysql", kind: "lock",
-		config: fmt.Sprintf("Lock, %v lease (default timings scaled), one Store per contender (as separate processes), %s", handoffTTL, note),
-		newContender: func(ctx context.Context, lockName string, s setup) (contender, error) {
-			if s.ttl == 0 {
-				s.ttl = handoffTTL
-			}
-			st, err := lhmysql.Open(ctx, e.cfg, lhmysql.Options{WatchInterval: every})
-			if err != nil {
-				return nil, err
-			}
-			st.DB().SetMaxOpenConns(4)
-			return &ownStoreC{lhLock: lhLock{st: st, name: lockName, s: s}, st: st}, nil
-		},
+// perContender makes each contender of the library mk builds use a Store of
+// its own (its watch polling every every; 0 is the default), as separate
+// processes have: a waiter then learns of another's release by its watch's
+// poll, not by its own Store's local wake-up.
+func (e *myEnv) perContender(every time.Duration, mk func(st store.Store) *lib) *lib {
+	l := mk(e.st)
+	l.newContender = func(ctx context.Context, lockName string, s setup) (contender, error) {
+		st, err := lhmysql.Open(ctx, e.cfg, lhmysql.Options{WatchInterval: every})
+		if err != nil {
+			return nil, err
+		}
+		st.DB().SetMaxOpenConns(4)
+		c, err := mk(st).newContender(ctx, lockName, s)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		return &ownStoreC{contender: c, st: st}, nil
 	}
+	return l
 }
 
+// lhLib is leasehold's Lock, a Store per contender.
+func (e *myEnv) lhLib(name string, every, handoffTTL time.Duration, note string) *lib {
+	l := e.perContender(every, func(st store.Store) *lib {
+		return lhLock1("mysql", st, handoffTTL, "one Store per contender (as separate processes), "+note, false)
+	})
+	l.name = name
+	return l
+}
+
+// ownStoreC closes a contender's own Store with it.
 type ownStoreC struct {
-	lhLock
+	contender
 	st *lhmysql.Store
 }
 
-func (c *ownStoreC) close() { c.st.Close() }
+func (c *ownStoreC) close() {
+	c.contender.close()
+	c.st.Close()
+}
+
+// fairLibs are leasehold's fair Lock and Elector, a Store per contender: a
+// release through the waiter's own Store would wake it at once, which
+// waiters in other processes never see.
+func (e *myEnv) fairLibs(handoffTTL time.Duration) []*lib {
+	note := "one Store per contender (as separate processes), polling watch every " + lhmysql.DefaultWatchInterval.String() + " (the default); fair queue (Config.Fair)"
+	l := e.perContender(0, func(st store.Store) *lib { return lhLock1("mysql", st, handoffTTL, note, true) })
+	el := e.perContender(0, func(st store.Store) *lib { return lhElector1("mysql", st, handoffTTL, note, true) })
+	l.name += " (fair)"
+	el.name += " (fair)"
+	return []*lib{l, el}
+}
+
+// oneStoreLib is leasehold's Lock with every contender on one Store, as
+// goroutines of one process are: a release through the Store wakes its
+// waiters at once, without the watch's poll.
+func (e *myEnv) oneStoreLib(handoffTTL time.Duration) *lib {
+	l := lhLock1("mysql", e.st, handoffTTL, "every contender on one Store (one process): a release wakes its waiters at once", false)
+	l.name += " (one Store)"
+	return l
+}
 
 func (e *myEnv) libs(ctx context.Context, handoffTTL time.Duration) ([]*lib, error) {
 	libs := []*lib{e.lhLib("leasehold", 0, handoffTTL, fmt.Sprintf("polling watch every %v (the default)", lhmysql.DefaultWatchInterval))}
 	for _, every := range []time.Duration{5 * time.Millisecond, 100 * time.Millisecond} {
 		libs = append(libs, e.lhLib(fmt.Sprintf("leasehold (poll %v)", every), every, handoffTTL, fmt.Sprintf("polling watch every %v", every)))
 	}
+	libs = append(libs, e.oneStoreLib(handoffTTL))
+	libs = append(libs, e.fairLibs(handoffTTL)...)
 	libs = append(libs, &lib{
 		name: "GET_LOCK", store: "mysql", peer: true, kind: "lock",
 		config: "the plain recipe: SELECT GET_LOCK(name, 3600) on a connection of its own, RELEASE_LOCK to release; no expiry, no token; a crash is the process dying (its socket closed); liveness pings (DO 1) at a third of the failover lease stand in for renewals",

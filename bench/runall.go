@@ -137,7 +137,6 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 				r.Machine["mysql"] = me.version(octx)
 				libs = append(libs, me.floorLib())
 				libs = append(libs, ls...)
-				libs = append(libs, fairLibs("mysql", me.st, o.handoffTTL, "polling watch")...)
 				libs = append(libs, lhTryLib("mysql", me.st, o.handoffTTL))
 			} else {
 				me.close()
