@@ -19,6 +19,7 @@ const (
 	// others queued ahead (nothing granted, no failure; a store that cannot
 	// check the queue in the grant's step answers so without sending
 	// anything), and is anything else when the outcome is unknown.
+	// OutcomeOf(Err) names which.
 	EventAcquireAttempt EventKind = iota + 1
 	// EventAcquired: this node now holds Term and trusts it until SafeUntil.
 	EventAcquired
