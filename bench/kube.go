@@ -109,32 +109,7 @@ func (e *kubeEnv) newStore(wrap func(http.RoundTripper) http.RoundTripper) (*lhk
 // it has seen (and the store's watch keeps them current), so contenders
 // sharing one would each see what the others wrote without a request.
 func (e *kubeEnv) perContender(mk func(st store.Store) *lib) *lib {
-	l := mk(e.st)
-	l.config += "; a Store per contender"
-	l.newContender = func(ctx context.Context, lockName string, s setup) (contender, error) {
-		st, err := e.newStore(nil)
-		if err != nil {
-			return nil, err
-		}
-		c, err := mk(st).newContender(ctx, lockName, s)
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		return &storeClosing{contender: c, st: st}, nil
-	}
-	return l
-}
-
-// storeClosing closes a contender's own Store with it.
-type storeClosing struct {
-	contender
-	st *lhkube.Store
-}
-
-func (c *storeClosing) close() {
-	c.contender.close()
-	c.st.Close()
+	return perContender(e.st, func(context.Context) (store.Store, error) { return e.newStore(nil) }, mk)
 }
 
 // fairLibs are leasehold's fair Lock and Elector, a Store per contender.

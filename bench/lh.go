@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,46 @@ func fairLibs(storeName string, st store.Store, defTTL time.Duration, note strin
 	l.name += " (fair)"
 	e.name += " (fair)"
 	return []*lib{l, e}
+}
+
+// perContender makes each contender of the library mk builds use a Store of
+// its own, which open opens, as separate processes have: one process's
+// contenders could share what a Store knows (a session, the versions it has
+// seen, a local wake-up on its own release) where separate processes
+// cannot. shared is the Store the library's description is built on.
+func perContender(shared store.Store, open func(ctx context.Context) (store.Store, error), mk func(st store.Store) *lib) *lib {
+	l := mk(shared)
+	l.config += "; a Store per contender"
+	l.newContender = func(ctx context.Context, lockName string, s setup) (contender, error) {
+		st, err := open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c, err := mk(st).newContender(ctx, lockName, s)
+		if err != nil {
+			closeStore(st)
+			return nil, err
+		}
+		return &storeClosing{contender: c, st: st}, nil
+	}
+	return l
+}
+
+// storeClosing closes a contender's own Store with it.
+type storeClosing struct {
+	contender
+	st store.Store
+}
+
+func (c *storeClosing) close() {
+	c.contender.close()
+	closeStore(c.st)
+}
+
+func closeStore(st store.Store) {
+	if c, ok := st.(io.Closer); ok {
+		c.Close()
+	}
 }
 
 func lhLockLib(storeName string, st store.Store, defTTL time.Duration, note string) *lib {

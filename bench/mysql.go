@@ -84,48 +84,30 @@ func (e *myEnv) close() {
 // processes have: a waiter then learns of another's release by its watch's
 // poll, not by its own Store's local wake-up.
 func (e *myEnv) perContender(every time.Duration, mk func(st store.Store) *lib) *lib {
-	l := mk(e.st)
-	l.newContender = func(ctx context.Context, lockName string, s setup) (contender, error) {
+	return perContender(e.st, func(ctx context.Context) (store.Store, error) {
 		st, err := lhmysql.Open(ctx, e.cfg, lhmysql.Options{WatchInterval: every})
 		if err != nil {
 			return nil, err
 		}
 		st.DB().SetMaxOpenConns(4)
-		c, err := mk(st).newContender(ctx, lockName, s)
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		return &ownStoreC{contender: c, st: st}, nil
-	}
-	return l
+		return st, nil
+	}, mk)
 }
 
 // lhLib is leasehold's Lock, a Store per contender.
 func (e *myEnv) lhLib(name string, every, handoffTTL time.Duration, note string) *lib {
 	l := e.perContender(every, func(st store.Store) *lib {
-		return lhLock1("mysql", st, handoffTTL, "one Store per contender (as separate processes), "+note, false)
+		return lhLock1("mysql", st, handoffTTL, note, false)
 	})
 	l.name = name
 	return l
-}
-
-// ownStoreC closes a contender's own Store with it.
-type ownStoreC struct {
-	contender
-	st *lhmysql.Store
-}
-
-func (c *ownStoreC) close() {
-	c.contender.close()
-	c.st.Close()
 }
 
 // fairLibs are leasehold's fair Lock and Elector, a Store per contender: a
 // release through the waiter's own Store would wake it at once, which
 // waiters in other processes never see.
 func (e *myEnv) fairLibs(handoffTTL time.Duration) []*lib {
-	note := "one Store per contender (as separate processes), polling watch every " + lhmysql.DefaultWatchInterval.String() + " (the default); fair queue (Config.Fair)"
+	note := "polling watch every " + lhmysql.DefaultWatchInterval.String() + " (the default); fair queue (Config.Fair)"
 	l := e.perContender(0, func(st store.Store) *lib { return lhLock1("mysql", st, handoffTTL, note, true) })
 	el := e.perContender(0, func(st store.Store) *lib { return lhElector1("mysql", st, handoffTTL, note, true) })
 	l.name += " (fair)"

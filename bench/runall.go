@@ -196,7 +196,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 			r.Machine["zookeeper"] = ze.version()
 			libs = append(libs, ze.floorLib())
 			libs = append(libs, ze.libs(o.handoffTTL)...)
-			libs = append(libs, fairLibs("zookeeper", ze.st, o.handoffTTL, "watch on the predecessor node")...)
+			libs = append(libs, ze.fairLibs(o.handoffTTL)...)
 			libs = append(libs, lhTryLib("zookeeper", ze.st, o.handoffTTL))
 		}
 	}
@@ -312,9 +312,9 @@ func runRound(ctx context.Context, r *Results, o options, e *envs, libs []*lib, 
 					continue
 				}
 				// zk.Lock has no renewal to stop (its session is its
-				// lease, kept by the client library), and leasehold's
-				// contenders share one store handle, whose sessions live
-				// on when one contender "crashes": no failover there.
+				// lease, kept by the client library), and neither has
+				// leasehold's: a "crash" stops the Store's calls, while
+				// the client keeps its session alive. No failover there.
 				if l.store == "zookeeper" {
 					continue
 				}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leasehold/leasehold/store"
 	lhzk "github.com/leasehold/leasehold/store/zookeeper"
 	"github.com/leasehold/leasehold/store/zookeeper/zktest"
 )
@@ -97,7 +98,9 @@ func (quietZK) Printf(string, ...any) {}
 
 func (e *zkEnv) libs(handoffTTL time.Duration) []*lib {
 	return []*lib{
-		lhLockLib("zookeeper", e.st, handoffTTL, "watch on the predecessor node"),
+		e.perContender(func(st store.Store) *lib {
+			return lhLockLib("zookeeper", st, handoffTTL, "watch on the predecessor node")
+		}),
 		{
 			name: "zk.Lock", store: "zookeeper", peer: true, kind: "lock",
 			config: fmt.Sprintf("github.com/go-zookeeper/zk v1.0.4 Lock, one session per contender (%v timeout), a new Lock per acquisition", handoffTTL),
@@ -112,8 +115,29 @@ func (e *zkEnv) libs(handoffTTL time.Duration) []*lib {
 				return &zkLockC{conn: c, path: e.root + "/peer/" + lockName}, nil
 			},
 		},
-		lhElectorLib("zookeeper", e.st, handoffTTL, "watch on the predecessor node"),
+		e.perContender(func(st store.Store) *lib {
+			return lhElectorLib("zookeeper", st, handoffTTL, "watch on the predecessor node")
+		}),
 	}
+}
+
+// perContender makes each contender of the library mk builds use a Store,
+// and so a session, of its own, as zk.Lock's contenders have theirs and as
+// separate processes would.
+func (e *zkEnv) perContender(mk func(st store.Store) *lib) *lib {
+	return perContender(e.st, func(ctx context.Context) (store.Store, error) {
+		return lhzk.Open(ctx, lhzk.Config{Servers: []string{e.srv.Addr()}, Root: e.root})
+	}, mk)
+}
+
+// fairLibs are leasehold's fair Lock and Elector, a Store per contender.
+func (e *zkEnv) fairLibs(handoffTTL time.Duration) []*lib {
+	note := "watch on the predecessor node; fair queue (Config.Fair)"
+	l := e.perContender(func(st store.Store) *lib { return lhLock1("zookeeper", st, handoffTTL, note, true) })
+	el := e.perContender(func(st store.Store) *lib { return lhElector1("zookeeper", st, handoffTTL, note, true) })
+	l.name += " (fair)"
+	el.name += " (fair)"
+	return []*lib{l, el}
 }
 
 // zkLockC is a contender on go-zookeeper/zk's Lock. zk.Lock takes no
