@@ -312,11 +312,12 @@ type Migrator interface {
 	Migrate(ctx context.Context) error
 }
 
-// MigrationChecker is an optional capability of a Migrator whose store also
-// works, less well, on a schema an earlier version made (PostgreSQL without
-// its lease functions sends its statements itself). MigrationCurrent reports,
-// changing nothing and taking no lock, whether Migrate would find nothing to
-// do; `leasehold doctor` says when it would.
+// MigrationChecker is an optional capability of a Migrator whose schema an
+// earlier version, or a role that may not change it, can leave behind this
+// version's (PostgreSQL without its lease functions sends its statements
+// itself; MySQL without its queue tables has no fair queue).
+// MigrationCurrent reports, changing nothing and taking no lock, whether
+// Migrate would find nothing to do; `leasehold doctor` says when it would.
 type MigrationChecker interface {
 	Migrator
 	MigrationCurrent(ctx context.Context) (bool, error)

@@ -128,8 +128,8 @@ func capabilities(st store.Store) caps {
 }
 
 // schemaState asks a store that can tell (store.MigrationChecker) whether its
-// schema is current. It is said, not warned of: the store works on the older
-// schema, only less well.
+// schema is current. It is said, not warned of: what the store cannot do on
+// the older schema fails on its own, naming the migration.
 func schemaState(ctx context.Context, st store.Store, timeout time.Duration) string {
 	mc, ok := st.(store.MigrationChecker)
 	if !ok {
@@ -144,7 +144,7 @@ func schemaState(ctx context.Context, st store.Store, timeout time.Duration) str
 	case current:
 		return "current"
 	default:
-		return "made by an earlier version: the store works on it, and `leasehold migrate` (run as a role that may change the schema) adds what this version brings, such as PostgreSQL's lease functions, which make each call cheaper"
+		return "made by an earlier version: `leasehold migrate` (run as a role that may change the schema) adds what this version brings, such as PostgreSQL's lease functions, which make each call cheaper, or MySQL's fair queue tables"
 	}
 }
 

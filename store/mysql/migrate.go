@@ -49,12 +49,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	err := s.withConn(ctx, func(c *sql.Conn) error {
-		var db sql.NullString
-		if err := c.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
+		db, err := database(ctx, c, "migrate")
+		if err != nil {
 			return err
-		}
-		if !db.Valid || db.String == "" {
-			return kit.Invalid("migrate", "the connection has no database: name one in the URL or DSN (mysql://user@host:3306/db)")
 		}
 		// Most calls find the schema current (every Open with
 		// CreateIfMissing): that is read without the lock, so that a
@@ -62,19 +59,19 @@ func (s *Store) Migrate(ctx context.Context) error {
 		// server session not yet ended) does not stop every other process
 		// from opening the store. Only a migration with something to do
 		// takes the lock, and looks again under it.
-		if err := s.migrate(ctx, c, db.String, false); !errors.Is(err, errMigrationNeeded) {
+		if err := s.migrate(ctx, c, db, false); !errors.Is(err, errMigrationNeeded) {
 			return err
 		}
 		var got sql.NullInt64
-		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 30)`, lockName("migrate", db.String, s.table, "")).Scan(&got); err != nil {
+		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 30)`, lockName("migrate", db, s.table, "")).Scan(&got); err != nil {
 			return err
 		}
 		if !got.Valid || got.Int64 != 1 {
 			return errors.New("another migration of this table held its lock for 30 s")
 		}
-		err := s.migrate(ctx, c, db.String, true)
+		err = s.migrate(ctx, c, db, true)
 		var rel sql.NullInt64
-		if rerr := c.QueryRowContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, lockName("migrate", db.String, s.table, "")).Scan(&rel); rerr != nil && err == nil {
+		if rerr := c.QueryRowContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, lockName("migrate", db, s.table, "")).Scan(&rel); rerr != nil && err == nil {
 			err = rerr
 		}
 		return err
@@ -83,6 +80,45 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return kit.Wrap("migrate "+s.n.table, err)
 	}
 	return nil
+}
+
+// MigrationCurrent implements store.MigrationChecker: whether Migrate would
+// find everything of this version in place (the tables, leasehold's columns,
+// the triggers). It reads the catalogue only: no DDL, no lock.
+func (s *Store) MigrationCurrent(ctx context.Context) (bool, error) {
+	if err := s.life.Check(ctx); err != nil {
+		return false, err
+	}
+	var current bool
+	err := s.withConn(ctx, func(c *sql.Conn) error {
+		db, err := database(ctx, c, "check migration")
+		if err != nil {
+			return err
+		}
+		switch err := s.migrate(ctx, c, db, false); {
+		case err == nil:
+			current = true
+		case !errors.Is(err, errMigrationNeeded):
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return false, kit.Wrap("check migration of "+s.n.table, err)
+	}
+	return current, nil
+}
+
+// database is the connection's database, which op needs.
+func database(ctx context.Context, c *sql.Conn, op string) (string, error) {
+	var db sql.NullString
+	if err := c.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
+		return "", err
+	}
+	if !db.Valid || db.String == "" {
+		return "", kit.Invalid(op, "the connection has no database: name one in the URL or DSN (mysql://user@host:3306/db)")
+	}
+	return db.String, nil
 }
 
 // lockName is a GET_LOCK name for kind ("lease", "migrate") of table in db

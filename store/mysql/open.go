@@ -59,7 +59,8 @@ const DefaultWatchInterval = 25 * time.Millisecond
 
 // Store is the MySQL/MariaDB lease store. It implements store.Store and the
 // optional store.Watcher, store.BatchRenewer, store.Queuer, store.Lister,
-// store.ForceReleaser, store.Migrator, store.Historian and store.Limiter.
+// store.ForceReleaser, store.Migrator, store.MigrationChecker,
+// store.Historian and store.Limiter.
 // It is safe for concurrent use.
 type Store struct {
 	db    *sql.DB
@@ -93,6 +94,7 @@ var (
 	_ store.Lister           = (*Store)(nil)
 	_ store.ForceReleaser    = (*Store)(nil)
 	_ store.Migrator         = (*Store)(nil)
+	_ store.MigrationChecker = (*Store)(nil)
 	_ store.Historian        = (*Store)(nil)
 	_ store.Limiter          = (*Store)(nil)
 )
