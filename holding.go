@@ -21,6 +21,17 @@ type holdConfig struct {
 	// OnEvent through the queue.
 	observe func(Event)
 	events  *eventQueue
+
+	// deadlines keeps the deadlines of the terms that are not renewed, on
+	// clock if it is an afterFuncClock: made on first use.
+	deadlinesOnce sync.Once
+	deadlines     *deadlines
+}
+
+// deadlinesOn is the config's deadlines on afc, its clock.
+func (c *holdConfig) deadlinesOn(afc afterFuncClock) *deadlines {
+	c.deadlinesOnce.Do(func() { c.deadlines = newDeadlines(afc) })
+	return c.deadlines
 }
 
 func (c *holdConfig) emit(e Event) {
@@ -98,7 +109,7 @@ func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sen
 		cfg.emit(acquired)
 	}
 	if afc, ok := cfg.clock.(afterFuncClock); ok && !cfg.keepAlive {
-		h.timed(afc)
+		h.timed(cfg.deadlinesOn(afc))
 		return h
 	}
 	h.stopc = make(chan struct{})
@@ -107,13 +118,14 @@ func startHolding(parent context.Context, cfg *holdConfig, rec store.Record, sen
 }
 
 // timed holds a term that is not renewed without a goroutine of its own: its
-// trust never changes, so one timer cancels the term's context at cancelAt,
+// trust never changes, so its deadline in ds (one timer for all the
+// config's terms) cancels the term's context at cancelAt,
 // and whatever cancels that context (the timer, stop, the parent, end) ends
 // the holding once, on context.AfterFunc's goroutine, as loop would.
-func (h *holding) timed(afc afterFuncClock) {
+func (h *holding) timed(ds *deadlines) {
 	t := h.cfg.timings
 	tr := h.tr
-	deadline := afc.AfterFunc(tr.cancelAt(t).Sub(afc.Now()), func() {
+	deadline := ds.at(tr.cancelAt(t), func() {
 		// Stop trusting the term now. At the hold cap the term ends by
 		// release once the work returns, or by expiry.
 		if tr.holdCapped(t) {
