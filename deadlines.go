@@ -72,11 +72,18 @@ func (ds *deadlines) fire(gen uint64) {
 	}
 	ds.armed = false
 	now := ds.clock.Now()
+	// The timer fired: its clock, reading it exactly, found armedAt
+	// reached, which Now's cheaper reading may lag (SystemClock's, by up to
+	// rereadEvery after a suspend it cannot see).
+	cut := now
+	if ds.armedAt.After(cut) {
+		cut = ds.armedAt
+	}
 	var due []*deadline
 	var next time.Time
 	for e := range ds.pending {
 		switch {
-		case !e.at.After(now):
+		case !e.at.After(cut):
 			due = append(due, e)
 			delete(ds.pending, e)
 		case next.IsZero() || e.at.Before(next):
