@@ -114,12 +114,7 @@ func (e *kubeEnv) perContender(mk func(st store.Store) *lib) *lib {
 
 // fairLibs are leasehold's fair Lock and Elector, a Store per contender.
 func (e *kubeEnv) fairLibs(ttl time.Duration) []*lib {
-	note := "Lease watch, queue object watch; fair queue (Config.Fair)"
-	l := e.perContender(func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, note, true) })
-	el := e.perContender(func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, note, true) })
-	l.name += " (fair)"
-	el.name += " (fair)"
-	return []*lib{l, el}
+	return fairLibsEach("kubernetes", ttl, "Lease watch, queue object watch", e.perContender)
 }
 
 func (e *kubeEnv) libs(handoffTTL time.Duration) []*lib {

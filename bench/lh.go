@@ -31,11 +31,19 @@ func fairLibs(storeName string, st store.Store, defTTL time.Duration, note strin
 	if _, ok := store.AsQueuer(st); !ok {
 		return nil
 	}
+	return fairLibsEach(storeName, defTTL, note, func(mk func(store.Store) *lib) *lib { return mk(st) })
+}
+
+// fairLibsEach are leasehold's fair Lock and Elector, each built by per
+// from a function that makes the library on a given Store (perContender,
+// for a Store per contender).
+func fairLibsEach(storeName string, ttl time.Duration, note string, per func(mk func(store.Store) *lib) *lib) []*lib {
 	note += "; fair queue (Config.Fair)"
-	l, e := lhLock1(storeName, st, defTTL, note, true), lhElector1(storeName, st, defTTL, note, true)
+	l := per(func(st store.Store) *lib { return lhLock1(storeName, st, ttl, note, true) })
+	el := per(func(st store.Store) *lib { return lhElector1(storeName, st, ttl, note, true) })
 	l.name += " (fair)"
-	e.name += " (fair)"
-	return []*lib{l, e}
+	el.name += " (fair)"
+	return []*lib{l, el}
 }
 
 // perContender makes each contender of the library mk builds use a Store of

@@ -107,12 +107,8 @@ func (e *myEnv) lhLib(name string, every, handoffTTL time.Duration, note string)
 // release through the waiter's own Store would wake it at once, which
 // waiters in other processes never see.
 func (e *myEnv) fairLibs(handoffTTL time.Duration) []*lib {
-	note := "polling watch every " + lhmysql.DefaultWatchInterval.String() + " (the default); fair queue (Config.Fair)"
-	l := e.perContender(0, func(st store.Store) *lib { return lhLock1("mysql", st, handoffTTL, note, true) })
-	el := e.perContender(0, func(st store.Store) *lib { return lhElector1("mysql", st, handoffTTL, note, true) })
-	l.name += " (fair)"
-	el.name += " (fair)"
-	return []*lib{l, el}
+	per := func(mk func(store.Store) *lib) *lib { return e.perContender(0, mk) }
+	return fairLibsEach("mysql", handoffTTL, "polling watch every "+lhmysql.DefaultWatchInterval.String()+" (the default)", per)
 }
 
 // oneStoreLib is leasehold's Lock with every contender on one Store, as

@@ -132,12 +132,7 @@ func (e *zkEnv) perContender(mk func(st store.Store) *lib) *lib {
 
 // fairLibs are leasehold's fair Lock and Elector, a Store per contender.
 func (e *zkEnv) fairLibs(handoffTTL time.Duration) []*lib {
-	note := "watch on the predecessor node; fair queue (Config.Fair)"
-	l := e.perContender(func(st store.Store) *lib { return lhLock1("zookeeper", st, handoffTTL, note, true) })
-	el := e.perContender(func(st store.Store) *lib { return lhElector1("zookeeper", st, handoffTTL, note, true) })
-	l.name += " (fair)"
-	el.name += " (fair)"
-	return []*lib{l, el}
+	return fairLibsEach("zookeeper", handoffTTL, "watch on the predecessor node", e.perContender)
 }
 
 // zkLockC is a contender on go-zookeeper/zk's Lock. zk.Lock takes no
