@@ -48,11 +48,14 @@ var eventKindNames = map[EventKind]string{
 	EventHolderObserved: "holder-observed",
 }
 
-func (k EventKind) String() string {
-	if s, ok := eventKindNames[k]; ok {
+func (k EventKind) String() string { return nameOf(eventKindNames, k, "unknown") }
+
+// nameOf is names[k], or fallback for a value that has no name.
+func nameOf[K comparable](names map[K]string, k K, fallback string) string {
+	if s, ok := names[k]; ok {
 		return s
 	}
-	return "unknown"
+	return fallback
 }
 
 // Event reports one step of an Elector, a Lock or a Keeper, to
@@ -110,12 +113,7 @@ var outcomeNames = map[Outcome]string{
 	OutcomeUnknown: "unknown",
 }
 
-func (o Outcome) String() string {
-	if s, ok := outcomeNames[o]; ok {
-		return s
-	}
-	return "invalid"
-}
+func (o Outcome) String() string { return nameOf(outcomeNames, o, "invalid") }
 
 // OutcomeOf classifies a store request's error (an Event's Err).
 func OutcomeOf(err error) Outcome {
