@@ -219,3 +219,57 @@ func testSuspendedLeaderStopsOnResume(t *testing.T, clock func(*fakeSuspend) *su
 		<-done
 	})
 }
+
+// A Lock's holder (no KeepAlive: its terms share the Lock's one deadline
+// timer) whose host is suspended past its safeUntil stops trusting its term
+// within suspendCheck of resuming, on each of the clocks above. The Lock
+// held and released a term first, so the timer is armed for that term's
+// earlier deadline when the host sleeps, and on resuming it fires for that
+// one and must find the second term due too. The host sleeps 5 ms before
+// the timer's next step, right after a read of the clock (the cached
+// clocks' hardest case).
+func TestSuspendedLockHolderStopsOnResume(t *testing.T) {
+	clocks := map[string]func(*fakeSuspend) *suspendAwareClock{
+		"exact": func(h *fakeSuspend) *suspendAwareClock { return newSuspendAwareClock(h.read) },
+		"cached": func(h *fakeSuspend) *suspendAwareClock {
+			return cachedClock(h, new(atomic.Int64), false)
+		},
+		"cached-stepped": func(h *fakeSuspend) *suspendAwareClock {
+			return cachedClock(h, new(atomic.Int64), true)
+		},
+	}
+	for name, clock := range clocks {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				host := &fakeSuspend{}
+				st := memstore.Open(memstore.NewBackend(func() time.Time { return time.Now().Add(host.read()) }))
+				clk := clock(host)
+				lk, err := NewLock(st, "job", Config{Identity: "a", Clock: clk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				first, err := lk.TryAcquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(500 * time.Millisecond)
+				first.Release(ctx)
+				time.Sleep(500 * time.Millisecond)
+				second, err := lk.TryAcquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2*time.Second - 5*time.Millisecond) // the timer, armed at 0, steps at 1, 2, 3 s
+				clk.Now()
+				host.suspend(time.Minute) // the lease expired at the store meanwhile
+				resumed := time.Now()
+				<-second.Context().Done()
+				if late := time.Since(resumed); late > suspendCheck || context.Cause(second.Context()) != ErrSafeUntilPassed {
+					t.Fatalf("holder stopped %v after resuming (%v), want within %v and ErrSafeUntilPassed", late, context.Cause(second.Context()), suspendCheck)
+				}
+				second.Release(ctx)
+			})
+		})
+	}
+}

@@ -71,19 +71,14 @@ func (ds *deadlines) fire(gen uint64) {
 		return
 	}
 	ds.armed = false
+	// The clock's timer has just read the clock exactly, which Now then
+	// shows (SystemClock's cache), a suspend included.
 	now := ds.clock.Now()
-	// The timer fired: its clock, reading it exactly, found armedAt
-	// reached, which Now's cheaper reading may lag (SystemClock's, by up to
-	// rereadEvery after a suspend it cannot see).
-	cut := now
-	if ds.armedAt.After(cut) {
-		cut = ds.armedAt
-	}
 	var due []*deadline
 	var next time.Time
 	for e := range ds.pending {
 		switch {
-		case !e.at.After(cut):
+		case !e.at.After(now):
 			due = append(due, e)
 			delete(ds.pending, e)
 		case next.IsZero() || e.at.Before(next):
