@@ -61,7 +61,7 @@ var LeaseFunctionsVersion = leaseFunctionsVersion
 // LeaseFunctionsDigest is what leaseFunctionsVersion must be: a digest of
 // the statements the lease functions wrap and of their template.
 func LeaseFunctionsDigest() string {
-	st := newStatements("{{t}}", "{{h}}", func(suffix string) string { return "{{f" + suffix + "}}" }, "")
+	st := newStatements("{{t}}", "{{h}}", "{{p}}", func(suffix string) string { return "{{f" + suffix + "}}" }, "")
 	h := md5.New()
 	for i, s := range leaseStatements(st) {
 		f := leaseFunctions[i]

@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/store/postgres"
 )
 
-// raisingBodies replaces the bodies of the three lease functions of schema
+// raisingBodies replaces the bodies of the four lease functions of schema
 // with ones that raise an error naming the function, keeping each
 // signature and result type, so that a call that goes through a function
 // says so.
@@ -23,6 +23,9 @@ func raisingBodies(t *testing.T, schema string) {
 CREATE OR REPLACE FUNCTION {s}.leader_lease_acquire(text, text, float8, text, text)
 RETURNS TABLE (lh_name text, lh_holder text, lh_epoch bigint, lh_remaining float8, lh_ttl float8, lh_metadata text)
 LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: leader_lease_acquire ran'; END $$;
+CREATE OR REPLACE FUNCTION {s}.leader_lease_acqfair(text, text, float8, text, text)
+RETURNS TABLE (lh_name text, lh_holder text, lh_epoch bigint, lh_remaining float8, lh_ttl float8, lh_metadata text)
+LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: leader_lease_acqfair ran'; END $$;
 CREATE OR REPLACE FUNCTION {s}.leader_lease_renew(text, text, bigint, float8, text)
 RETURNS TABLE (lh_name text, lh_holder text, lh_epoch bigint, lh_remaining float8, lh_ttl float8, lh_metadata text)
 LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: leader_lease_renew ran'; END $$;
@@ -37,6 +40,7 @@ func dropLeaseFunctions(t testing.TB, schema string) {
 	t.Helper()
 	if _, err := adminConn(t).Exec(ctxFor(t), strings.NewReplacer("{s}", schema).Replace(`
 DROP FUNCTION {s}.leader_lease_acquire(text, text, float8, text, text);
+DROP FUNCTION {s}.leader_lease_acqfair(text, text, float8, text, text);
 DROP FUNCTION {s}.leader_lease_renew(text, text, bigint, float8, text);
 DROP FUNCTION {s}.leader_lease_release(text, text, bigint, text);`)); err != nil {
 		t.Fatalf("drop the lease functions: %v", err)
@@ -44,7 +48,9 @@ DROP FUNCTION {s}.leader_lease_release(text, text, bigint, text);`)); err != nil
 }
 
 // cycle runs what the lease functions carry on st: an acquire, a rival
-// refused, a renewal, a release, and a second grant with a higher token.
+// refused, a renewal, a release, a second grant with a higher token, and
+// the fair acquire (AcquireUnqueued): refused while a rival's place is
+// queued, without spending a token, and granted once the place has left.
 func cycle(t *testing.T, st *postgres.Store, name string) {
 	t.Helper()
 	ctx := ctxFor(t)
@@ -75,6 +81,25 @@ func cycle(t *testing.T, st *postgres.Store, name string) {
 	if err != nil || b.Token <= a.Token {
 		t.Fatalf("node-b's acquire of %s after the release = %+v, %v; want a token above %d", name, b, err, a.Token)
 	}
+	if rec, err := st.AcquireUnqueued(ctx, name, "node-a", time.Minute, ""); !errors.Is(err, store.ErrHeld) || rec.Term != b.Term {
+		t.Fatalf("a rival's fair acquire of %s = %+v, %v; want ErrHeld naming %v", name, rec, err, b.Term)
+	}
+	if err := st.Release(ctx, b.Term); err != nil {
+		t.Fatalf("release %v: %v", b.Term, err)
+	}
+	if _, err := st.Enqueue(ctx, name, "node-c", time.Minute); err != nil {
+		t.Fatalf("enqueue node-c for %s: %v", name, err)
+	}
+	if rec, err := st.AcquireUnqueued(ctx, name, "node-a", time.Minute, ""); !errors.Is(err, store.ErrQueued) {
+		t.Fatalf("a fair acquire of %s with node-c's place queued = %+v, %v; want ErrQueued", name, rec, err)
+	}
+	if err := st.Dequeue(ctx, name, "node-c"); err != nil {
+		t.Fatalf("dequeue node-c from %s: %v", name, err)
+	}
+	c, err := st.AcquireUnqueued(ctx, name, "node-a", time.Minute, "meta-c")
+	if err != nil || c.Token != b.Token+1 || c.Holder != "node-a" || c.Metadata != "meta-c" || c.TTL != time.Minute {
+		t.Fatalf("a fair acquire of %s with the queue empty = %+v, %v; want node-a's term with token %d (none spent on the refusal)", name, c, err, b.Token+1)
+	}
 }
 
 // TestLeaseFunctionsCarryTheCycle: on a migrated schema, acquire, renew and
@@ -97,6 +122,9 @@ func TestLeaseFunctionsCarryTheCycle(t *testing.T) {
 	if _, err := st.Acquire(ctx, "other", "node-a", time.Minute, ""); err == nil || !strings.Contains(err.Error(), "leader_lease_acquire ran") {
 		t.Fatalf("acquire with the acquire function raising = %v; want its error", err)
 	}
+	if _, err := st.AcquireUnqueued(ctx, "other", "node-a", time.Minute, ""); err == nil || !strings.Contains(err.Error(), "leader_lease_acqfair ran") {
+		t.Fatalf("fair acquire with the fair acquire function raising = %v; want its error", err)
+	}
 	if _, err := st.Renew(ctx, held.Term, time.Minute); err == nil || !strings.Contains(err.Error(), "leader_lease_renew ran") {
 		t.Fatalf("renew with the renew function raising = %v; want its error", err)
 	}
@@ -116,9 +144,9 @@ func TestLeaseFunctionsCarryTheCycle(t *testing.T) {
 	}
 	var n int
 	if err := adminConn(t).QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = $1 AND p.proname IN ('leader_lease_acquire', 'leader_lease_renew', 'leader_lease_release')
-		AND obj_description(p.oid, 'pg_proc') LIKE 'leasehold lease functions %'`, schema).Scan(&n); err != nil || n != 3 {
-		t.Fatalf("lease functions after Migrate: %d, %v; want all 3, marked", n, err)
+		WHERE n.nspname = $1 AND p.proname IN ('leader_lease_acquire', 'leader_lease_acqfair', 'leader_lease_renew', 'leader_lease_release')
+		AND obj_description(p.oid, 'pg_proc') LIKE 'leasehold lease functions %'`, schema).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("lease functions after Migrate: %d, %v; want all 4, marked", n, err)
 	}
 	again := openStore(t, schema, postgres.Options{})
 	raisingBodies(t, schema)
@@ -136,6 +164,7 @@ func TestLeaseFunctionsNotAllowed(t *testing.T) {
 	grantLeasePrivileges(t, schema, role)
 	if _, err := adminConn(t).Exec(ctxFor(t), strings.NewReplacer("{s}", schema).Replace(`
 REVOKE EXECUTE ON FUNCTION {s}.leader_lease_acquire(text, text, float8, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {s}.leader_lease_acqfair(text, text, float8, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION {s}.leader_lease_renew(text, text, bigint, float8, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION {s}.leader_lease_release(text, text, bigint, text) FROM PUBLIC;`)); err != nil {
 		t.Fatal(err)

@@ -34,9 +34,9 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //   - the fair queue's tables <table>_queue (one row per waiter's place)
 //     and <table>_qseq (each name's position counter), see queue.go. A
 //     schema migrated before they existed gets them from Migrate;
-//   - the lease functions <table>_acquire, <table>_renew and
-//     <table>_release, the store's acquire, renew and release statements
-//     as PL/pgSQL functions, whose plans the server keeps per session (see
+//   - the lease functions <table>_acquire, <table>_acqfair, <table>_renew
+//     and <table>_release, the store's acquire, fair acquire (see
+//     AcquireUnqueued), renew and release statements as PL/pgSQL functions, whose plans the server keeps per session (see
 //     leaseFunctions). A schema migrated before they existed gets
 //     them from Migrate, without touching the triggers or locking the
 //     table; until then the store sends the statements themselves.
@@ -84,11 +84,13 @@ func (s *Store) MigrationCurrent(ctx context.Context) (bool, error) {
 
 // leaseFunctionSigs are the lease functions, each its name's suffix and its
 // argument list.
-var leaseFunctionSigs = []string{
-	leaseFunctions[0].suffix + leaseFunctions[0].args,
-	leaseFunctions[1].suffix + leaseFunctions[1].args,
-	leaseFunctions[2].suffix + leaseFunctions[2].args,
-}
+var leaseFunctionSigs = func() []string {
+	var sigs []string
+	for _, f := range leaseFunctions {
+		sigs = append(sigs, f.suffix+f.args)
+	}
+	return sigs
+}()
 
 // leaseColumns are the lease table's columns, leasehold's own included.
 var leaseColumns = []string{"name", "holder", "epoch", "expires_at", "metadata", "ttl", "meta_epoch"}
@@ -253,7 +255,7 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 	// replacing one with itself changes nothing, and it locks no table. The
 	// bodies are the store's own statements on the fully named table, so
 	// that they resolve the same whatever the caller's search_path.
-	st := newStatements(ident(nsp, s.table), hist, func(suffix string) string { return ident(nsp, s.table+suffix) }, leaseFunctionsVersion)
+	st := newStatements(ident(nsp, s.table), hist, queue, func(suffix string) string { return ident(nsp, s.table+suffix) }, leaseFunctionsVersion)
 	stmts := leaseStatements(st)
 	for i, f := range leaseFunctions {
 		fr := strings.NewReplacer("{{f}}", ident(nsp, s.table+f.suffix), "{{args}}", f.args, "{{ret}}", f.ret,

@@ -212,8 +212,8 @@ func newStore(ctx context.Context, q querier, opts Options, closePool func()) (*
 		closePool: closePool,
 	}
 	s.hub.Idle = s.watchEnded
-	s.sql = newStatements(s.qtable, s.qhist, func(suffix string) string { return ident(schema, table+suffix) }, leaseFunctionsVersion)
-	s.sql.acquireUnqueuedFn = s.acquireUnqueuedSQL()
+	places, _ := s.queueNames()
+	s.sql = newStatements(s.qtable, s.qhist, places, func(suffix string) string { return ident(schema, table+suffix) }, leaseFunctionsVersion)
 	if opts.PreparedStatements {
 		q.prepare()
 	}

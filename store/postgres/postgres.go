@@ -215,9 +215,9 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 		return store.Record{}, err
 	}
 	what := strconv.Quote(name)
-	queued := func() error { return kit.Wrap("acquire "+what, store.ErrQueued) }
-	if unqueued && s.noLeaseFunctions.Load() {
-		return store.Record{}, queued()
+	fn, raw := s.sql.acquireFn, s.sql.acquire
+	if unqueued {
+		fn, raw = s.sql.acquireUnqueuedFn, s.sql.acquireUnqueued
 	}
 	for range maxAcquireRounds {
 		var x recScan
@@ -229,15 +229,8 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 		}
 		err := s.retry(ctx, func() error {
 			granted = false
-			if unqueued {
-				return s.q.query(ctx, s.sql.acquireUnqueuedFn, args, scan)
-			}
-			return s.leaseQuery(ctx, s.sql.acquireFn, s.sql.acquire, args, scan)
+			return s.leaseQuery(ctx, fn, raw, args, scan)
 		})
-		if unqueued && leaseFunctionUnusable(err) {
-			s.noLeaseFunctions.Store(true)
-			return store.Record{}, queued()
-		}
 		if err != nil {
 			return store.Record{}, s.opErr("acquire", what, err)
 		}
@@ -256,7 +249,8 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 		case found && cur.Holder != "" && cur.Holder != holder && cur.Remaining > 0:
 			return cur, kit.Errorf("acquire "+what, "held by %s: %w", cur.Holder, store.ErrHeld)
 		case unqueued:
-			return store.Record{}, queued() // a place is queued (or the row changed meanwhile)
+			// A place is queued (or the row changed meanwhile).
+			return store.Record{}, kit.Wrap("acquire "+what, store.ErrQueued)
 		}
 	}
 	return store.Record{}, kit.Errorf("acquire "+what, "the row kept changing between the compare-and-swap and the read (%d rounds); nothing was granted by the last round, retry later", maxAcquireRounds)

@@ -161,27 +161,15 @@ SELECT count(pg_notify(ch.chan, $1)) FROM (SELECT 1 FROM gone LIMIT 1) AS x, ({{
 	return nil
 }
 
-// acquireUnqueuedSQL is the acquire lease function's call under a
-// condition that no live place is queued for the name. The condition is an
-// uncorrelated subquery, which PostgreSQL runs first, once, as a one-time
-// filter: when it is false the function is never called, so nothing is
-// written and no token is spent (the conformance case QueueAcquireUnqueued
-// checks that nothing was granted). Under READ COMMITTED the statement's snapshot is taken when it starts:
-// a place committed meanwhile is one that arrived with this request, and
-// either may go first.
-func (s *Store) acquireUnqueuedSQL() string {
-	q, _ := s.queueNames()
-	return s.sql.acquireFn + ` WHERE NOT (SELECT EXISTS (SELECT 1 FROM ` + q + ` AS p WHERE p.name = $1 AND p.expires_at > clock_timestamp()))`
-}
-
 // AcquireUnqueued implements store.UnqueuedAcquirer: one statement, the
-// acquire lease function's call on the condition that the name's queue
-// holds no live place (acquireUnqueuedSQL). A store that uses its
-// statements rather than the lease functions (see Options) answers
-// store.ErrQueued without sending anything: its acquire is a statement of
-// several writing parts, which a condition around it would not stop. When
-// nothing is granted it reads the lease, as Acquire does, to return the
-// live term with store.ErrHeld; otherwise it answers store.ErrQueued.
+// acquire on the condition that the name's queue holds no live place
+// (statements.acquireUnqueued), through its lease function <table>_acqfair
+// or, where the database has none, as the statement itself (leaseQuery).
+// Under READ COMMITTED the statement's snapshot is taken when it starts: a
+// place committed meanwhile is one that arrived with this request, and
+// either may go first. When nothing is granted it reads the lease, as
+// Acquire does, to return the live term with store.ErrHeld; otherwise it
+// answers store.ErrQueued.
 func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	return s.acquire(ctx, name, holder, ttl, metadata, true)
 }

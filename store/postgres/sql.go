@@ -13,7 +13,8 @@ import (
 
 // Identifier limits (the rule is storekit's SQLIdent). PostgreSQL
 // truncates names at 63 bytes; the table name leaves room for the
-// "_history", "_changed", "_epochs", "_acquire" and "_release" suffixes.
+// "_history", "_changed", "_epochs", "_acquire", "_acqfair" and "_release"
+// suffixes.
 const (
 	maxSchemaLen = storekit.MaxSQLIdentLen
 	maxTableLen  = 55
@@ -100,17 +101,14 @@ func channelFor(schema, table string) string {
 }
 
 // statements are the store's SQL, built once from the quoted table name.
-// acquireFn, renewFn and releaseFn call the lease functions that run acquire,
-// renew and release (leaseFunctions).
+// acquireFn, acquireUnqueuedFn, renewFn and releaseFn call the lease
+// functions that run acquire, acquireUnqueued, renew and release
+// (leaseFunctions).
 type statements struct {
 	_ [0]func() // not comparable: spares the binary an equality function
 
-	acquire, renew, release, get, list, renewMany, forceRelease, history string
-	acquireFn, renewFn, releaseFn                                        string
-	// acquireUnqueuedFn is acquireFn under a condition that no live place
-	// is queued for the name (see Store.AcquireUnqueued); set by newStore,
-	// which knows the queue's table.
-	acquireUnqueuedFn string
+	acquire, acquireUnqueued, renew, release, get, list, renewMany, forceRelease, history string
+	acquireFn, acquireUnqueuedFn, renewFn, releaseFn                                      string
 }
 
 // recordCols are the columns of a store.Record, computed on the database's
@@ -148,35 +146,27 @@ func grantCols(a string) string {
 	coalesce({{a}}.metadata, '')`)
 }
 
-// The term is live while expires_at > now(); it is expired (free to take)
-// once expires_at <= now(). A NULL or empty holder is a free row. fn names
-// a lease function: the table's name (unquoted) with its suffix, quoted and
-// in the table's schema. version is the lease functions' version the calls
-// name (leaseFunctionsVersion).
-func newStatements(table, history string, fn func(suffix string) string, version string) statements {
-	r := strings.NewReplacer("{{t}}", table, "{{h}}", history, "{{cols l}}", recordCols("l"), "{{cols o}}", recordCols("o"), "{{grant l}}", grantCols("l"))
-	return statements{
-		acquireFn: `SELECT * FROM ` + fn(fnAcquire) + `($1::text, $2::text, $3::float8, $4::text, '` + version + `')`,
-		renewFn:   `SELECT * FROM ` + fn(fnRenew) + `($1::text, $2::text, $3::int8, $4::float8, '` + version + `')`,
-		releaseFn: `SELECT * FROM ` + fn(fnRelease) + `($1::text, $2::text, $3::int8, '` + version + `')`,
-		// One compare-and-swap: insert the row, or take it over only if it
-		// is free, expired, or this holder's own. The epoch (fencing token)
-		// is bumped on every grant and never reset. A negative epoch (a row
-		// edited by hand) is never granted from.
-		//
-		// No grant or renewal moves a live term's expiry back
-		// (greatest(l.expires_at, ...)): now() is when the statement's
-		// transaction began, and a statement that then waited for the row's
-		// lock runs with that old moment. A renewal, or the holder's own
-		// acquire, run so after a newer renewal committed would otherwise
-		// set an expiry earlier than the one its holder was promised, and a
-		// rival could take over while the holder still trusts its term (the
-		// MySQL store's chaos run found it there;
-		// TestStaleStatementNeverShortensALiveTerm). A free or expired
-		// row's expiry is at most now(), so a grant over one is unchanged.
-		acquire: r.Replace(`INSERT INTO {{t}} AS l (name, holder, epoch, expires_at, metadata, ttl, meta_epoch)
-VALUES ($1, $2, 1, now() + $3::float8 * interval '1 microsecond', $4, $3::float8 * interval '1 microsecond', 1)
-ON CONFLICT (name) DO UPDATE SET
+// The acquire statement in three parts, so that acquire and acquireUnqueued
+// share them. One compare-and-swap: insert the row, or take it over only if
+// it is free, expired, or this holder's own. The epoch (fencing token) is
+// bumped on every grant and never reset. A negative epoch (a row edited by
+// hand) is never granted from.
+//
+// No grant or renewal moves a live term's expiry back
+// (greatest(l.expires_at, ...)): now() is when the statement's transaction
+// began, and a statement that then waited for the row's lock runs with that
+// old moment. A renewal, or the holder's own acquire, run so after a newer
+// renewal committed would otherwise set an expiry earlier than the one its
+// holder was promised, and a rival could take over while the holder still
+// trusts its term (the MySQL store's chaos run found it there;
+// TestStaleStatementNeverShortensALiveTerm). A free or expired row's expiry
+// is at most now(), so a grant over one is unchanged. The parameters are
+// cast because acquireUnqueued selects them, where an INSERT's VALUES would
+// take the columns' types.
+const (
+	acquireInsert     = `INSERT INTO {{t}} AS l (name, holder, epoch, expires_at, metadata, ttl, meta_epoch)`
+	acquireRow        = `$1::text, $2::text, 1, now() + $3::float8 * interval '1 microsecond', $4::text, $3::float8 * interval '1 microsecond', 1`
+	acquireOnConflict = `ON CONFLICT (name) DO UPDATE SET
 	holder = excluded.holder,
 	epoch = coalesce(l.epoch, 0) + 1,
 	expires_at = greatest(l.expires_at, excluded.expires_at),
@@ -185,7 +175,33 @@ ON CONFLICT (name) DO UPDATE SET
 	meta_epoch = coalesce(l.epoch, 0) + 1
 WHERE coalesce(l.epoch, 0) >= 0
 	AND (coalesce(l.holder, '') = '' OR l.holder = excluded.holder OR coalesce(l.expires_at <= now(), true))
-RETURNING {{grant l}}`),
+RETURNING {{grant l}}`
+)
+
+// The term is live while expires_at > now(); it is expired (free to take)
+// once expires_at <= now(). A NULL or empty holder is a free row. fn names
+// a lease function: the table's name (unquoted) with its suffix, quoted and
+// in the table's schema. queue is the fair queue's places table. version is
+// the lease functions' version the calls name (leaseFunctionsVersion).
+func newStatements(table, history, queue string, fn func(suffix string) string, version string) statements {
+	r := strings.NewReplacer("{{t}}", table, "{{h}}", history, "{{p}}", queue, "{{cols l}}", recordCols("l"), "{{cols o}}", recordCols("o"), "{{grant l}}", grantCols("l"))
+	return statements{
+		acquireFn:         `SELECT * FROM ` + fn(fnAcquire) + `($1::text, $2::text, $3::float8, $4::text, '` + version + `')`,
+		renewFn:           `SELECT * FROM ` + fn(fnRenew) + `($1::text, $2::text, $3::int8, $4::float8, '` + version + `')`,
+		releaseFn:         `SELECT * FROM ` + fn(fnRelease) + `($1::text, $2::text, $3::int8, '` + version + `')`,
+		acquireUnqueuedFn: `SELECT * FROM ` + fn(fnAcquireUnqueued) + `($1::text, $2::text, $3::float8, $4::text, '` + version + `')`,
+		// The acquire statement: see acquireInsert.
+		acquire: r.Replace(acquireInsert + "\nVALUES (" + acquireRow + ")\n" + acquireOnConflict),
+		// acquireUnqueued is acquire on the condition that no live place is
+		// queued for the name (Store.AcquireUnqueued). The condition is
+		// uncorrelated, so PostgreSQL runs it first, once, as a one-time
+		// filter: when it is false there is no row to insert, so nothing is
+		// written and no token is spent (the conformance case
+		// QueueAcquireUnqueued checks that nothing was granted). Places
+		// expire on clock_timestamp(), as the queue writes them (queue.go).
+		acquireUnqueued: r.Replace(acquireInsert + "\nSELECT " + acquireRow + `
+WHERE NOT EXISTS (SELECT 1 FROM {{p}} AS p WHERE p.name = $1 AND p.expires_at > clock_timestamp())
+` + acquireOnConflict),
 		// Renew names the exact term and never bumps the epoch.
 		renew: r.Replace(`UPDATE {{t}} AS l SET
 	expires_at = greatest(l.expires_at, now() + $4::float8 * interval '1 microsecond'),
@@ -444,20 +460,23 @@ END
 $leasehold$;
 COMMENT ON FUNCTION {{f}}{{args}} IS '{{mark}}'`
 
-// leaseFunctions are the three lease functions, in the order of
+// leaseFunctions are the four lease functions, in the order of
 // leaseStatements: the suffix of the name, the argument list (also their
 // signature for to_regprocedure: the statement's parameters, then the
 // version), the result and the version's argument. The calls are in
 // newStatements.
-var leaseFunctions = [3]struct{ suffix, args, ret, versionArg string }{
+var leaseFunctions = [4]struct{ suffix, args, ret, versionArg string }{
 	{fnAcquire, "(text,text,float8,text,text)", recordResult, "$5"},
+	{fnAcquireUnqueued, "(text,text,float8,text,text)", recordResult, "$5"},
 	{fnRenew, "(text,text,bigint,float8,text)", recordResult, "$5"},
 	{fnRelease, "(text,text,bigint,text)", "SETOF bigint", "$4"},
 }
 
 // leaseStatements are the statements the lease functions wrap, in the order
 // of leaseFunctions.
-func leaseStatements(st statements) [3]string { return [3]string{st.acquire, st.renew, st.release} }
+func leaseStatements(st statements) [4]string {
+	return [4]string{st.acquire, st.acquireUnqueued, st.renew, st.release}
+}
 
 // recordResult is the result of the functions that answer a record, in
 // recordCols' order and types.
@@ -466,8 +485,11 @@ const recordResult = "TABLE (lh_name text, lh_holder text, lh_epoch bigint, lh_r
 // The lease functions' names are the table's with these suffixes.
 const (
 	fnAcquire = "_acquire"
-	fnRenew   = "_renew"
-	fnRelease = "_release"
+	// fnAcquireUnqueued is the fair Lock's acquire (Store.AcquireUnqueued),
+	// eight bytes like "_history", which maxTableLen leaves room for.
+	fnAcquireUnqueued = "_acqfair"
+	fnRenew           = "_renew"
+	fnRelease         = "_release"
 )
 
 // leaseFunctionsVersion is the version of the lease functions: a digest of
@@ -481,7 +503,7 @@ const (
 // the functions, finds its own schema current and leaves them alone, and
 // this version adds them to a schema 2 database without touching its
 // triggers (so without locking the lease table).
-const leaseFunctionsVersion = "3f33230a5fd6"
+const leaseFunctionsVersion = "3ed1288afb8e"
 
 // leaseFunctionsMark is the comment Migrate puts on each lease function, by
 // which Migrate knows them current.
