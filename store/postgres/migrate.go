@@ -36,7 +36,8 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //     schema migrated before they existed gets them from Migrate;
 //   - the lease functions <table>_acquire, <table>_acqfair, <table>_renew
 //     and <table>_release, the store's acquire, fair acquire (see
-//     AcquireUnqueued), renew and release statements as PL/pgSQL functions, whose plans the server keeps per session (see
+//     AcquireUnqueued), renew and release statements as PL/pgSQL
+//     functions, whose plans the server keeps per session (see
 //     leaseFunctions). A schema migrated before they existed gets
 //     them from Migrate, without touching the triggers or locking the
 //     table; until then the store sends the statements themselves.
