@@ -162,22 +162,26 @@ func TestSystemClockReadsHostRarely(t *testing.T) {
 	}
 }
 
+// suspendClocks are the clocks the suspend tests run on: one that reads the
+// host at every Now, the system clock's cached reading, and a suspend the
+// cache cannot see (the wall clock stepped back).
+var suspendClocks = map[string]func(*fakeSuspend) *suspendAwareClock{
+	"exact": func(h *fakeSuspend) *suspendAwareClock { return newSuspendAwareClock(h.read) },
+	"cached": func(h *fakeSuspend) *suspendAwareClock {
+		return cachedClock(h, new(atomic.Int64), false)
+	},
+	"cached-stepped": func(h *fakeSuspend) *suspendAwareClock {
+		return cachedClock(h, new(atomic.Int64), true)
+	},
+}
+
 // A leader whose host is suspended past its safeUntil stops trusting its
 // term within suspendCheck of resuming, not RenewDeadline of monotonic time
 // later (SAFETY.md rule 7: the trust window counts a suspend): with a clock
 // that reads the host at every Now, with the system clock's cached reading,
 // and with a suspend the cache cannot see (the wall clock stepped back).
 func TestSuspendedLeaderStopsOnResume(t *testing.T) {
-	clocks := map[string]func(*fakeSuspend) *suspendAwareClock{
-		"exact": func(h *fakeSuspend) *suspendAwareClock { return newSuspendAwareClock(h.read) },
-		"cached": func(h *fakeSuspend) *suspendAwareClock {
-			return cachedClock(h, new(atomic.Int64), false)
-		},
-		"cached-stepped": func(h *fakeSuspend) *suspendAwareClock {
-			return cachedClock(h, new(atomic.Int64), true)
-		},
-	}
-	for name, clock := range clocks {
+	for name, clock := range suspendClocks {
 		t.Run(name, func(t *testing.T) { testSuspendedLeaderStopsOnResume(t, clock) })
 	}
 }
@@ -229,16 +233,7 @@ func testSuspendedLeaderStopsOnResume(t *testing.T, clock func(*fakeSuspend) *su
 // the timer's next step, right after a read of the clock (the cached
 // clocks' hardest case).
 func TestSuspendedLockHolderStopsOnResume(t *testing.T) {
-	clocks := map[string]func(*fakeSuspend) *suspendAwareClock{
-		"exact": func(h *fakeSuspend) *suspendAwareClock { return newSuspendAwareClock(h.read) },
-		"cached": func(h *fakeSuspend) *suspendAwareClock {
-			return cachedClock(h, new(atomic.Int64), false)
-		},
-		"cached-stepped": func(h *fakeSuspend) *suspendAwareClock {
-			return cachedClock(h, new(atomic.Int64), true)
-		},
-	}
-	for name, clock := range clocks {
+	for name, clock := range suspendClocks {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				host := &fakeSuspend{}
@@ -249,17 +244,7 @@ func TestSuspendedLockHolderStopsOnResume(t *testing.T) {
 					t.Fatal(err)
 				}
 				ctx := context.Background()
-				first, err := lk.TryAcquire(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(500 * time.Millisecond)
-				first.Release(ctx)
-				time.Sleep(500 * time.Millisecond)
-				second, err := lk.TryAcquire(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
+				second, _ := secondTermAfterOneReleased(t, lk)
 				time.Sleep(2*time.Second - 5*time.Millisecond) // the timer, armed at 0, steps at 1, 2, 3 s
 				clk.Now()
 				host.suspend(time.Minute) // the lease expired at the store meanwhile

@@ -143,18 +143,7 @@ func TestLockTermAfterAnEarlierOneEndsAtItsOwnSafeUntil(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		first, err := lk.TryAcquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(500 * time.Millisecond)
-		first.Release(ctx)
-		time.Sleep(500 * time.Millisecond)
-		start := time.Now()
-		second, err := lk.TryAcquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		second, start := secondTermAfterOneReleased(t, lk)
 		if d := second.SafeUntil().Sub(start); d != 2*time.Second {
 			t.Fatalf("safeUntil = +%v, want +2s", d)
 		}
@@ -164,4 +153,26 @@ func TestLockTermAfterAnEarlierOneEndsAtItsOwnSafeUntil(t *testing.T) {
 		}
 		second.Release(ctx)
 	})
+}
+
+// secondTermAfterOneReleased takes lk's lease, releases it half a second
+// later, and half a second after that takes it again: the second term, and
+// when it was asked for. The Lock's deadline timer is then armed for the
+// first term's deadline, which is earlier than the second's.
+func secondTermAfterOneReleased(t *testing.T, lk *Lock) (*Lease, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	first, err := lk.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	first.Release(ctx)
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	second, err := lk.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return second, start
 }
