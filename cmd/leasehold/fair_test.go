@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	natsio "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -354,6 +355,30 @@ func TestVerifyFair(t *testing.T) {
 	if err := db.QueryRow(`SELECT seq FROM sqlite_sequence WHERE name = 'leader_lease_queue'`).Scan(&places); err != nil || places == 0 {
 		t.Fatalf("the fair electors' standbys wrote no place to the queue (%d, %v)\n%s", places, err, out)
 	}
+}
+
+// TestFairRunPostgres: fairRun on PostgreSQL, whose queue is the places in
+// <table>_queue, in the order of their seq, each new place's seq taken from
+// the name's counter in <table>_qseq: a, which found nobody queued, took the
+// lease without a place, through the fair acquire's lease function
+// <table>_acqfair.
+func TestFairRunPostgres(t *testing.T) {
+	u := postgresURL(t)
+	schema := regexp.MustCompile(`schema=([a-z0-9_]+)`).FindStringSubmatch(u)[1]
+	db, err := sql.Open("pgx", strings.Split(u, "?")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fairRun(t, u, timingArgs, func() []string {
+		return sqlHolders(t, db, `SELECT holder FROM `+schema+`.leader_lease_queue WHERE name = 'fair-job' AND expires_at > clock_timestamp() ORDER BY seq`)
+	}, func() int {
+		var n int
+		if err := db.QueryRow(`SELECT n FROM ` + schema + `.leader_lease_qseq WHERE name = 'fair-job'`).Scan(&n); err != nil {
+			return 0 // no table or no row: no place was ever written
+		}
+		return n
+	})
 }
 
 // TestFairStandbyHealthyPostgres: a `leasehold run --fair` on a PostgreSQL
