@@ -73,6 +73,9 @@ func TestMain(m *testing.M) {
 //
 // times in Unix nanoseconds. On a signal it exits with $E2E_TERM_EXIT,
 // unless $E2E_IGNORE_TERM is set. With $E2E_EXIT_AFTER=N it exits 0 after N ticks.
+// With $E2E_BARRIER=DIR and $E2E_BARRIER_N=K it marks its start in DIR and
+// counts no tick towards $E2E_EXIT_AFTER until K commands have marked theirs,
+// so that K commands certainly run at once.
 func child() int {
 	f, err := os.OpenFile(os.Getenv("E2E_RECORD"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -86,6 +89,13 @@ func child() int {
 	exitAfter, _ := strconv.Atoi(os.Getenv("E2E_EXIT_AFTER"))
 	ignore := os.Getenv("E2E_IGNORE_TERM") != ""
 	file := os.Getenv("LEASEHOLD_SAFE_UNTIL_FILE")
+	barrier, barrierN := os.Getenv("E2E_BARRIER"), 0
+	if barrier != "" {
+		barrierN, _ = strconv.Atoi(os.Getenv("E2E_BARRIER_N"))
+		if err := os.WriteFile(filepath.Join(barrier, filepath.Base(os.Getenv("E2E_RECORD"))), nil, 0o644); err != nil {
+			fmt.Fprintf(f, "error %d %v\n", time.Now().UnixNano(), err)
+		}
+	}
 	ticker := time.NewTicker(10 * time.Millisecond)
 	for n := 1; ; {
 		select {
@@ -106,6 +116,12 @@ func child() int {
 				continue
 			}
 			fmt.Fprintf(f, "tick %d %d\n", time.Now().UnixNano(), su.UnixNano())
+			if barrierN > 0 {
+				if marks, _ := os.ReadDir(barrier); len(marks) < barrierN {
+					continue
+				}
+				barrierN = 0
+			}
 			if exitAfter > 0 && n >= exitAfter {
 				return 0
 			}

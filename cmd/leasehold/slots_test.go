@@ -29,9 +29,12 @@ func TestSlotsSQLite(t *testing.T) {
 
 // TestSlotsCheckerNegativeControl: the same three runs with --slots 3 run all
 // three commands at once, and the check of at most two at once says so: the
-// check can fail.
+// check can fail. Each command waits for the other two to start before it
+// counts towards its exit, so that the three overlap however loaded the
+// machine is (CI once saw a run's command start after the others had exited).
 func TestSlotsCheckerNegativeControl(t *testing.T) {
-	runs := slotRuns(t, sqliteURL(t), 3, 3)
+	barrier := t.TempDir()
+	runs := slotRuns(t, sqliteURL(t), 3, 3, "E2E_BARRIER="+barrier, "E2E_BARRIER_N=3")
 	if v := slotViolations(runs, 2); len(v) == 0 {
 		t.Fatalf("three runs with --slots 3 checked against a limit of 2 found nothing wrong: %+v", runs)
 	}
@@ -50,12 +53,13 @@ var holdingSlot = regexp.MustCompile(`holding a slot.* slot=(\S+) .*token=(\d+)`
 // slotRuns starts n runs of `leasehold run --slots slots` whose commands tick
 // for about two seconds and exit, waits for every run to exit 0, and returns
 // what each did.
-func slotRuns(t *testing.T, storeURL string, slots, n int) []slotRun {
+func slotRuns(t *testing.T, storeURL string, slots, n int, childVars ...string) []slotRun {
 	dir := t.TempDir()
 	args := append([]string{"--store", storeURL, "--lease", "e2e-sem", "--slots", strconv.Itoa(slots)}, timingArgs...)
+	childVars = append([]string{"E2E_EXIT_AFTER=200"}, childVars...)
 	var nodes []*node
 	for i := 0; i < n; i++ {
-		nodes = append(nodes, startRun(t, dir, fmt.Sprintf("n%d", i), []string{"E2E_EXIT_AFTER=200"}, args...))
+		nodes = append(nodes, startRun(t, dir, fmt.Sprintf("n%d", i), childVars, args...))
 	}
 	var runs []slotRun
 	for _, nd := range nodes {
