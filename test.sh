@@ -27,16 +27,9 @@ echo "== every other package, four at a time, beside the interop module"
 # the chaos package, they left the machine 48-78 % idle. The interop module
 # (peer libraries against leasehold on one key) runs beside them; its output
 # follows theirs. The longest start first, the rest in go list's order.
-mapfile -t heavyPkgs < <(go list "${heavy[@]}")
 mapfile -t longest < <(go list ./internal/schedtest ./store/etcd ./store/nats ./store/zookeeper ./store/mysql ./store/redis)
-mapfile -t rest < <(go list ./... | grep -v -x -F \
-  -e github.com/leasehold/leasehold \
-  -e github.com/leasehold/leasehold/store \
-  -e github.com/leasehold/leasehold/store/memstore \
-  -e github.com/leasehold/leasehold/store/faultstore \
-  -e github.com/leasehold/leasehold/store/storetest \
-  -e github.com/leasehold/leasehold/fence \
-  "${heavyPkgs[@]/#/-e}" "${longest[@]/#/-e}")
+mapfile -t earlier < <(go list "${core[@]}" "${heavy[@]}")
+mapfile -t rest < <(go list ./... | grep -v -x -F "${earlier[@]/#/-e}" "${longest[@]/#/-e}")
 interopLog=$(mktemp)
 trap 'rm -f "$interopLog"' EXIT
 interop=
