@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -363,9 +362,8 @@ func TestVerifyFair(t *testing.T) {
 // lease without a place, through the fair acquire's lease function
 // <table>_acqfair.
 func TestFairRunPostgres(t *testing.T) {
-	u := postgresURL(t)
-	schema := regexp.MustCompile(`schema=([a-z0-9_]+)`).FindStringSubmatch(u)[1]
-	db, err := sql.Open("pgx", strings.Split(u, "?")[0])
+	u, dbURL, schema := postgresSchema(t)
+	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,14 +394,13 @@ func TestFairRunPostgres(t *testing.T) {
 // answered every fair acquire ErrQueued. It now sends the fair acquire's
 // statement itself, which answers ErrHeld while a leader holds.)
 func TestFairStandbyHealthyPostgres(t *testing.T) {
-	migrating := postgresURL(t)
+	migrating, dbURL, schema := postgresSchema(t)
 	if out, err := exec.Command(leaseholdBin, "migrate", "--store", migrating).CombinedOutput(); err != nil {
 		t.Fatalf("leasehold migrate: %v\n%s", err, out)
 	}
-	schema := regexp.MustCompile(`schema=([a-z0-9_]+)`).FindStringSubmatch(migrating)[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, strings.Split(migrating, "?")[0])
+	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}

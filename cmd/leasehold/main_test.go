@@ -325,8 +325,15 @@ func sqliteURL(t *testing.T) string {
 
 // postgresURL makes a schema of its own for the test, dropped at the end.
 func postgresURL(t *testing.T) string {
+	u, _, _ := postgresSchema(t)
+	return u
+}
+
+// postgresSchema is postgresURL, with the URL of the database without the
+// schema (for a test's own connection) and the schema's name.
+func postgresSchema(t *testing.T) (storeURL, dbURL, schema string) {
 	addr := testenv.RequireTCP(t, "PostgreSQL", testenv.Env("LEASEHOLD_PG_ADDR", "127.0.0.1:5432"), "start PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth, database test)")
-	schema := fmt.Sprintf("lh_cli_e2e_%d", rand.Uint64()%1_000_000_000)
+	schema = fmt.Sprintf("lh_cli_e2e_%d", rand.Uint64()%1_000_000_000)
 	base := "postgres://postgres@" + addr + "/test"
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -341,7 +348,7 @@ func postgresURL(t *testing.T) string {
 			t.Logf("drop schema %s: %v", schema, err)
 		}
 	})
-	return base + "?schema=" + schema + "&create_if_missing=true"
+	return base + "?schema=" + schema + "&create_if_missing=true", base, schema
 }
 
 func TestTwoRunsSQLite(t *testing.T)   { twoRuns(t, sqliteURL(t)) }
