@@ -20,7 +20,10 @@ echo "== the chaos package, beside the command and the two slowest stores"
 # after another, in a CI run on this project's 2-core machine.
 heavy=(./internal/chaos ./cmd/leasehold ./store/postgres ./store/kubernetes)
 status=0
-go test -count=1 -timeout 15m "${heavy[@]}" || status=$? # the rest runs all the same
+log=$(mktemp) # what the two steps printed, for the summary of failures at the end
+interopLog=$(mktemp)
+trap 'rm -f "$log" "$interopLog"' EXIT
+go test -count=1 -timeout 15m "${heavy[@]}" 2>&1 | tee -a "$log" || status=$? # the rest runs all the same
 
 echo "== every other package, four at a time, beside the interop module"
 # These mostly wait on their servers and on leases: run two at a time after
@@ -30,20 +33,25 @@ echo "== every other package, four at a time, beside the interop module"
 mapfile -t longest < <(go list ./internal/schedtest ./store/etcd ./store/nats ./store/zookeeper ./store/mysql ./store/redis)
 mapfile -t earlier < <(go list "${core[@]}" "${heavy[@]}")
 mapfile -t rest < <(go list ./... | grep -v -x -F "${earlier[@]/#/-e}" "${longest[@]/#/-e}")
-interopLog=$(mktemp)
-trap 'rm -f "$interopLog"' EXIT
 interop=
 if [ -f interop/go.mod ]; then
   (cd interop && go vet ./... && go test -count=1 ./...) >"$interopLog" 2>&1 &
   interop=$!
 fi
-go test -p 4 -count=1 -timeout 15m "${longest[@]}" "${rest[@]}" || status=$?
+go test -p 4 -count=1 -timeout 15m "${longest[@]}" "${rest[@]}" 2>&1 | tee -a "$log" || status=$?
 if [ -n "$interop" ]; then
   echo "== interop module"
   wait "$interop" || status=$?
-  cat "$interopLog"
+  tee -a "$log" <"$interopLog"
 fi
-[ "$status" -eq 0 ] || exit "$status"
+if [ "$status" -ne 0 ]; then
+  # Said again last: a CI log keeps only its beginning and its end, and a
+  # failing chaos test's timeline alone is longer than both.
+  echo "== what failed (the failing tests' own lines, without the chaos timelines)"
+  grep -E -e '^ *--- FAIL' -e '^(FAIL|panic:)' -e '^ +[A-Za-z0-9_]+\.go:[0-9]+: ' "$log" |
+    grep -v -E '\.go:[0-9]+: chaos: g[0-9]+ ' | tail -n 60 || true
+  exit "$status"
+fi
 
 echo "== a cancelled PostgreSQL advisory wait never leaves the lock held (once failed 1 run in 30)"
 go test -count=30 -run 'TestAdvisoryLockCancelled$' ./store/postgres/

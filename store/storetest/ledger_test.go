@@ -1,9 +1,15 @@
 package storetest
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/store"
 )
 
 // TestLedgerCatchesTwoHoldersAndFallingTokens is the negative control of the
@@ -37,5 +43,25 @@ func TestLedgerCatchesTwoHoldersAndFallingTokens(t *testing.T) {
 	if len(errs) != 2 || !strings.Contains(errs[0], "d leads with token 3, not above the previous 3") ||
 		!strings.Contains(errs[1], "e leads with token 1, not above the previous 3") {
 		t.Fatalf("tokens that do not rise: reported %q", errs)
+	}
+}
+
+// timedOut tells a store that did not answer in time (which the semaphore
+// race forgives a Release) from one that answered wrong (which it does not).
+func TestTimedOut(t *testing.T) {
+	dial := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("release: %w", context.DeadlineExceeded), true},
+		{fmt.Errorf("failed to receive message: %w", dial), true},
+		{fmt.Errorf("release: %w", store.ErrNotHeld), false},
+		{fmt.Errorf("release: %w", context.Canceled), false},
+		{errors.New("timeout"), false}, // only the text: not a timeout
+	} {
+		if got := timedOut(tc.err); got != tc.want {
+			t.Errorf("timedOut(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -155,7 +155,16 @@ func RaceSemaphore(t *testing.T, open func() (store.Store, error), slots, limit,
 						return
 					}
 					check.Work(l, work)
-					if err := l.Release(context.Background()); err != nil && !errors.Is(err, store.ErrNotHeld) {
+					switch err := l.Release(context.Background()); {
+					case err == nil, errors.Is(err, store.ErrNotHeld):
+					case timedOut(err):
+						// A loaded server that does not answer in time is
+						// not a broken store: the slot expires instead, and
+						// the checker still judges every grant. (A CI run's
+						// PostgreSQL took longer than the deadline to accept
+						// a new connection beside the chaos package.)
+						t.Logf("Release %v timed out, the slot expires instead: %v", l.Term(), err)
+					default:
 						t.Errorf("Release %v: %v", l.Term(), err)
 					}
 				}
@@ -246,4 +255,11 @@ func (c *SlotChecker) Violations() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.violations...)
+}
+
+// timedOut reports whether err says a call ran out of time: a context
+// deadline, or a network timeout (a driver's own dial or read deadline).
+func timedOut(err error) bool {
+	var nerr interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout())
 }
