@@ -13,14 +13,15 @@ import (
 	lhmysql "github.com/leasehold/leasehold/store/mysql"
 )
 
-// MySQL/MariaDB: leasehold's store (polling watch, at three intervals, the
-// default first) beside the usual MySQL answer, GET_LOCK. No Go GET_LOCK
+// MySQL/MariaDB: leasehold's store (its default, doorbells over a polling
+// watch, first; then polling alone at two intervals) beside the usual
+// MySQL answer, GET_LOCK. No Go GET_LOCK
 // lock library builds from the module proxy here (sanketplus/go-mysql-lock
 // is not served), so the peer is the plain recipe such libraries wrap and
 // users copy: GET_LOCK(name, timeout) on a connection of its own, held until
-// RELEASE_LOCK or until the connection ends. And "floor": the alternative
-// measured for leasehold's watch and not chosen, a GET_LOCK "doorbell" held
-// by the lease holder's connection that waiters block on.
+// RELEASE_LOCK or until the connection ends. And "floor": a GET_LOCK
+// "doorbell" held by the raw holder's own connection that waiters block on,
+// with nothing else (no expiry, no token, no history).
 
 type myEnv struct {
 	cfg    *mysql.Config
@@ -80,12 +81,13 @@ func (e *myEnv) close() {
 }
 
 // perContender makes each contender of the library mk builds use a Store of
-// its own (its watch polling every every; 0 is the default), as separate
-// processes have: a waiter then learns of another's release by its watch's
-// poll, not by its own Store's local wake-up.
-func (e *myEnv) perContender(every time.Duration, mk func(st store.Store) *lib) *lib {
+// its own (its watch polling every every, 0 the default; doorbells as
+// Options.Doorbells, 0 the default), as separate processes have: a waiter
+// then learns of another's release by its Store's doorbell or poll, not by
+// its own Store's local wake-up.
+func (e *myEnv) perContender(every time.Duration, doorbells int, mk func(st store.Store) *lib) *lib {
 	return perContender(e.st, func(ctx context.Context) (store.Store, error) {
-		st, err := lhmysql.Open(ctx, e.cfg, lhmysql.Options{WatchInterval: every})
+		st, err := lhmysql.Open(ctx, e.cfg, lhmysql.Options{WatchInterval: every, Doorbells: doorbells})
 		if err != nil {
 			return nil, err
 		}
@@ -94,9 +96,12 @@ func (e *myEnv) perContender(every time.Duration, mk func(st store.Store) *lib) 
 	}, mk)
 }
 
+// defaultWake is how the store's default wakes a waiter in another process.
+var defaultWake = fmt.Sprintf("GET_LOCK doorbell held by the holder's Store for its term, polling watch every %v beneath (the default)", lhmysql.DefaultWatchInterval)
+
 // lhLib is leasehold's Lock, a Store per contender.
-func (e *myEnv) lhLib(name string, every, handoffTTL time.Duration, note string) *lib {
-	l := e.perContender(every, func(st store.Store) *lib {
+func (e *myEnv) lhLib(name string, every time.Duration, doorbells int, handoffTTL time.Duration, note string) *lib {
+	l := e.perContender(every, doorbells, func(st store.Store) *lib {
 		return lhLock1("mysql", st, handoffTTL, note, false)
 	})
 	l.name = name
@@ -107,8 +112,8 @@ func (e *myEnv) lhLib(name string, every, handoffTTL time.Duration, note string)
 // release through the waiter's own Store would wake it at once, which
 // waiters in other processes never see.
 func (e *myEnv) fairLibs(handoffTTL time.Duration) []*lib {
-	per := func(mk func(store.Store) *lib) *lib { return e.perContender(0, mk) }
-	return fairLibsEach("mysql", handoffTTL, "polling watch every "+lhmysql.DefaultWatchInterval.String()+" (the default)", per)
+	per := func(mk func(store.Store) *lib) *lib { return e.perContender(0, 0, mk) }
+	return fairLibsEach("mysql", handoffTTL, defaultWake, per)
 }
 
 // oneStoreLib is leasehold's Lock with every contender on one Store, as
@@ -121,9 +126,15 @@ func (e *myEnv) oneStoreLib(handoffTTL time.Duration) *lib {
 }
 
 func (e *myEnv) libs(ctx context.Context, handoffTTL time.Duration) ([]*lib, error) {
-	libs := []*lib{e.lhLib("leasehold", 0, handoffTTL, fmt.Sprintf("polling watch every %v (the default)", lhmysql.DefaultWatchInterval))}
-	for _, every := range []time.Duration{5 * time.Millisecond, 100 * time.Millisecond} {
-		libs = append(libs, e.lhLib(fmt.Sprintf("leasehold (poll %v)", every), every, handoffTTL, fmt.Sprintf("polling watch every %v", every)))
+	libs := []*lib{e.lhLib("leasehold", 0, 0, handoffTTL, defaultWake)}
+	// Polling alone, as before the doorbells (and as with doorbells=0, or
+	// past a Store's limit of them): at the default interval and at 5 ms.
+	for _, every := range []time.Duration{lhmysql.DefaultWatchInterval, 5 * time.Millisecond} {
+		name := fmt.Sprintf("leasehold (poll %v)", every)
+		if every == lhmysql.DefaultWatchInterval {
+			name = "leasehold (polling only)"
+		}
+		libs = append(libs, e.lhLib(name, every, -1, handoffTTL, fmt.Sprintf("polling watch every %v, no doorbell (doorbells=0)", every)))
 	}
 	libs = append(libs, e.oneStoreLib(handoffTTL))
 	libs = append(libs, e.fairLibs(handoffTTL)...)

@@ -50,6 +50,15 @@ func TestHandOffWokenEtcd(t *testing.T) {
 	handOff(t, "etcd://"+embeddedEtcd(t)+"/lh-cli-handoff")
 }
 
+// TestHandOffWokenMySQL: the standby's Store polls once an hour here, so
+// only the store's doorbell (a GET_LOCK the holder's run lets go at its
+// release) can wake it within handOffBound. With doorbells=0 it would wait
+// for its retry period; the store's TestDoorbellWakesAWaiterOnAnotherStore
+// is that control, without the minute.
+func TestHandOffWokenMySQL(t *testing.T) {
+	handOff(t, mysqlURL(t)+"?create_if_missing=true&watch_interval=1h")
+}
+
 func TestHandOffWokenKubernetes(t *testing.T) {
 	handOff(t, kubernetesURL(t, kubeServer(t)))
 }

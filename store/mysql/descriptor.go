@@ -22,7 +22,7 @@ var Descriptor = store.Descriptor{
 		URLs:   []string{"mysql://user@host:3306/db?table=leader_lease"},
 		Token:  "`epoch` of the `leader_lease` row",
 		Expiry: "the database's `UTC_TIMESTAMP(6)`",
-		Wake:   "polling every 25 ms (hand-off p50 14 ms)",
+		Wake:   "a `GET_LOCK` doorbell, polling every 25 ms beneath (hand-off p50 3.5 ms)",
 		Notes:  "MySQL 8.0+ and MariaDB 10.6+ (tested: MariaDB 10.11); batched renewal; `GET_LOCK` variant with a token",
 	},
 }

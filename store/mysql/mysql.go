@@ -351,7 +351,12 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
 		return store.Record{}, err
 	}
-	return s.grant(ctx, s.db, "acquire "+strconv.Quote(name), name, holder, ttl, metadata, kind)
+	sent := time.Now()
+	rec, err := s.grant(ctx, s.db, "acquire "+strconv.Quote(name), name, holder, ttl, metadata, kind)
+	if err == nil {
+		s.bells.hold(name, rec.Token, sent, ttl)
+	}
+	return rec, err
 }
 
 // Renew implements store.Store: one UPDATE naming the exact term.
@@ -364,6 +369,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	}
 	op := "renew " + t.String()
 	us := ttlMicros(ttl)
+	sent := time.Now()
 	if s.multi {
 		var n int64
 		var meta []byte
@@ -380,6 +386,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 		}
 		// The server set expires_at to its own now + ttl, now being the
 		// moment the statement began.
+		s.bells.renewed(t.Name, t.Token, sent, ttl)
 		return store.Record{Term: t, Remaining: ttl, TTL: ttl, Metadata: string(meta)}, nil
 	}
 	// A pool the caller opened: the UPDATE, then a read. With
@@ -397,6 +404,7 @@ func (s *Store) Renew(ctx context.Context, t store.Term, ttl time.Duration) (sto
 	if !found || cur.Term != t || !cur.Live() {
 		return store.Record{}, kit.Wrap(op, store.ErrNotHeld)
 	}
+	s.bells.renewed(t.Name, t.Token, sent, ttl)
 	return cur, nil
 }
 
@@ -417,6 +425,7 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 		return kit.Wrap(op, store.ErrNotHeld)
 	}
 	s.hub.Notify(t.Name)
+	s.bells.ended(t.Name, t.Token)
 	return nil
 }
 
@@ -457,6 +466,7 @@ func (s *Store) Close() error {
 	return s.life.Close(func() error {
 		s.hub.Close()
 		s.poll.stop()
+		s.bells.close()
 		if s.ownDB {
 			return s.db.Close()
 		}

@@ -51,6 +51,16 @@ type Options struct {
 	// to 1½ times it. A release is seen on average half of it after it
 	// happened (at once for a release made through the same Store).
 	WatchInterval time.Duration
+	// Doorbells is how many GET_LOCK doorbells the store keeps at most, as
+	// many held as waited on, each on a connection of its own (not from
+	// the store's pool). A doorbell wakes waiters in other processes the
+	// moment a lease granted through this store is released, instead of
+	// at their next poll; the poller keeps polling underneath, so a lease
+	// past the limit is only as quick as before. Zero: DefaultDoorbells
+	// for a store made by Open, OpenDSN or OpenURL, and none for NewDB
+	// (whose connections are the caller's: set it to take the doorbells'
+	// connections from that pool). Negative: none. Ignored with NoWatch.
+	Doorbells int
 }
 
 // DefaultWatchInterval is how often a store reads the leases its waiters
@@ -74,9 +84,10 @@ type Store struct {
 	// grant or renewal and the read of its result go in one round trip.
 	multi bool
 
-	life storekit.Lifecycle
-	hub  storekit.Hub
-	poll *poller
+	life  storekit.Lifecycle
+	hub   storekit.Hub
+	poll  *poller
+	bells *doorbells // nil: none
 
 	qmu sync.Mutex
 	// queued: the holders with a place queued through this Store, by name,
@@ -143,7 +154,24 @@ func Open(ctx context.Context, cfg *mysql.Config, opts Options) (*Store, error) 
 		db.Close()
 		return nil, err
 	}
+	if n := doorbellLimit(opts, DefaultDoorbells); n > 0 {
+		// A pool of their own: a doorbell pins its connection for a whole
+		// term or wait, which must never leave the store's statements
+		// waiting for one.
+		s.bells = newDoorbells(s, sql.OpenDB(conn), true, n)
+	}
 	return s, nil
+}
+
+// doorbellLimit is how many doorbells opts asks for, def if it leaves it.
+func doorbellLimit(opts Options, def int) int {
+	switch {
+	case opts.NoWatch || opts.Doorbells < 0:
+		return 0
+	case opts.Doorbells == 0:
+		return def
+	}
+	return opts.Doorbells
 }
 
 // OpenDSN is Open with a go-sql-driver/mysql DSN
@@ -165,7 +193,14 @@ func NewDB(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, kit.Invalid("open", "database is nil")
 	}
-	return newStore(ctx, db, false, false, opts)
+	s, err := newStore(ctx, db, false, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	if n := doorbellLimit(opts, 0); n > 0 {
+		s.bells = newDoorbells(s, db, false, n)
+	}
+	return s, nil
 }
 
 func newStore(ctx context.Context, db *sql.DB, own, multi bool, opts Options) (*Store, error) {

@@ -39,6 +39,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 		}
 	}
 	us := ttlMicros(ttl)
+	sent := time.Now()
 	for len(valid) > 0 {
 		chunk := valid[:min(len(valid), renewBatch)]
 		valid = valid[len(chunk):]
@@ -89,6 +90,7 @@ func (s *Store) RenewMany(ctx context.Context, terms []store.Term, ttl time.Dura
 			t := terms[i]
 			if r, ok := rows[t.Name]; ok && r.Term == t && r.Live() {
 				recs[i] = r
+				s.bells.renewed(t.Name, t.Token, sent, ttl)
 			} else {
 				errs[i] = kit.Wrap("renew "+t.String(), store.ErrNotHeld)
 			}
@@ -163,6 +165,7 @@ func (s *Store) ForceRelease(ctx context.Context, name string) (store.Record, er
 	}
 	if found {
 		s.hub.Notify(name)
+		s.bells.ended(name, 0)
 		return old, nil
 	}
 	_, exists, err := s.get(ctx, s.db, name)

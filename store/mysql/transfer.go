@@ -54,5 +54,6 @@ func (s *Store) Transfer(ctx context.Context, t store.Term, to string, ttl time.
 	}
 	committed = true
 	s.hub.Notify(t.Name)
+	s.bells.ended(t.Name, t.Token)
 	return rec, nil
 }

@@ -21,6 +21,10 @@ const (
 	ParamCreateIfMissing = "create_if_missing" // Options.CreateIfMissing: true or false
 	ParamWatch           = "watch"             // false sets Options.NoWatch
 	ParamWatchInterval   = "watch_interval"    // Options.WatchInterval, a Go duration (25ms)
+	// ParamDoorbells is Options.Doorbells: how many GET_LOCK doorbells the
+	// store keeps at most (default DefaultDoorbells; 0: none, waiters in
+	// other processes learn of a release only at their next poll).
+	ParamDoorbells = "doorbells"
 	// ParamTLS is the TLS mode: true (verify the server against the system
 	// roots, or ca_file), false (the default without ca_file: plain TCP),
 	// skip-verify (encrypt, verify nothing), preferred (TLS if the server
@@ -37,7 +41,7 @@ const (
 )
 
 // Params are the store's URL parameters (for the registry's descriptor).
-var Params = []string{ParamTable, ParamCreateIfMissing, ParamWatch, ParamWatchInterval, ParamTLS,
+var Params = []string{ParamTable, ParamCreateIfMissing, ParamWatch, ParamWatchInterval, ParamDoorbells, ParamTLS,
 	storekit.ParamCAFile, storekit.ParamCertFile, storekit.ParamKeyFile, storekit.ParamServerName,
 	ParamTimeout, ParamReadTimeout, ParamWriteTimeout, ParamMaxOpenConns}
 
@@ -60,6 +64,11 @@ func ParseURL(u *url.URL) (*mysql.Config, Options, int, error) {
 	opts.CreateIfMissing = p.Bool(ParamCreateIfMissing, false)
 	opts.NoWatch = !p.Bool(ParamWatch, true)
 	opts.WatchInterval = p.Duration(ParamWatchInterval, 0)
+	if n := p.Int(ParamDoorbells, DefaultDoorbells, 0, 1000); n > 0 {
+		opts.Doorbells = int(n)
+	} else {
+		opts.Doorbells = -1
+	}
 	mode := p.OneOf(ParamTLS, "", "true", "false", "skip-verify", "preferred")
 	files := p.TLSFiles()
 	cfg := mysql.NewConfig()

@@ -110,6 +110,25 @@ func (p *poller) add(name string, fresh leaseState) {
 		// not been told yet.
 		p.s.hub.Notify(name)
 	}
+	p.s.bells.watch(name, fresh)
+}
+
+// update is a doorbell's read of name: the watchers are woken if it
+// changed since the poller last looked.
+func (p *poller) update(name string, fresh leaseState) {
+	p.mu.Lock()
+	old, ok := p.state[name]
+	if ok {
+		p.state[name] = fresh
+	}
+	p.mu.Unlock()
+	if !ok {
+		return // no longer watched
+	}
+	if old != fresh {
+		p.s.hub.Notify(name)
+	}
+	p.s.bells.watch(name, fresh)
 }
 
 // idle is the hub's Idle: the last watch of name ended.
@@ -118,6 +137,7 @@ func (p *poller) idle(name string) {
 	defer p.mu.Unlock()
 	if p.s.hub.Count(name) == 0 {
 		delete(p.state, name)
+		p.s.bells.unwatch(name)
 	}
 }
 
@@ -181,13 +201,14 @@ func (p *poller) run() {
 			// how long they wait meanwhile.
 			continue
 		}
-		var changed []string
+		var changed, watched []string
 		p.mu.Lock()
 		for _, n := range names {
 			old, ok := p.state[n]
 			if !ok {
 				continue // no longer watched
 			}
+			watched = append(watched, n)
 			if st := fresh[n]; st != old {
 				p.state[n] = st
 				changed = append(changed, n)
@@ -196,6 +217,9 @@ func (p *poller) run() {
 		p.mu.Unlock()
 		for _, n := range changed {
 			p.s.hub.Notify(n)
+		}
+		for _, n := range watched {
+			p.s.bells.watch(n, fresh[n])
 		}
 	}
 }
