@@ -127,6 +127,9 @@ func TestMetricsFormat(t *testing.T) {
 	scrape := func() (string, map[string]float64) {
 		rec := httptest.NewRecorder()
 		m.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if ct := rec.Header().Get("Content-Type"); rec.Code != 200 || !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+			t.Errorf("/metrics answered %d with Content-Type %q, want 200 and Prometheus' text format 0.0.4", rec.Code, ct)
+		}
 		values := map[string]float64{}
 		var lastBucket float64 = -1
 		for _, line := range strings.Split(strings.TrimSpace(rec.Body.String()), "\n") {
