@@ -294,9 +294,9 @@ func (b *doorbells) unwatch(name string) {
 	}
 }
 
-// wait blocks on name's doorbell until it rings (then reads the lease and
-// wakes the waiters if it changed), the lease is no longer watched, or the
-// Store closes.
+// wait blocks on name's doorbell until it rings (then wakes the waiters and
+// reads the lease; if the term it waited on still lasts, it waits again),
+// the lease is no longer watched, or the Store closes.
 func (b *doorbells) wait(name string, w *doorWait) {
 	defer b.wg.Done()
 	defer func() {
