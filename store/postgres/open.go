@@ -67,6 +67,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 // serialised on it; Close does not close it. The connection must not be
 // used by anyone else while the store uses it. Watch opens one more
 // connection, with the same config, for LISTEN (Options.NoWatch prevents it).
+// The store does not reconnect: a call whose deadline passes mid-statement
+// makes pgx close the connection, and every later call fails.
 func NewConn(ctx context.Context, conn *pgx.Conn, opts Options) (*Store, error) {
 	if conn == nil {
 		return nil, kit.Invalid("new", "connection is nil")
