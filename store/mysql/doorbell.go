@@ -63,13 +63,13 @@ type doorbells struct {
 
 // heldDoor is a doorbell held for a term: until is when the term ends on
 // this process's clock unless renewed (measured from when the grant or
-// renewal was sent); done ends it early (release, transfer, force).
+// renewal was sent; the keeper reads it again when its timer fires); done
+// ends it early (release, transfer, force).
 type heldDoor struct {
 	token int64
 	until time.Time
 	done  chan struct{}
 	ended bool
-	wake  chan struct{} // until moved
 }
 
 // doorWait is a wait on a doorbell while the lease is held in state.
@@ -129,16 +129,12 @@ func (b *doorbells) hold(name string, token int64, sent time.Time, ttl time.Dura
 	defer b.mu.Unlock()
 	if h := b.held[name]; h != nil && !h.ended {
 		h.token, h.until = token, sent.Add(ttl)
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
 		return
 	}
 	if len(b.held) >= b.limit || b.closed() {
 		return
 	}
-	h := &heldDoor{token: token, until: sent.Add(ttl), done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	h := &heldDoor{token: token, until: sent.Add(ttl), done: make(chan struct{})}
 	b.held[name] = h
 	b.wg.Add(1)
 	go b.keep(name, h)
@@ -153,10 +149,6 @@ func (b *doorbells) renewed(name string, token int64, sent time.Time, ttl time.D
 	defer b.mu.Unlock()
 	if h := b.held[name]; h != nil && h.token == token && !h.ended {
 		h.until = sent.Add(ttl)
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
 	}
 }
 
@@ -218,7 +210,7 @@ func (b *doorbells) keep(name string, h *heldDoor) {
 		return
 	}
 	b.event("held", name)
-	for b.held1(h) {
+	for b.stillHeld(h) {
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()
@@ -228,11 +220,12 @@ func (b *doorbells) keep(name string, h *heldDoor) {
 	b.event("let-go", name)
 }
 
-// held1 waits for the next change of h: false once the term has ended
+// stillHeld waits until h's term may have ended: false once it has
 // (released, not renewed in time, or the Store closing), which it marks
 // under the lock, so that a later grant of the name takes a doorbell of
-// its own rather than this one.
-func (b *doorbells) held1(h *heldDoor) bool {
+// its own rather than this one; true when the timer fired, so the caller
+// looks again at until, which renewals may have moved.
+func (b *doorbells) stillHeld(h *heldDoor) bool {
 	b.mu.Lock()
 	left := time.Until(h.until)
 	if left <= 0 || h.ended {
@@ -251,7 +244,6 @@ func (b *doorbells) held1(h *heldDoor) bool {
 		h.ended = true
 		b.mu.Unlock()
 		return false
-	case <-h.wake:
 	case <-t.C:
 	}
 	return true

@@ -258,8 +258,9 @@ func (c *SlotChecker) Violations() []string {
 }
 
 // timedOut reports whether err says a call ran out of time: a context
-// deadline, or a network timeout (a driver's own dial or read deadline).
+// deadline or a network timeout (a driver's own dial or read deadline);
+// both report Timeout.
 func timedOut(err error) bool {
 	var nerr interface{ Timeout() bool }
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout())
+	return errors.As(err, &nerr) && nerr.Timeout()
 }
