@@ -245,3 +245,52 @@ func TestDoorbellIsNotTheLeasesLock(t *testing.T) {
 	}
 	e.next(t, "holder", "let-go")
 }
+
+// A term renewed past its first lease keeps its doorbell: renewals move the
+// doorbell's end with the term's. The control, the same term not renewed,
+// lets the doorbell go once the first lease has passed on this process's
+// clock.
+func TestDoorbellKeptThroughRenewals(t *testing.T) {
+	db := migrated(t)
+	const ttl = 400 * time.Millisecond
+	for _, renew := range []bool{true, false} {
+		t.Run(map[bool]string{true: "renewed", false: "control: not renewed"}[renew], func(t *testing.T) {
+			ctx := ctxFor(t)
+			st := openStore(t, db, lhmysql.Options{WatchInterval: time.Hour})
+			ev := watchDoors(t, st)
+			name := "renew-" + randomSuffix()
+			rec, err := st.Acquire(ctx, name, "a", ttl, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			firstEnd := time.Now().Add(ttl)
+			ev.next(t, "holder", "held")
+			// Renew every ttl/4 until three leases have passed since the
+			// grant, so the term outlives its first lease twice over.
+			tick := time.NewTicker(ttl / 4)
+			defer tick.Stop()
+			for time.Now().Before(firstEnd.Add(2 * ttl)) {
+				<-tick.C
+				if !renew {
+					continue
+				}
+				if _, err := st.Renew(ctx, rec.Term, ttl); err != nil {
+					t.Fatalf("renew: %v", err)
+				}
+			}
+			held, letGo := lhmysql.HeldDoorbells(st), ev.count("let-go")
+			if renew && (held != 1 || letGo != 0) {
+				t.Errorf("after renewals past the first lease: %d doorbells held, %d let go; want 1 held, 0 let go", held, letGo)
+			}
+			if !renew && (held != 0 || letGo != 1) {
+				t.Errorf("a term not renewed, two leases after its end: %d doorbells held, %d let go; want 0 held, 1 let go", held, letGo)
+			}
+			if renew {
+				if err := st.Release(ctx, rec.Term); err != nil {
+					t.Fatal(err)
+				}
+				ev.next(t, "holder", "let-go")
+			}
+		})
+	}
+}
