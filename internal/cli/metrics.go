@@ -6,77 +6,79 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
+	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
-
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/promlease"
+	"github.com/leasehold/leasehold/internal/leasestats"
 	"github.com/leasehold/leasehold/store"
 )
 
 // metrics is what `run` serves on /metrics: the lease metrics of package
-// promlease (the same names a service embedding leasehold exports), and the
-// command's own starts, in a registry of its own.
+// promlease (the same names a service embedding leasehold exports, kept by
+// the same bookkeeping, internal/leasestats), and the command's own starts.
+// The command writes them in Prometheus' text format itself: the Prometheus
+// client would add about 3 MB to a binary whose size issue 21 bounds.
 type metrics struct {
 	_ [0]func() // not comparable: spares the binary an equality function
 
-	reg         *prometheus.Registry
-	lease       *promlease.Metrics
-	childStarts prometheus.Counter
+	lease       *leasestats.Stats
+	leaseName   string
+	childStarts atomic.Uint64
+}
+
+// childStartsFamily counts the supervised command's starts.
+var childStartsFamily = leasestats.Family{
+	Name: "leasehold_command_starts_total", Help: "Times the supervised command was started.",
+	Kind: leasestats.Counter, Labels: []string{"lease"},
 }
 
 // newMetrics counts the command's starts under the label lease, and makes
 // the series of each tracked lease exist before its first event: the lease
 // itself, or with run --slots each slot's lease.
 func newMetrics(lease string, tracked ...string) *metrics {
-	m := &metrics{
-		reg:   prometheus.NewRegistry(),
-		lease: promlease.New(promlease.Options{}),
-		childStarts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leasehold_command_starts_total", Help: "Times the supervised command was started.",
-			ConstLabels: prometheus.Labels{"lease": lease},
-		}),
-	}
+	m := &metrics{lease: leasestats.New(nil, nil), leaseName: lease}
 	if len(tracked) == 0 {
 		tracked = []string{lease}
 	}
 	for _, n := range tracked {
 		m.lease.Track(n)
 	}
-	m.reg.MustRegister(m.lease, m.childStarts)
 	return m
 }
 
 func (m *metrics) observe(ev leasehold.Event) { m.lease.Observe(ev) }
 
-func (m *metrics) childStarted() { m.childStarts.Inc() }
+func (m *metrics) childStarted() { m.childStarts.Add(1) }
+
+// families are the metric families /metrics shows, sorted by name as a
+// Prometheus registry gathers them.
+func (m *metrics) families() []leasestats.FamilySamples {
+	var fams []leasestats.FamilySamples
+	for i, ss := range m.lease.Samples() {
+		fams = append(fams, leasestats.FamilySamples{Family: leasestats.Families[i], Samples: ss})
+	}
+	fams = append(fams, leasestats.FamilySamples{Family: childStartsFamily, Samples: []leasestats.Sample{
+		{Labels: []string{m.leaseName}, Value: float64(m.childStarts.Load())},
+	}})
+	sort.Slice(fams, func(i, j int) bool { return fams[i].Name < fams[j].Name })
+	return fams
+}
 
 // handler serves the metrics in Prometheus' text format (0.0.4, which every
 // scraper reads), uncompressed so that the secret scrubber in front of it
-// (scrubHandler) reads the text. Not promhttp: its content negotiation
-// (OpenMetrics, protobuf, compression) added 362 KB to the command, whose
-// size issue 21 bounds, for formats the text one already serves.
+// (scrubHandler) reads the text.
 func (m *metrics) handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		families, err := m.reg.Gather()
-		if err != nil {
-			http.Error(w, "gather metrics: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		for _, mf := range families {
-			if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
-				return // the scraper went away
-			}
-		}
+		w.Header().Set("Content-Type", leasestats.TextContentType)
+		leasestats.WriteText(w, m.families()) // an error: the scraper went away
 	})
 }
 
 // seconds is d in seconds, rounded to the millisecond, so that it prints
 // as 13.321 and not 13.321307000000001.
-func seconds(d time.Duration) float64 { return promlease.Seconds(d) }
+func seconds(d time.Duration) float64 { return leasestats.Seconds(d) }
 
 // healthView is what /healthz judges.
 type healthView struct {
