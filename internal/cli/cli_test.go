@@ -399,7 +399,7 @@ func TestDiagnoseWatchLag(t *testing.T) {
 		fail time.Duration
 		says string
 	}{
-		{caps{watch: true, watchLag: 37500 * time.Microsecond}, 37500*time.Microsecond + 4*time.Millisecond, "at their next poll of the store, within 37.5ms"},
+		{caps{watch: true, watchLag: 37500 * time.Microsecond}, 37500*time.Microsecond + 4*time.Millisecond, "at their next poll of the store at the latest, within 37.5ms"},
 		{caps{watch: true}, 4 * time.Millisecond, "the store tells waiters at once"},
 	} {
 		d := diagnose(tm, grace, margin, rtts, c.cp)

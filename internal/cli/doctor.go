@@ -234,7 +234,7 @@ func (d *diagnosis) print(w io.Writer, storeName string) {
 	}
 	switch {
 	case d.caps.watch && d.caps.watchLag > 0:
-		rows = append(rows, [2]string{"failover, release", fmt.Sprintf("at most about %v: waiters elsewhere learn of a release at their next poll of the store, within %v", round(d.releaseFail), d.caps.watchLag)})
+		rows = append(rows, [2]string{"failover, release", fmt.Sprintf("at most about %v: waiters elsewhere learn of a release at their next poll of the store at the latest, within %v (a store may ring them sooner: MySQL's doorbells)", round(d.releaseFail), d.caps.watchLag)})
 	case d.caps.watch:
 		rows = append(rows, [2]string{"failover, release", fmt.Sprintf("about %v: the store tells waiters at once", round(d.releaseFail))})
 	default:
