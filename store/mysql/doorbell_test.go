@@ -252,7 +252,7 @@ func TestDoorbellIsNotTheLeasesLock(t *testing.T) {
 // clock.
 func TestDoorbellKeptThroughRenewals(t *testing.T) {
 	db := migrated(t)
-	const ttl = 400 * time.Millisecond
+	const ttl = 600 * time.Millisecond
 	for _, renew := range []bool{true, false} {
 		t.Run(map[bool]string{true: "renewed", false: "control: not renewed"}[renew], func(t *testing.T) {
 			ctx := ctxFor(t)
@@ -265,9 +265,10 @@ func TestDoorbellKeptThroughRenewals(t *testing.T) {
 			}
 			firstEnd := time.Now().Add(ttl)
 			ev.next(t, "holder", "held")
-			// Renew every ttl/4 until three leases have passed since the
-			// grant, so the term outlives its first lease twice over.
-			tick := time.NewTicker(ttl / 4)
+			// Renew every ttl/6 (a late renewal still has most of the
+			// lease left) until three leases have passed since the grant,
+			// so the term outlives its first lease twice over.
+			tick := time.NewTicker(ttl / 6)
 			defer tick.Stop()
 			for time.Now().Before(firstEnd.Add(2 * ttl)) {
 				<-tick.C
