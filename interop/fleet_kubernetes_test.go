@@ -337,7 +337,7 @@ func TestFleetKubernetes(t *testing.T) {
 			t.Errorf("a member failed: %v", res.Err)
 		}
 		for _, o := range res.Overlaps {
-			t.Errorf("exclusion: %v", o)
+			t.Errorf("exclusion: %v\n%s", o, res.OverlapDetail(o))
 		}
 		if len(res.Terms) < 4 {
 			t.Errorf("%d terms in %v, want at least 4 hand-overs by expiry", len(res.Terms), fleetRun)

@@ -64,7 +64,7 @@ func requireFleet(t *testing.T, res fleet.Result, minFaults, maxWait int) {
 		t.Errorf("a member failed: %v", res.Err)
 	}
 	for _, o := range res.Overlaps {
-		t.Errorf("exclusion: %v", o)
+		t.Errorf("exclusion: %v\n%s", o, res.OverlapDetail(o))
 	}
 	if len(res.Overlaps) > 0 || testing.Verbose() {
 		t.Logf("timeline:\n%s", res.Rec.Format(res.Terms))
@@ -117,7 +117,7 @@ func requireCaught(t *testing.T, res fleet.Result, who string) {
 	t.Logf("negative control run:\n%s", res.Summary())
 	for _, o := range res.Overlaps {
 		if strings.HasPrefix(o.A.Who, who) || strings.HasPrefix(o.B.Who, who) {
-			t.Logf("caught: %v", o)
+			t.Logf("caught: %v\n%s", o, res.OverlapDetail(o))
 			return
 		}
 	}

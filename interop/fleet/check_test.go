@@ -94,3 +94,35 @@ func TestFormatShowsDetail(t *testing.T) {
 		t.Fatalf("timeline %q does not contain %q", out, want)
 	}
 }
+
+// OverlapDetail lists the faults on either member of an overlap from
+// OverlapLookback before the earlier term to the later one's end, and no
+// other: not another member's, not one before the window, not one after it.
+func TestOverlapDetail(t *testing.T) {
+	r := Result{Rec: NewRecorder()}
+	at := func(ms int) time.Time { return r.Rec.origin.Add(time.Duration(ms) * time.Millisecond) }
+	a := Term{Who: "client-go-2", Kind: "client-go", Role: Peer, Start: at(20000), Lost: at(21000), Deadline: at(22000), How: "released"}
+	b := Term{Who: "lh-1", Kind: "leasehold", Role: Leasehold, Token: 27, Start: at(20030), Lost: at(21800), How: "released"}
+	r.FaultEvents = []FaultEvent{
+		{Who: "client-go-2", Kind: "delay", Start: at(16000), End: at(16500)},     // in the lookback
+		{Who: "lh-1", Kind: "reset", Start: at(20500), End: at(20500)},            // during
+		{Who: "lh-2", Kind: "down", Start: at(19000), End: at(21000)},             // another member
+		{Who: "lh-1", Kind: "partition", Start: at(10000), End: at(14000)},        // before the window
+		{Who: "client-go-2", Kind: "partition", Start: at(23000), End: at(24000)}, // after it
+	}
+	out := r.OverlapDetail(Overlap{A: a, B: b, For: time.Second})
+	for _, want := range []string{"delay      on client-go-2", "reset      on lh-1", "own deadline 22s", "lh-1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("detail lacks %q:\n%s", want, out)
+		}
+	}
+	for _, not := range []string{"on lh-2", "partition"} {
+		if strings.Contains(out, not) {
+			t.Errorf("detail has %q, outside the overlap's members or window:\n%s", not, out)
+		}
+	}
+	r.FaultEvents = nil
+	if out := r.OverlapDetail(Overlap{A: a, B: b}); !strings.Contains(out, "no fault on either") {
+		t.Errorf("detail without faults:\n%s", out)
+	}
+}

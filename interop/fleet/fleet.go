@@ -294,3 +294,43 @@ func (r Result) WaitDetail() string {
 	}
 	return b.String()
 }
+
+// OverlapLookback is how long before the earlier of an overlap's two terms
+// OverlapDetail looks for faults: a fault that delayed a grant's answer or
+// cut a member off from the store before its term began can explain it.
+const OverlapLookback = 5 * time.Second
+
+// OverlapDetail describes an exclusion violation for a failed test's log:
+// the two terms with their own deadlines and loss signals, and every fault
+// on either member from OverlapLookback before the earlier term began to
+// the later term's end.
+func (r Result) OverlapDetail(o Overlap) string {
+	since := func(t time.Time) time.Duration { return r.Rec.Since(t) }
+	from, to := o.A.Start.Add(-OverlapLookback), o.A.End()
+	if o.B.Start.Before(o.A.Start) {
+		from = o.B.Start.Add(-OverlapLookback)
+	}
+	if e := o.B.End(); e.After(to) {
+		to = e
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "overlap of %s and %s, faults on either from %v to %v:\n", o.A.Who, o.B.Who, since(from), since(to))
+	for _, t := range []Term{o.A, o.B} {
+		fmt.Fprintf(&b, "  term  %8v..%-8v %-10s %-24s %s; saw its end at %v", since(t.Start), since(t.End()), t.Kind, t.Who, t.How, since(t.Lost))
+		if !t.Deadline.IsZero() {
+			fmt.Fprintf(&b, ", own deadline %v", since(t.Deadline))
+		}
+		b.WriteByte('\n')
+	}
+	n := 0
+	for _, e := range r.FaultEvents {
+		if (e.Who == o.A.Who || e.Who == o.B.Who) && !e.End.Before(from) && e.Start.Before(to) {
+			fmt.Fprintf(&b, "  fault %8v..%-8v %-10s on %s\n", since(e.Start), since(e.End), e.Kind, e.Who)
+			n++
+		}
+	}
+	if n == 0 {
+		b.WriteString("  no fault on either\n")
+	}
+	return b.String()
+}
