@@ -177,7 +177,7 @@ func (s *Stats) Observe(ev leasehold.Event) {
 	switch ev.Kind {
 	case leasehold.EventAcquireAttempt:
 		result := attemptResult(leasehold.OutcomeOf(ev.Err))
-		if Results[result] == "error" {
+		if result == resError {
 			l.storeErrs[opAcquire]++
 		}
 		l.attempts[result]++
@@ -204,11 +204,18 @@ func (s *Stats) Observe(ev leasehold.Event) {
 	}
 }
 
-// Indexes of Ops.
+// Indexes of Ops and of Results.
 const (
 	opAcquire = iota
 	opRenew
 	opRelease
+)
+
+const (
+	resGranted = iota
+	resHeld
+	resQueued
+	resError
 )
 
 // attemptResult is the index in Results of an acquire's result label. An
@@ -216,13 +223,13 @@ const (
 func attemptResult(o leasehold.Outcome) int {
 	switch o {
 	case leasehold.OutcomeApplied:
-		return 0 // granted
+		return resGranted
 	case leasehold.OutcomeHeld:
-		return 1 // held
+		return resHeld
 	case leasehold.OutcomeQueued:
-		return 2 // queued: a fair acquire with others ahead, no store error
+		return resQueued // a fair acquire with others ahead: no store error
 	default:
-		return 3 // error
+		return resError
 	}
 }
 
