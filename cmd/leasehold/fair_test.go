@@ -27,6 +27,7 @@ import (
 	clientset "k8s.io/client-go/kubernetes"
 
 	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
+	lhnats "github.com/leasehold/leasehold/store/nats"
 	"github.com/leasehold/leasehold/store/zookeeper/zktest"
 )
 
@@ -83,7 +84,8 @@ func TestFairRunEtcd(t *testing.T) {
 }
 
 // TestFairRunNATS: the same on NATS, whose queue is one key per place
-// (=queue.NAME.=.HOLDER) in the lease's bucket: the places are the live
+// (=queue.NAME.=.HOLDER) in the queues' bucket beside the lease's
+// (lhnats.QueueBucket, made by the first waiter): the places are the live
 // values among those keys, in the order of the tickets they carry (a
 // ticket of 0 is the value's own revision).
 func TestFairRunNATS(t *testing.T) {
@@ -100,9 +102,9 @@ func TestFairRunNATS(t *testing.T) {
 	fairRun(t, "nats://"+host+"/lh-fair", timingArgs, func() []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		kv, err := js.KeyValue(ctx, "lh-fair")
+		kv, err := js.KeyValue(ctx, lhnats.QueueBucket("lh-fair"))
 		if err != nil {
-			return nil // the bucket is made by the first run's Open
+			return nil // the bucket is made by the first waiter's Enqueue
 		}
 		keys, err := kv.ListKeysFiltered(ctx, "=queue.fair-job.=.*")
 		if err != nil {

@@ -26,18 +26,25 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// leastPermissions are the subjects a leasehold user needs on bucket b (the
-// README lists them): publish, then subscribe.
+// leastPermissions are the subjects a leasehold user needs on bucket b and
+// its fair queues' bucket (the README lists them): publish, then subscribe.
 func leastPermissions(b string) ([]string, []string) {
+	q := QueueBucket(b)
 	return []string{
 			"$KV." + b + ".>",
 			"$JS.API.STREAM.INFO.KV_" + b,
 			"$JS.API.STREAM.MSG.GET.KV_" + b,
-			"$JS.API.DIRECT.GET.KV_" + b,
-			"$JS.API.STREAM.PURGE.KV_" + b,
 			"$JS.API.CONSUMER.CREATE.KV_" + b + ".>",
 			"$JS.API.CONSUMER.DELETE.KV_" + b + ".>",
 			"$JS.FC.KV_" + b + ".>",
+			"$KV." + q + ".>",
+			"$JS.API.STREAM.INFO.KV_" + q,
+			"$JS.API.STREAM.MSG.GET.KV_" + q,
+			"$JS.API.DIRECT.GET.KV_" + q,
+			"$JS.API.STREAM.PURGE.KV_" + q,
+			"$JS.API.CONSUMER.CREATE.KV_" + q + ".>",
+			"$JS.API.CONSUMER.DELETE.KV_" + q + ".>",
+			"$JS.FC.KV_" + q + ".>",
 		},
 		[]string{"_INBOX.>"}
 }
@@ -102,8 +109,30 @@ func exercise(t *testing.T, raw string, admin *Store) {
 	if n, err := st.Enqueue(ctx, name, "restricted", 10*time.Second); err != nil || n != 0 {
 		t.Fatalf("Enqueue: %d, %v", n, err)
 	}
-	if err := st.Dequeue(ctx, name, "restricted"); err != nil {
-		t.Fatalf("Dequeue: %v", err)
+	// A watch after the handle's first Enqueue also wakes when a place
+	// ahead leaves.
+	if _, err := admin.Enqueue(ctx, name, "ahead", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.Enqueue(ctx, name, "behind", 10*time.Second); err != nil || n != 2 {
+		t.Fatalf("Enqueue behind two: %d, %v", n, err)
+	}
+	ch, err = st.Watch(ctx, name)
+	if err != nil {
+		t.Fatalf("Watch with the queue open: %v", err)
+	}
+	if err := admin.Dequeue(ctx, name, "ahead"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not wake when a place ahead left")
+	}
+	for _, h := range []string{"restricted", "behind"} {
+		if err := st.Dequeue(ctx, name, h); err != nil {
+			t.Fatalf("Dequeue: %v", err)
+		}
 	}
 }
 
@@ -120,13 +149,17 @@ func TestLeastPermissions(t *testing.T) {
 		}})
 	}
 	add("lh", pub)
+	queue := QueueBucket(bucket)
 	broken := map[string]string{
-		"no-kv":       "$KV." + bucket + ".>",
-		"no-msgget":   "$JS.API.STREAM.MSG.GET.KV_" + bucket,
-		"no-info":     "$JS.API.STREAM.INFO.KV_" + bucket,
-		"no-consumer": "$JS.API.CONSUMER.CREATE.KV_" + bucket + ".>",
-		"no-direct":   "$JS.API.DIRECT.GET.KV_" + bucket,
-		"no-purge":    "$JS.API.STREAM.PURGE.KV_" + bucket,
+		"no-kv":             "$KV." + bucket + ".>",
+		"no-msgget":         "$JS.API.STREAM.MSG.GET.KV_" + bucket,
+		"no-info":           "$JS.API.STREAM.INFO.KV_" + bucket,
+		"no-consumer":       "$JS.API.CONSUMER.CREATE.KV_" + bucket + ".>",
+		"no-queue-kv":       "$KV." + queue + ".>",
+		"no-queue-info":     "$JS.API.STREAM.INFO.KV_" + queue,
+		"no-queue-consumer": "$JS.API.CONSUMER.CREATE.KV_" + queue + ".>",
+		"no-queue-direct":   "$JS.API.DIRECT.GET.KV_" + queue,
+		"no-queue-purge":    "$JS.API.STREAM.PURGE.KV_" + queue,
 	}
 	for user, perm := range broken {
 		add(user, without(pub, perm))
@@ -134,6 +167,10 @@ func TestLeastPermissions(t *testing.T) {
 	srv := startServer(t, func(o *server.Options) { o.Users = users })
 	port := srv.opts.Port
 	admin := openStoreURL(t, fmt.Sprintf("nats://admin:admin-pw@127.0.0.1:%d/%s", port, bucket)) // makes the bucket
+	// The admin's first queue call makes the fair queues' bucket.
+	if _, err := admin.Enqueue(testCtx(t, 10*time.Second), "setup", "admin", time.Second); err != nil {
+		t.Fatal(err)
+	}
 	exercise(t, fmt.Sprintf("nats://lh:lh-pw@127.0.0.1:%d/%s", port, bucket), admin)
 
 	// The restricted user cannot make a bucket (and says so at Open).
@@ -169,12 +206,20 @@ func TestLeastPermissions(t *testing.T) {
 					t.Fatalf("Acquire: %v", err)
 				}
 				_, err = st.Watch(ctx, name)
-			case "no-direct": // only the queue's listing needs it
+			case "no-queue-kv", "no-queue-info", "no-queue-direct": // the queue's open, its writes, its listings
 				if err != nil {
 					t.Fatalf("Acquire: %v", err)
 				}
 				_, err = st.Enqueue(ctx, name, "x", 5*time.Second)
-			case "no-purge": // the queue's Dequeue needs it
+			case "no-queue-consumer": // a watch with the queue open
+				if err != nil {
+					t.Fatalf("Acquire: %v", err)
+				}
+				if _, err = st.Enqueue(ctx, name, "x", 5*time.Second); err != nil {
+					t.Fatalf("Enqueue: %v", err)
+				}
+				_, err = st.Watch(ctx, name)
+			case "no-queue-purge": // the queue's Dequeue needs it
 				if err != nil {
 					t.Fatalf("Acquire: %v", err)
 				}

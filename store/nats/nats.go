@@ -46,22 +46,26 @@ var (
 // Store is a lease store on a NATS JetStream key-value bucket. See the
 // package doc for the design. It is safe for concurrent use.
 type Store struct {
-	nc     *natsio.Conn
-	own    bool // Close closes nc
-	js     jetstream.JetStream
-	kv     jetstream.KeyValue
-	bucket string
-	stream string // KV_<bucket>
-	pre    string // $KV.<bucket>.
-	api    string // $JS.API.
-	// replicas is the bucket's replica count when the handle opened it: a
-	// direct get on an R1 bucket is answered by its only server.
-	replicas int
-	life     storekit.Lifecycle
+	nc  *natsio.Conn
+	own bool // Close closes nc
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	api string // $JS.API.
+	// The leases' bucket. Its high is the highest revision this handle has
+	// seen in it: a new term's revision at or below it is a regress
+	// (ErrTokenRegress).
+	kvStream
+	life storekit.Lifecycle
 
-	// high is the highest revision this handle has seen in the bucket: a
-	// new term's revision at or below it is a regress (ErrTokenRegress).
-	high atomic.Uint64
+	// opts are the Options the handle was opened with, with the leases'
+	// bucket's storage, replicas and marker TTL as found: the fair queues'
+	// bucket is made like it (queue.go).
+	opts Options
+	// queue is the fair queues' bucket, opened by the handle's first call
+	// of the queue (queue.go); nil before.
+	queueMu sync.Mutex
+	queue   *kvStream
+	queueKV jetstream.KeyValue
 	// hints remember, per name, the revision of this handle's last write
 	// of a term, so that a renewal tries its compare-and-set at once. A
 	// hint is only a first guess: the compare-and-set is what decides, and
@@ -115,11 +119,28 @@ type hint struct {
 	meta string
 }
 
-// see raises the handle's high-water revision to rev.
-func (s *Store) see(rev uint64) {
+// kvStream is a KV bucket as the store uses it: the leases' bucket, or
+// the fair queues' (queue.go). Revisions are counted per stream.
+type kvStream struct {
+	bucket string
+	stream string // KV_<bucket>
+	pre    string // $KV.<bucket>.
+	// replicas is the bucket's replica count when the handle opened it: a
+	// direct get on an R1 bucket is answered by its only server.
+	replicas int
+	// high is the highest revision this handle has seen in the stream.
+	high atomic.Uint64
+}
+
+func newKVStream(bucket string) *kvStream {
+	return &kvStream{bucket: bucket, stream: "KV_" + bucket, pre: "$KV." + bucket + "."}
+}
+
+// see raises the handle's high-water revision of the stream to rev.
+func (b *kvStream) see(rev uint64) {
 	for {
-		h := s.high.Load()
-		if rev <= h || s.high.CompareAndSwap(h, rev) {
+		h := b.high.Load()
+		if rev <= h || b.high.CompareAndSwap(h, rev) {
 			return
 		}
 	}
@@ -189,6 +210,11 @@ func isAPIError(err error, code int) bool {
 // (STREAM.MSG.GET, not a direct get, which any replica may answer from
 // behind): found is false when the key has no message.
 func (s *Store) last(ctx context.Context, key string) (e entry, found bool, err error) {
+	return s.lastIn(ctx, &s.kvStream, key)
+}
+
+// lastIn is last in bucket b.
+func (s *Store) lastIn(ctx context.Context, b *kvStream, key string) (e entry, found bool, err error) {
 	var resp struct {
 		Message *struct {
 			Seq  uint64    `json:"seq"`
@@ -197,7 +223,7 @@ func (s *Store) last(ctx context.Context, key string) (e entry, found bool, err 
 			Time time.Time `json:"time"`
 		} `json:"message"`
 	}
-	err = s.request(ctx, "STREAM.MSG.GET."+s.stream, map[string]string{"last_by_subj": s.pre + key}, &resp)
+	err = s.request(ctx, "STREAM.MSG.GET."+b.stream, map[string]string{"last_by_subj": b.pre + key}, &resp)
 	if isAPIError(err, errCodeNoMessage) {
 		return entry{}, false, nil
 	}
@@ -208,7 +234,7 @@ func (s *Store) last(ctx context.Context, key string) (e entry, found bool, err 
 		return entry{}, false, errors.New("JetStream API STREAM.MSG.GET answered without a message")
 	}
 	m := resp.Message
-	s.see(m.Seq)
+	b.see(m.Seq)
 	return decodeEntry(m.Seq, m.Time, m.Hdrs, m.Data), true, nil
 }
 
@@ -224,14 +250,19 @@ type streamInfo struct {
 }
 
 func (s *Store) info(ctx context.Context, subjects bool) (streamInfo, error) {
+	return s.infoOf(ctx, &s.kvStream, subjects)
+}
+
+// infoOf is info of bucket b.
+func (s *Store) infoOf(ctx context.Context, b *kvStream, subjects bool) (streamInfo, error) {
 	var req any
 	if subjects {
-		req = map[string]string{"subjects_filter": s.pre + ">"}
+		req = map[string]string{"subjects_filter": b.pre + ">"}
 	}
 	var si streamInfo
-	err := s.request(ctx, "STREAM.INFO."+s.stream, req, &si)
+	err := s.request(ctx, "STREAM.INFO."+b.stream, req, &si)
 	if err == nil {
-		s.see(si.State.LastSeq)
+		b.see(si.State.LastSeq)
 	}
 	return si, err
 }
@@ -252,11 +283,16 @@ func (s *Store) serverNow(ctx context.Context) (time.Time, error) {
 // the key has no message), and returns the new revision. ttl > 0 sets the
 // per-message TTL; del writes a delete marker.
 func (s *Store) publish(ctx context.Context, key string, v value, expect uint64, ttl time.Duration, del bool) (uint64, error) {
+	return s.publishIn(ctx, &s.kvStream, key, v, expect, ttl, del)
+}
+
+// publishIn is publish in bucket b.
+func (s *Store) publishIn(ctx context.Context, b *kvStream, key string, v value, expect uint64, ttl time.Duration, del bool) (uint64, error) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return 0, err
 	}
-	m := natsio.NewMsg(s.pre + key)
+	m := natsio.NewMsg(b.pre + key)
 	m.Data = body
 	if del {
 		m.Header.Set(hdrKVOp, "DEL")
@@ -264,15 +300,16 @@ func (s *Store) publish(ctx context.Context, key string, v value, expect uint64,
 	if ttl > 0 {
 		m.Header.Set(hdrTTL, ttlHeader(ttl))
 	}
-	return s.send(ctx, m, expect)
+	return s.sendIn(ctx, b, m, expect)
 }
 
 // anyRev, as the revision a write expects, writes whatever the key holds.
 const anyRev = ^uint64(0)
 
-// send stores m if its key's last revision is expect (0: the key has no
-// message; anyRev: whatever it has) and returns the new revision.
-func (s *Store) send(ctx context.Context, m *natsio.Msg, expect uint64) (uint64, error) {
+// sendIn stores m, a message of bucket b, if its key's last revision is
+// expect (0: the key has no message; anyRev: whatever it has) and returns
+// the new revision.
+func (s *Store) sendIn(ctx context.Context, b *kvStream, m *natsio.Msg, expect uint64) (uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
 	var opts []jetstream.PublishOpt
@@ -283,8 +320,8 @@ func (s *Store) send(ctx context.Context, m *natsio.Msg, expect uint64) (uint64,
 	if err != nil {
 		return 0, err
 	}
-	if ack.Stream != s.stream {
-		return 0, fmt.Errorf("the write was stored by stream %q, not %q: another stream takes the bucket's subjects", ack.Stream, s.stream)
+	if ack.Stream != b.stream {
+		return 0, fmt.Errorf("the write was stored by stream %q, not %q: another stream takes the bucket's subjects", ack.Stream, b.stream)
 	}
 	return ack.Sequence, nil
 }
@@ -596,13 +633,15 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 func (s *Store) WatchesGrants() bool { return true }
 
 // Watch wakes on every message stored on name's key after the call:
-// grants, renewals, releases, and the server's expiry markers; and when a
-// place leaves name's queue (a dequeue's leave signal, or the server's
+// grants, renewals, releases, and the server's expiry markers; and, once
+// this handle has opened the fair queues' bucket (its first Enqueue), when
+// a place leaves name's queue (a dequeue's leave signal, or the server's
 // expiry marker of a place), but not when one is written or refreshed. It
-// is a JetStream ordered consumer (the KV watch) of the lease's key and the
-// queue's keys, delivering headers only, which follows the server
-// through reconnects by itself and resumes after the last message it
-// delivered, so a change while disconnected is delivered on resumption.
+// is a JetStream ordered consumer (the KV watch) of the lease's key, and
+// one of the queue's keys, delivering headers only, which follow the
+// server through reconnects by themselves and resume after the last
+// message they delivered, so a change while disconnected is delivered on
+// resumption.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
 	if err := kit.CheckName("watch", name); err != nil {
 		return nil, err
@@ -612,20 +651,60 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, kit.Wrap(op, err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	key, leave := keyOf(name), leaveKey(name)
-	w, err := s.kv.WatchFiltered(wctx, []string{key, leave, queueFilter(name)}, jetstream.UpdatesOnly(), jetstream.MetaOnly())
-	if err != nil {
+	fail := func(err error) error {
 		cancel()
 		if ctx.Err() != nil {
-			return nil, s.fail(op, ctx.Err())
+			return s.fail(op, ctx.Err())
 		}
-		return nil, s.fail(op, err)
+		return s.fail(op, err)
+	}
+	// The queue's watch, made at the same time as the lease's (each is a
+	// request to the server): none when this handle has no queue open, and
+	// its channel then nil (never ready).
+	s.queueMu.Lock()
+	q, qkv := s.queue, s.queueKV
+	s.queueMu.Unlock()
+	var qw jetstream.KeyWatcher
+	var qerr error
+	queueMade := make(chan struct{})
+	if qkv == nil {
+		close(queueMade)
+	} else {
+		go func() {
+			defer close(queueMade)
+			qw, qerr = qkv.WatchFiltered(wctx, []string{leaveKey(name), queueFilter(name)}, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+		}()
+	}
+	w, err := s.kv.Watch(wctx, keyOf(name), jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	<-queueMade
+	if err == nil && qerr != nil {
+		w.Stop()
+		err = qerr
+	}
+	if err != nil {
+		if qw != nil {
+			qw.Stop()
+		}
+		return nil, fail(err)
+	}
+	var queueUpdates <-chan jetstream.KeyValueEntry
+	if qw != nil {
+		queueUpdates = qw.Updates()
 	}
 	ch := make(chan struct{}, 1)
+	wake := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
 		defer close(ch)
 		defer cancel()
 		defer w.Stop()
+		if qw != nil {
+			defer qw.Stop()
+		}
 		for {
 			select {
 			case e, ok := <-w.Updates():
@@ -635,16 +714,22 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				if e == nil {
 					continue
 				}
+				s.see(e.Revision())
+				wake()
+			case e, ok := <-queueUpdates:
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue
+				}
 				// A listing of the queue after this wake-up must show
 				// what it delivered (queue.go).
-				s.see(e.Revision())
-				if e.Key() != key && e.Key() != leave && e.Operation() == jetstream.KeyValuePut {
+				q.see(e.Revision())
+				if e.Key() != leaveKey(name) && e.Operation() == jetstream.KeyValuePut {
 					continue // a place written or refreshed: nobody moved up
 				}
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
+				wake()
 			case <-wctx.Done():
 				return
 			case <-s.life.Done():

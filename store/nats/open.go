@@ -212,19 +212,19 @@ func New(ctx context.Context, nc *natsio.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, kit.Wrap(op, err)
 	}
-	s := &Store{
-		nc:     nc,
-		js:     js,
-		bucket: o.Bucket,
-		stream: "KV_" + o.Bucket,
-		pre:    "$KV." + o.Bucket + ".",
-		api:    jetstream.DefaultAPIPrefix,
-	}
+	s := &Store{nc: nc, js: js, api: jetstream.DefaultAPIPrefix}
+	s.bucket, s.stream, s.pre = o.Bucket, "KV_"+o.Bucket, "$KV."+o.Bucket+"."
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	if err := s.ensure(ctx, o); err != nil {
+	si, err := s.ensure(ctx, &s.kvStream, o, "leasehold leases")
+	if err != nil {
 		return nil, err
 	}
+	// The fair queues' bucket is made like the leases' one.
+	s.opts = o
+	s.opts.Replicas = si.Config.Replicas
+	s.opts.MemoryStorage = si.Config.Storage == jetstream.MemoryStorage
+	s.opts.MarkerTTL = si.Config.SubjectDeleteMarkerTTL
 	if s.kv, err = js.KeyValue(ctx, o.Bucket); err != nil {
 		return nil, kit.Errorf(op, "bucket %q: %w", o.Bucket, err)
 	}
@@ -267,24 +267,24 @@ func parseVersion(v string) ([3]int, bool) {
 	return out, true
 }
 
-// ensure makes the bucket if it is missing and checks its configuration.
-func (s *Store) ensure(ctx context.Context, o Options) error {
+// ensure makes bucket b if it is missing and checks its configuration.
+func (s *Store) ensure(ctx context.Context, b *kvStream, o Options, description string) (streamInfo, error) {
 	const op = "open"
-	si, err := s.info(ctx, false)
+	si, err := s.infoOf(ctx, b, false)
 	if isAPIError(err, errCodeStreamNotFound) {
 		if o.NoCreate {
-			return kit.Errorf(op, "%w: bucket %q does not exist (and the store was told not to make it)", ErrBucketConfig, s.bucket)
+			return si, kit.Errorf(op, "%w: bucket %q does not exist (and the store was told not to make it)", ErrBucketConfig, b.bucket)
 		}
-		if err := s.create(ctx, o); err != nil {
-			return err
+		if err := s.create(ctx, b, o, description); err != nil {
+			return si, err
 		}
-		si, err = s.info(ctx, false)
+		si, err = s.infoOf(ctx, b, false)
 	}
 	if err != nil {
-		return kit.Errorf(op, "bucket %q: %w", s.bucket, err)
+		return si, kit.Errorf(op, "bucket %q: %w", b.bucket, err)
 	}
-	s.replicas = si.Config.Replicas
-	return checkBucket(s.bucket, si.Config)
+	b.replicas = si.Config.Replicas
+	return si, checkBucket(b.bucket, si.Config)
 }
 
 // create makes the bucket: a KV bucket (the stream layout nats kv add
@@ -293,9 +293,9 @@ func (s *Store) ensure(ctx context.Context, o Options) error {
 // below a revision this handle saw: a bucket deleted and made again by
 // leasehold gives tokens above those of the one before (as Redis's tokens
 // are never below the server's clock).
-func (s *Store) create(ctx context.Context, o Options) error {
+func (s *Store) create(ctx context.Context, b *kvStream, o Options, description string) error {
 	first := uint64(time.Now().UnixMicro())
-	if h := s.high.Load(); first <= h {
+	if h := b.high.Load(); first <= h {
 		first = h + 1
 	}
 	storage := jetstream.FileStorage
@@ -303,9 +303,9 @@ func (s *Store) create(ctx context.Context, o Options) error {
 		storage = jetstream.MemoryStorage
 	}
 	cfg := jetstream.StreamConfig{
-		Name:                   s.stream,
-		Description:            "leasehold leases",
-		Subjects:               []string{s.pre + ">"},
+		Name:                   b.stream,
+		Description:            description,
+		Subjects:               []string{b.pre + ">"},
 		MaxMsgsPerSubject:      1,
 		MaxBytes:               -1,
 		MaxMsgs:                -1,
@@ -327,7 +327,7 @@ func (s *Store) create(ctx context.Context, o Options) error {
 		return nil // made meanwhile by another handle: checked by the caller
 	}
 	if err != nil {
-		return kit.Errorf("open", "make bucket %q: %w", s.bucket, err)
+		return kit.Errorf("open", "make bucket %q: %w", b.bucket, err)
 	}
 	return nil
 }

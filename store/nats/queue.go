@@ -19,9 +19,20 @@ import (
 var _ store.Queuer = (*Store)(nil)
 
 // The fair queue (store.Queuer) of lease name N is one key per waiter's
-// place, in the same bucket as the leases:
+// place, in the fair queues' bucket, a bucket of its own beside the
+// leases' (QueueBucket: the leases' bucket's name and "-queue"):
 //
 //	=queue.<key of N>.=.<holder>
+//
+// The places are not in the leases' bucket because the server expires a
+// lease late while other keys of its stream are rewritten with a TTL, as
+// a waiter refreshes its place: nats-server 2.15's expiry timer fires at
+// the expiry of a message that was since replaced (its timing wheel keeps
+// the lowest expiry when an entry is removed), and it never sets itself
+// sooner than 250 ms ahead, so an expiry due within 250 ms of such a
+// firing waits up to 250 ms more. Measured: a 1 s key expired 167-176 ms
+// late in 10 of 11 tries while another key of its bucket was rewritten
+// every 140 ms, and 0-4 ms late with that key in another bucket.
 //
 // The holder is one subject token: its bytes other than letters, digits,
 // '-', '_' and '/' are written as "=XX" (hex). No lease key begins with
@@ -53,7 +64,7 @@ var _ store.Queuer = (*Store)(nil)
 // Enqueue counts the live places of N with a ticket below its own from one
 // batched direct get of the last message of each place key (multi_last),
 // answered by the server at a stream sequence it reports
-// (Nats-UpTo-Sequence). Tickets are the sequence of the stream, which one
+// (Nats-UpTo-Sequence). Tickets are the sequence of the queues' stream, which one
 // server (the stream's leader) assigns in order: of two waiters racing to
 // queue, the one with the higher ticket was stored after the other, so any
 // listing that includes its own write includes the other's place. A
@@ -61,8 +72,36 @@ var _ store.Queuer = (*Store)(nil)
 // handle saw (its own writes, and what its watches delivered: an R3
 // bucket's follower) is asked again.
 
-// queuePrefix begins every key of the queues.
+// queuePrefix begins every key of the queues. The queues have a bucket of
+// their own, but the prefix stays: a place's key still never reads as a
+// lease's, should one ever be listed with the leases.
 const queuePrefix = "=queue."
+
+// QueueBucket is the name of the bucket that keeps the fair queues of the
+// leases in bucket: made beside it, like it (replicas, storage, marker
+// TTL), at the first Enqueue of a handle, unless Options.NoCreate.
+func QueueBucket(bucket string) string { return bucket + "-queue" }
+
+// queueStream returns the fair queues' bucket, opening it (and making it,
+// unless the handle was opened with NoCreate) the first time. A failure is
+// not remembered: the next call tries again.
+func (s *Store) queueStream(ctx context.Context) (*kvStream, error) {
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	if s.queue != nil {
+		return s.queue, nil
+	}
+	q := newKVStream(QueueBucket(s.bucket))
+	if _, err := s.ensure(ctx, q, s.opts, "leasehold fair queues of bucket "+s.bucket); err != nil {
+		return nil, fmt.Errorf("the fair queues' bucket: %w", err)
+	}
+	kv, err := s.js.KeyValue(ctx, q.bucket)
+	if err != nil {
+		return nil, fmt.Errorf("the fair queues' bucket %q: %w", q.bucket, err)
+	}
+	s.queue, s.queueKV = q, kv
+	return q, nil
+}
 
 // leaveSignalTTL is how long a name's leave signal stays (the server's
 // shortest TTL): it is there to be delivered to the watches, once.
@@ -119,17 +158,21 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	if err := s.life.Check(ctx); err != nil {
 		return 0, kit.Wrap(op, err)
 	}
+	q, err := s.queueStream(ctx)
+	if err != nil {
+		return 0, s.fail(op, err)
+	}
 	key := placeKey(name, holder)
 	var h placeHint
 	if v, ok := s.placeHints.Load(key); ok {
 		h = v.(placeHint)
 	}
 	if h.ticket == 0 {
-		ticket, rev, err := s.writePlace(ctx, key, holder, ttl, h)
+		ticket, rev, err := s.writePlace(ctx, q, key, holder, ttl, h)
 		if err != nil {
 			return 0, s.fail(op, err)
 		}
-		return s.countAhead(ctx, op, name, holder, ticket, rev)
+		return s.countAhead(ctx, q, op, name, holder, ticket, rev)
 	}
 	type listing struct {
 		places []entry
@@ -137,12 +180,12 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 		err    error
 	}
 	listed := make(chan listing, 1)
-	seen := s.high.Load()
+	seen := q.high.Load()
 	go func() {
-		places, upTo, err := s.listQueue(ctx, name)
+		places, upTo, err := s.listQueueIn(ctx, q, name)
 		listed <- listing{places, upTo, err}
 	}()
-	ticket, rev, err := s.writePlace(ctx, key, holder, ttl, h)
+	ticket, rev, err := s.writePlace(ctx, q, key, holder, ttl, h)
 	l := <-listed
 	if err != nil {
 		return 0, s.fail(op, err)
@@ -152,18 +195,18 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	}
 	// The place was made again (it had expired or left), or the listing
 	// failed or came from behind: list after the write.
-	return s.countAhead(ctx, op, name, holder, ticket, rev)
+	return s.countAhead(ctx, q, op, name, holder, ticket, rev)
 }
 
 // writePlace writes holder's place at key: a refresh keeping h.ticket if
 // the key's last revision is still h.rev, else a new place at the back
 // (ticket 0: its own revision). It returns the place's ticket and the
 // write's revision.
-func (s *Store) writePlace(ctx context.Context, key, holder string, ttl time.Duration, h placeHint) (ticket, rev uint64, err error) {
+func (s *Store) writePlace(ctx context.Context, q *kvStream, key, holder string, ttl time.Duration, h placeHint) (ticket, rev uint64, err error) {
 	for range maxConflicts {
-		rev, err := s.publish(ctx, key, value{Holder: holder, Token: int64(h.ticket), TTLms: ttl.Milliseconds()}, h.rev, ttl, false)
+		rev, err := s.publishIn(ctx, q, key, value{Holder: holder, Token: int64(h.ticket), TTLms: ttl.Milliseconds()}, h.rev, ttl, false)
 		if err == nil {
-			s.see(rev)
+			q.see(rev)
 			ticket := h.ticket
 			if ticket == 0 {
 				ticket = rev
@@ -174,7 +217,7 @@ func (s *Store) writePlace(ctx context.Context, key, holder string, ttl time.Dur
 		if !isConflict(err) {
 			return 0, 0, err
 		}
-		e, found, err := s.last(ctx, key)
+		e, found, err := s.lastIn(ctx, q, key)
 		switch {
 		case err != nil:
 			return 0, 0, err
@@ -190,10 +233,10 @@ func (s *Store) writePlace(ctx context.Context, key, holder string, ttl time.Dur
 }
 
 // countAhead lists name's queue until the listing includes every revision
-// this handle saw (the place's write of revision rev among them), and
-// counts the places ahead of ticket.
-func (s *Store) countAhead(ctx context.Context, op, name, holder string, ticket, rev uint64) (int, error) {
-	seen := max(rev, s.high.Load())
+// of the queues' stream q this handle saw (the place's write of revision
+// rev among them), and counts the places ahead of ticket.
+func (s *Store) countAhead(ctx context.Context, q *kvStream, op, name, holder string, ticket, rev uint64) (int, error) {
+	seen := max(rev, q.high.Load())
 	wait := time.Millisecond
 	for try := range listTries {
 		if try > 0 {
@@ -206,7 +249,7 @@ func (s *Store) countAhead(ctx context.Context, op, name, holder string, ticket,
 			}
 			wait *= 2
 		}
-		places, upTo, err := s.listQueue(ctx, name)
+		places, upTo, err := s.listQueueIn(ctx, q, name)
 		if err != nil {
 			return 0, s.fail(op, err)
 		}
@@ -235,13 +278,22 @@ func ahead(places []entry, holder string, ticket uint64) int {
 // answers no sequence on an R3 or R5 bucket (0: it may be a follower's
 // answer from behind).
 func (s *Store) listQueue(ctx context.Context, name string) ([]entry, uint64, error) {
+	q, err := s.queueStream(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.listQueueIn(ctx, q, name)
+}
+
+// listQueueIn is listQueue in the queues' stream q.
+func (s *Store) listQueueIn(ctx context.Context, q *kvStream, name string) ([]entry, uint64, error) {
 	// Right after an R3 bucket is made, its servers may not answer direct
 	// gets yet (no responders, status 503; seen for over half a second):
 	// ask again for up to noResponderWait, waiting from 1 ms, twice as
 	// long each time, at most 100 ms.
 	wait, deadline := time.Millisecond, time.Now().Add(noResponderWait)
 	for {
-		places, upTo, err := s.listQueueOnce(ctx, name)
+		places, upTo, err := s.listQueueOnce(ctx, q, name)
 		if !errors.Is(err, errNoResponders) || time.Now().Add(wait).After(deadline) {
 			return places, upTo, err
 		}
@@ -263,14 +315,14 @@ const noResponderWait = 5 * time.Second
 // errNoResponders: no server answered a direct get.
 var errNoResponders = errors.New("no server answered")
 
-func (s *Store) listQueueOnce(ctx context.Context, name string) ([]entry, uint64, error) {
+func (s *Store) listQueueOnce(ctx context.Context, q *kvStream, name string) ([]entry, uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	req, err := json.Marshal(map[string][]string{"multi_last": {s.pre + queueFilter(name)}})
+	req, err := json.Marshal(map[string][]string{"multi_last": {q.pre + queueFilter(name)}})
 	if err != nil {
 		return nil, 0, err
 	}
-	subj := s.api + "DIRECT.GET." + s.stream
+	subj := s.api + "DIRECT.GET." + q.stream
 	msgs, err := s.batches.request(ctx, s.nc, subj, req)
 	if err != nil {
 		return nil, 0, err
@@ -283,7 +335,7 @@ func (s *Store) listQueueOnce(ctx context.Context, name string) ([]entry, uint64
 			if err != nil {
 				return nil, 0, fmt.Errorf("the queue's listing has a message without a sequence: %w", err)
 			}
-			s.see(seq)
+			q.see(seq)
 			places = append(places, entryOf(seq, time.Time{}, m.Header, m.Data))
 		case "204": // the end of the batch
 			upTo, err := strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
@@ -292,7 +344,7 @@ func (s *Store) listQueueOnce(ctx context.Context, name string) ([]entry, uint64
 			}
 			return places, upTo, nil
 		case "404": // no key matched; the answer does not say up to where
-			if s.replicas <= 1 {
+			if q.replicas <= 1 {
 				return nil, math.MaxUint64, nil // the only server answered: as of now
 			}
 			return nil, 0, nil
@@ -400,12 +452,16 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err := s.life.Check(ctx); err != nil {
 		return kit.Wrap(op, err)
 	}
+	q, err := s.queueStream(ctx)
+	if err != nil {
+		return s.fail(op, err)
+	}
 	key := placeKey(name, holder)
 	s.placeHints.Delete(key)
 	var purged struct {
 		Purged uint64 `json:"purged"`
 	}
-	if err := s.request(ctx, "STREAM.PURGE."+s.stream, map[string]string{"filter": s.pre + key}, &purged); err != nil {
+	if err := s.request(ctx, "STREAM.PURGE."+q.stream, map[string]string{"filter": q.pre + key}, &purged); err != nil {
 		return s.fail(op, err)
 	}
 	if purged.Purged == 0 {
@@ -415,14 +471,14 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err != nil {
 		return kit.Wrap(op, err)
 	}
-	m := natsio.NewMsg(s.pre + leaveKey(name))
+	m := natsio.NewMsg(q.pre + leaveKey(name))
 	m.Data = body
 	m.Header.Set(hdrKVOp, "PURGE")
 	m.Header.Set(hdrTTL, ttlHeader(leaveSignalTTL))
-	rev, err := s.send(ctx, m, anyRev)
+	rev, err := s.sendIn(ctx, q, m, anyRev)
 	if err != nil {
 		return s.fail(op, fmt.Errorf("the place is gone, but the signal that wakes the waiters behind it was not written (they find out at their next refresh): %w", err))
 	}
-	s.see(rev)
+	q.see(rev)
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -132,6 +134,14 @@ func TestQueueMessages(t *testing.T) {
 		}
 	}
 	if _, err := other.Enqueue(ctx, "job", "ahead", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// The handle's first call of the queue opens the queues' bucket (two
+	// stream infos more): not counted below.
+	if _, err := st.Enqueue(ctx, "warm", "me", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Dequeue(ctx, "warm", "me"); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -340,7 +350,7 @@ func TestQueueLeavesNoKeys(t *testing.T) {
 	placeKeys := func() int {
 		t.Helper()
 		var si streamInfo
-		if err := st.request(ctx, "STREAM.INFO."+st.stream, map[string]string{"subjects_filter": st.pre + queueFilter("job")}, &si); err != nil {
+		if err := st.request(ctx, "STREAM.INFO."+st.queue.stream, map[string]string{"subjects_filter": st.queue.pre + queueFilter("job")}, &si); err != nil {
 			t.Fatal(err)
 		}
 		return len(si.State.Subjects)
@@ -362,5 +372,97 @@ func TestQueueLeavesNoKeys(t *testing.T) {
 	}
 	if n := placeKeys(); n != 1 {
 		t.Fatalf("a place not dequeued: %d keys, want 1", n)
+	}
+}
+
+// TestQueueBucketApart: the places are written in the fair queues' bucket
+// (QueueBucket), made at the handle's first Enqueue like the leases' bucket,
+// and none in the leases' bucket, whose stream's expiry timer they would
+// otherwise delay (see queue.go). The queues' revisions, which run ahead of
+// the leases' (the bucket was made later), are not taken for the leases':
+// an Acquire after Enqueue and a watch is granted, not refused as a
+// regress. A handle told not to make buckets fails Enqueue, naming the
+// missing bucket, and makes nothing.
+func TestQueueBucketApart(t *testing.T) {
+	srv := shared(t)
+	bucket := uniqueBucket("qapart")
+	ctx := testCtx(t, 30*time.Second)
+	st, err := Open(ctx, Config{Servers: []string{srv.url()}, Options: Options{Bucket: bucket, MemoryStorage: true, MarkerTTL: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	js := st.js
+	if _, err := js.Stream(ctx, "KV_"+QueueBucket(bucket)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("before any Enqueue, the queues' bucket: %v; want it not made yet", err)
+	}
+
+	// A handle that may not make buckets.
+	noCreate, err := Open(ctx, Config{Servers: []string{srv.url()}, Options: Options{Bucket: bucket, NoCreate: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { noCreate.Close() })
+	_, err = noCreate.Enqueue(ctx, "job", "nc", time.Minute)
+	if !errors.Is(err, ErrBucketConfig) || !strings.Contains(err.Error(), QueueBucket(bucket)) {
+		t.Fatalf("Enqueue of a handle with NoCreate, the queues' bucket missing: %v; want ErrBucketConfig naming %q", err, QueueBucket(bucket))
+	}
+	if _, err := js.Stream(ctx, "KV_"+QueueBucket(bucket)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("after a refused Enqueue, the queues' bucket: %v; want it never made", err)
+	}
+
+	if n, err := st.Enqueue(ctx, "job", "waiter", time.Minute); err != nil || n != 0 {
+		t.Fatalf("Enqueue: %d, %v", n, err)
+	}
+	subjects := func(b *kvStream, filter string) int {
+		t.Helper()
+		var si streamInfo
+		if err := st.request(ctx, "STREAM.INFO."+b.stream, map[string]string{"subjects_filter": b.pre + filter}, &si); err != nil {
+			t.Fatal(err)
+		}
+		return len(si.State.Subjects)
+	}
+	if n := subjects(st.queue, queuePrefix+">"); n != 1 {
+		t.Errorf("the queues' bucket has %d place keys, want 1", n)
+	}
+	if n := subjects(&st.kvStream, queuePrefix+">"); n != 0 {
+		t.Errorf("the leases' bucket has %d place keys, want 0", n)
+	}
+	leases, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queues, err := js.Stream(ctx, "KV_"+QueueBucket(bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, qc := leases.CachedInfo().Config, queues.CachedInfo().Config
+	if qc.Storage != lc.Storage || qc.Replicas != lc.Replicas || qc.SubjectDeleteMarkerTTL != lc.SubjectDeleteMarkerTTL || !qc.AllowMsgTTL {
+		t.Errorf("the queues' bucket (storage %v, replicas %d, marker TTL %v, msg TTL %v) is not made like the leases' (%v, %d, %v)",
+			qc.Storage, qc.Replicas, qc.SubjectDeleteMarkerTTL, qc.AllowMsgTTL, lc.Storage, lc.Replicas, lc.SubjectDeleteMarkerTTL)
+	}
+	if qc.FirstSeq <= leases.CachedInfo().State.LastSeq {
+		t.Fatalf("the queues' first revision %d is not above the leases' last %d: the check below would prove nothing", qc.FirstSeq, leases.CachedInfo().State.LastSeq)
+	}
+
+	// The queues' revisions are not the leases'.
+	ch, err := st.Watch(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.Enqueue(ctx, "job", "waiter", time.Minute); err != nil || n != 0 {
+		t.Fatalf("refresh: %d, %v", n, err)
+	}
+	rec, err := st.Acquire(ctx, "job", "waiter", time.Minute, "")
+	if err != nil {
+		t.Fatalf("Acquire after the queue's writes: %v", err)
+	}
+	if uint64(rec.Token) >= qc.FirstSeq {
+		t.Errorf("token %d is a revision of the queues' stream (from %d), not the leases'", rec.Token, qc.FirstSeq)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not wake on the grant")
 	}
 }
