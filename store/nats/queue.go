@@ -32,7 +32,7 @@ var _ store.Queuer = (*Store)(nil)
 // sooner than 250 ms ahead, so an expiry due within 250 ms of such a
 // firing waits up to 250 ms more. Measured: a 1 s key expired 167-176 ms
 // late in 10 of 11 tries while another key of its bucket was rewritten
-// every 140 ms, and 0-4 ms late with that key in another bucket.
+// every 140 ms, and at most 4 ms late with that key in another bucket.
 //
 // The holder is one subject token: its bytes other than letters, digits,
 // '-', '_' and '/' are written as "=XX" (hex). No lease key begins with
