@@ -878,7 +878,7 @@ func TestCommandExitCode(t *testing.T) {
 func TestDoctorAndMigrate(t *testing.T) {
 	url := sqliteURL(t)
 	code, out, errOut := leasehold(t, nil, "migrate", "--store", url)
-	if code != 0 || !strings.Contains(out, "the lease table is ready") {
+	if code != 0 || !strings.Contains(out, ": migrated: ") {
 		t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = leasehold(t, nil, "doctor", "--store", url)

@@ -1,12 +1,19 @@
 package main_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	natsio "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	lhnats "github.com/leasehold/leasehold/store/nats"
 )
 
 // embeddedNATS runs a current NATS server (JetStream on) in the test
@@ -42,3 +49,42 @@ func TestHandOffWokenNATS(t *testing.T) {
 // to the new leader is forwarded, and it releases: status shows the lease
 // free with the last token.
 func TestTwoRunsNATS(t *testing.T) { twoRuns(t, "nats://"+embeddedNATS(t)+"/lh-cli-e2e") }
+
+// TestMigrateNATS: `leasehold migrate` on NATS makes the fair queues'
+// bucket beside the lease bucket, even with create=false (the explicit
+// step for deployments that make buckets ahead), and again finds nothing
+// to do; before it, that bucket is missing (the control).
+func TestMigrateNATS(t *testing.T) {
+	host := embeddedNATS(t)
+	nc, err := natsio.Connect("nats://" + host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queueBucket := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := js.KeyValue(ctx, lhnats.QueueBucket("lh-migrate"))
+		return err
+	}
+	// The lease bucket, made by a status (which queues nothing).
+	if code, out, errOut := leasehold(t, nil, "status", "--store", "nats://"+host+"/lh-migrate"); code != 0 {
+		t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	if err := queueBucket(); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("before migrate, the queues' bucket: %v; want it missing", err)
+	}
+	for range 2 {
+		code, out, errOut := leasehold(t, nil, "migrate", "--store", "nats://"+host+"/lh-migrate?create=false")
+		if code != 0 || !strings.Contains(out, ": migrated: ") {
+			t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
+		}
+		if err := queueBucket(); err != nil {
+			t.Fatalf("after migrate, the queues' bucket: %v", err)
+		}
+	}
+}

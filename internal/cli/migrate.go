@@ -19,12 +19,14 @@ type migrateCmd struct {
 func newMigrateCmd(env *Env) Command {
 	c := &migrateCmd{env: env}
 	c.fs = newFlagSet(env, "migrate", "[flags]", `
-Creates the lease table (and what goes with it) in a SQL store if it is missing. It is
-idempotent and changes no lease. Stores without a schema have nothing to migrate.
+Creates the lease table (and what goes with it) in a SQL store if it is missing; on NATS,
+the fair queues' bucket beside the lease bucket (BUCKET-queue), even with create=false.
+It is idempotent and changes no lease. Stores without a schema have nothing to migrate.
 
 Examples:
   leasehold migrate --store postgres://admin@db/app
-  leasehold migrate --store 'sqlite:///var/lib/app/leases.db?table=app_leases'`)
+  leasehold migrate --store 'sqlite:///var/lib/app/leases.db?table=app_leases'
+  leasehold migrate --store 'nats://admin@host:4222/leases'`)
 	c.store.register(c.fs)
 	return c
 }
@@ -51,6 +53,6 @@ func (c *migrateCmd) Run(ctx context.Context, args []string) error {
 	if err := m.Migrate(mctx); err != nil {
 		return fmt.Errorf("migrate %s: %w", st.Name, err)
 	}
-	fmt.Fprintf(c.env.Stdout, "%s: the lease table is ready\n", st.Name)
+	fmt.Fprintf(c.env.Stdout, "%s: migrated: what this version needs is there (a lease table, or NATS's fair queues' bucket); no lease changed\n", st.Name)
 	return nil
 }

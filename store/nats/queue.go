@@ -16,7 +16,10 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-var _ store.Queuer = (*Store)(nil)
+var (
+	_ store.Queuer   = (*Store)(nil)
+	_ store.Migrator = (*Store)(nil)
+)
 
 // The fair queue (store.Queuer) of lease name N is one key per waiter's
 // place, in the fair queues' bucket, a bucket of its own beside the
@@ -86,13 +89,36 @@ func QueueBucket(bucket string) string { return bucket + "-queue" }
 // unless the handle was opened with NoCreate) the first time. A failure is
 // not remembered: the next call tries again.
 func (s *Store) queueStream(ctx context.Context) (*kvStream, error) {
+	return s.openQueue(ctx, !s.opts.NoCreate)
+}
+
+// Migrate implements store.Migrator: it makes the fair queues' bucket
+// (QueueBucket) if it is missing, like the lease bucket, even on a handle
+// opened with NoCreate: it is the explicit step (`leasehold migrate`, run
+// by a user that may make buckets) for deployments that make buckets
+// ahead. It changes no lease.
+func (s *Store) Migrate(ctx context.Context) error {
+	const op = "migrate"
+	if err := s.life.Check(ctx); err != nil {
+		return kit.Wrap(op, err)
+	}
+	if _, err := s.openQueue(ctx, true); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
+}
+
+// openQueue is queueStream, making a missing bucket if create.
+func (s *Store) openQueue(ctx context.Context, create bool) (*kvStream, error) {
 	s.queueMu.Lock()
 	defer s.queueMu.Unlock()
 	if s.queue != nil {
 		return s.queue, nil
 	}
 	q := newKVStream(QueueBucket(s.bucket))
-	if _, err := s.ensure(ctx, q, s.opts, "leasehold fair queues of bucket "+s.bucket); err != nil {
+	o := s.opts
+	o.NoCreate = !create
+	if _, err := s.ensure(ctx, q, o, "leasehold fair queues of bucket "+s.bucket); err != nil {
 		return nil, fmt.Errorf("the fair queues' bucket: %w", err)
 	}
 	kv, err := s.js.KeyValue(ctx, q.bucket)

@@ -466,3 +466,41 @@ func TestQueueBucketApart(t *testing.T) {
 		t.Fatal("the watch did not wake on the grant")
 	}
 }
+
+// TestMigrateMakesQueueBucket: on a handle opened with NoCreate, whose
+// Enqueue is refused while the fair queues' bucket is missing, Migrate
+// makes that bucket like the lease bucket, and again finds nothing to do;
+// the handle's Enqueue then works.
+func TestMigrateMakesQueueBucket(t *testing.T) {
+	srv := shared(t)
+	bucket := uniqueBucket("qmigrate")
+	ctx := testCtx(t, 30*time.Second)
+	admin, err := Open(ctx, Config{Servers: []string{srv.url()}, Options: Options{Bucket: bucket, MemoryStorage: true, MarkerTTL: 2 * time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	st, err := Open(ctx, Config{Servers: []string{srv.url()}, Options: Options{Bucket: bucket, NoCreate: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Enqueue(ctx, "job", "w", time.Minute); !errors.Is(err, ErrBucketConfig) {
+		t.Fatalf("Enqueue before Migrate: %v; want ErrBucketConfig", err)
+	}
+	for range 2 {
+		if err := st.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	}
+	qs, err := st.js.Stream(ctx, "KV_"+QueueBucket(bucket))
+	if err != nil {
+		t.Fatalf("after Migrate, the queues' bucket: %v", err)
+	}
+	if c := qs.CachedInfo().Config; c.Storage != jetstream.MemoryStorage || c.SubjectDeleteMarkerTTL != 2*time.Hour || !c.AllowMsgTTL {
+		t.Errorf("the queues' bucket: storage %v, marker TTL %v, msg TTL %v; want it made like the lease bucket (memory, 2h, on)", c.Storage, c.SubjectDeleteMarkerTTL, c.AllowMsgTTL)
+	}
+	if n, err := st.Enqueue(ctx, "job", "w", time.Minute); err != nil || n != 0 {
+		t.Fatalf("Enqueue after Migrate: %d, %v", n, err)
+	}
+}
