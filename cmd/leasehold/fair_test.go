@@ -18,8 +18,6 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
-	natsio "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,16 +87,7 @@ func TestFairRunEtcd(t *testing.T) {
 // values among those keys, in the order of the tickets they carry (a
 // ticket of 0 is the value's own revision).
 func TestFairRunNATS(t *testing.T) {
-	host := embeddedNATS(t)
-	nc, err := natsio.Connect("nats://" + host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	host, js := embeddedJetStream(t)
 	fairRun(t, "nats://"+host+"/lh-fair", timingArgs, func() []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

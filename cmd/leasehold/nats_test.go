@@ -38,6 +38,23 @@ func embeddedNATS(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
+// embeddedJetStream is embeddedNATS with a JetStream client of the test's
+// own on it, to look at the buckets the command makes.
+func embeddedJetStream(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	host := embeddedNATS(t)
+	nc, err := natsio.Connect("nats://" + host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, js
+}
+
 // The standby is woken by the KV watch when the holder releases.
 func TestHandOffWokenNATS(t *testing.T) {
 	handOff(t, "nats://"+embeddedNATS(t)+"/lh-cli-handoff")
@@ -55,16 +72,7 @@ func TestTwoRunsNATS(t *testing.T) { twoRuns(t, "nats://"+embeddedNATS(t)+"/lh-c
 // step for deployments that make buckets ahead), and again finds nothing
 // to do; before it, that bucket is missing (the control).
 func TestMigrateNATS(t *testing.T) {
-	host := embeddedNATS(t)
-	nc, err := natsio.Connect("nats://" + host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	host, js := embeddedJetStream(t)
 	queueBucket := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
