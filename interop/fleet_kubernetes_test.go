@@ -115,12 +115,21 @@ func trimScheme(host string) string {
 }
 
 func (f *kubeFleet) node(who string, seed uint64) *fleet.Node {
-	// The store through who's own proxy, its requests bounded by 2 s as
-	// the client-go peers' are (clientTo), unlimited in rate as theirs.
+	// The store through who's own proxy.
 	p := newProxy(f.t, trimScheme(f.server.Host))
 	f.proxies[who] = p
+	st := f.storeTo("https://" + p.Addr())
+	return &fleet.Node{Name: who, Store: st, Lease: f.name, Timings: kubeTimings,
+		Hold: holdFor(seed, time.Second, 2*time.Second), Cool: 300 * time.Millisecond}
+}
+
+// storeTo is a leasehold Kubernetes store of the fleet's namespace on the
+// API server at host (the server itself or a proxy in front of it), its
+// requests bounded by 2 s as the client-go peers' are (clientTo),
+// unlimited in rate as theirs.
+func (f *kubeFleet) storeTo(host string) *k8sstore.Store {
 	cfg := rest.CopyConfig(f.server.AdminConfig())
-	cfg.Host = "https://" + p.Addr()
+	cfg.Host = host
 	cfg.Timeout = 2 * time.Second
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -131,8 +140,7 @@ func (f *kubeFleet) node(who string, seed uint64) *fleet.Node {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { st.Close() })
-	return &fleet.Node{Name: who, Store: st, Lease: f.name, Timings: kubeTimings,
-		Hold: holdFor(seed, time.Second, 2*time.Second), Cool: 300 * time.Millisecond}
+	return st
 }
 
 // deadlineLock is client-go's LeaseLock, recording the peer's own deadline:

@@ -9,14 +9,12 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
-	k8sstore "github.com/leasehold/leasehold/store/kubernetes"
 )
 
 // gateLock is client-go's LeaseLock behind a gate: once shut, its calls
@@ -187,7 +185,7 @@ func strayRelease(t *testing.T, f *kubeFleet, release bool) {
 	wait("client-go's next renewal", lock.shut)
 
 	// leasehold takes the Lease once client-go's lease has run out unrenewed.
-	st := kubeStore(t, f)
+	st := f.storeTo(f.server.Host)
 	acquired := make(chan leasehold.Event, 1)
 	lost := make(chan leasehold.Event, 1)
 	el, err := leasehold.NewElector(st, f.name, leasehold.Config{Identity: "lh", Timings: kubeTimings, StopOnLoss: true,
@@ -246,7 +244,7 @@ func strayRelease(t *testing.T, f *kubeFleet, release bool) {
 		t.Fatalf("client-go's release overwrote holder %q, want leasehold's live term's %q", overwritten, term.Term.Holder)
 	}
 	// A third contender finds the Lease empty and takes it at once.
-	st2 := kubeStore(t, f)
+	st2 := f.storeTo(f.server.Host)
 	rec, err := st2.Acquire(ctx, f.name, "third", 3*time.Second, "")
 	if err != nil {
 		t.Fatalf("the third contender's acquire of the emptied Lease: %v", err)
@@ -284,23 +282,6 @@ func strayRelease(t *testing.T, f *kubeFleet, release bool) {
 	}
 	t.Logf("leasehold's holder lost its term: %v", loss.Err)
 	<-elDone
-}
-
-// kubeStore is a leasehold Kubernetes store straight to the test's server.
-func kubeStore(t *testing.T, f *kubeFleet) *k8sstore.Store {
-	t.Helper()
-	cfg := rest.CopyConfig(f.server.AdminConfig())
-	cfg.Timeout = 2 * time.Second
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := k8sstore.New(k8sstore.Config{Server: cfg.Host, HTTPClient: hc, Namespace: f.ns, QPS: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
 }
 
 // leaseHolder reads the Lease's holder.
