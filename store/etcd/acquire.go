@@ -51,11 +51,166 @@ func (s *Store) acquireTerm(ctx context.Context, name, holder string, ttl time.D
 	if err != nil {
 		return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
 	}
-	rec, err := s.acquire(ctx, name, holder, ttl, secs, metadata, true, unqueued)
-	if errors.Is(err, errPooledGone) {
-		rec, err = s.acquire(ctx, name, holder, ttl, secs, metadata, false, unqueued)
+	// A place this handle wrote becomes the term without a write once it is
+	// the lowest key (grantPlace). If it is not known to be, the acquire
+	// reads; when that read shows the place lowest, it comes back here
+	// (errPlaceFirst) for the write-free grant, once.
+	placeFree := true
+	for {
+		if placeFree {
+			rec, ok, err := s.grantPlace(ctx, name, holder, ttl, secs, metadata)
+			if err != nil {
+				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, err)
+			}
+			if ok {
+				return rec, nil
+			}
+		}
+		rec, err := s.acquire(ctx, name, holder, ttl, secs, metadata, true, unqueued, placeFree)
+		if errors.Is(err, errPooledGone) {
+			rec, err = s.acquire(ctx, name, holder, ttl, secs, metadata, false, unqueued, placeFree)
+		}
+		if errors.Is(err, errPlaceFirst) {
+			placeFree = false
+			continue
+		}
+		return rec, err
 	}
-	return rec, err
+}
+
+// errPlaceFirst: a read showed this handle's place lowest, and it can become
+// the term without a write (grantPlace); nothing was written.
+var errPlaceFirst = errors.New("the place is first")
+
+// grantPlace makes holder's place the term with no write, if this handle
+// wrote the place, has not made it a term yet, and its etcd lease (of the
+// term's TTL) can carry the term: a read-only transaction (etcd serves it
+// from its linearizable read path, no raft write) checks that the place is
+// still there, still a place, and the lowest key under the name, as etcd's
+// Mutex takes the lock once its key is lowest. In etcd's terms the place
+// already holds: every other contender waits for its key to go. The term's
+// token is the place key's create revision, its etcd lease the place's,
+// whose last keep-alive (sent alongside the read if the lease has lost more
+// than freshSlack of its TTL) bounds the grant's Remaining.
+//
+// The term is then recorded by a transaction sent in the background
+// (recordPlace): it deletes the marker, writes the name's record (holder,
+// metadata, token) and puts the key again on its lease, which wakes the
+// name's watchers as any grant does. Until it lands, Get shows the term
+// with no metadata, and only this handle knows that the place is a term:
+// any other handle that finds this holder's place lowest takes it for the
+// holder's live term (acquire), never a place to make a term, so no token
+// names two terms. ok is false, with nothing changed, if the place is not
+// one this handle can grant so, or the check failed: the caller acquires as
+// usual.
+func (s *Store) grantPlace(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string) (rec store.Record, ok bool, err error) {
+	id := placeID{name, holder}
+	p, known := s.placeOf(id)
+	if !known || !p.written {
+		return store.Record{}, false, nil
+	}
+	sent := time.Now()
+	aliveUntil, usable := s.placeLeaseForTerm(p.lease, secs)
+	if !usable {
+		return store.Record{}, false, nil
+	}
+	var kaDone chan keepAliveResult
+	if aliveUntil.Sub(sent) < ttl-freshSlack(ttl) {
+		kaDone = make(chan keepAliveResult, 1)
+		go func() {
+			ttl, clean, err := s.keepAlive(rctx(ctx), p.lease)
+			kaDone <- keepAliveResult{ttl: ttl, clean: clean, err: err}
+		}()
+	}
+	resp, err := s.cli.Txn(rctx(ctx), s.placeCmps(name, p), nil, nil)
+	if kaDone != nil {
+		r := <-kaDone
+		if !r.clean {
+			s.placeLeaseTainted(p.lease)
+		}
+		if r.err != nil {
+			// The place's lease was not kept alive: acquire as usual (a
+			// grant moves the key to a term lease, or finds it gone).
+			return store.Record{}, false, nil
+		}
+		aliveUntil = sent.Add(time.Duration(r.ttl) * time.Second)
+		s.placeLeaseAlive(p.lease, aliveUntil)
+	}
+	if err != nil {
+		return store.Record{}, false, err
+	}
+	remaining := time.Until(aliveUntil)
+	if !resp.Succeeded || remaining < ttl/2 {
+		return store.Record{}, false, nil
+	}
+	term := store.Term{Name: name, Holder: holder, Token: p.rev}
+	p.converted = true
+	s.keepPlace(id, p)
+	s.placeLeaseToTerm(p.lease, term, aliveUntil)
+	recorded := make(chan struct{})
+	s.remember(term, termInfo{key: p.key, lease: p.lease, metadata: metadata, recorded: recorded})
+	s.spawn(func() { s.recordPlace(name, p, metadata, ttl, recorded) })
+	return store.Record{Term: term, Remaining: remaining, TTL: time.Duration(secs) * time.Second, Metadata: metadata}, true, nil
+}
+
+// recordTimeout bounds recordPlace's tries (and so Close, which waits for
+// them), as revokeTimeout bounds a revocation's.
+const recordTimeout = revokeTimeout
+
+// recordPlace writes the record of term p.rev, made from place p without a
+// write (grantPlace), and deletes the place's marker, in one transaction
+// that applies only while the key is still that term's, on the place's
+// lease; it closes done when it has returned. If the term has already
+// ended (released, expired or replaced), it writes the record only if no
+// later grant wrote one, so that Get still reports the term's token as the
+// last one.
+func (s *Store) recordPlace(name string, p place, metadata string, ttl time.Duration, done chan<- struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	pfx, rk := s.lockPrefix(name), s.recordKey(name)
+	rv, _ := json.Marshal(recordValue{Holder: p.holder, Key: p.key[len(pfx):], Lease: int64(p.lease), Metadata: metadata,
+		TTLms: ttl.Milliseconds(), Token: p.rev})
+	for attempt := 0; ; attempt++ {
+		resp, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{
+			etcdapi.CreateRevisionIs(p.marker, p.rev),
+			etcdapi.CreateRevisionIs(p.key, p.rev),
+			etcdapi.ValueIs(p.key, p.holder),
+			etcdapi.LeaseIs(p.key, p.lease),
+		}, []etcdapi.Op{
+			etcdapi.Put(p.key, p.holder, p.lease),
+			etcdapi.Delete(p.marker, false),
+			etcdapi.Put(rk, string(rv), etcdapi.NoLease),
+		}, nil)
+		if err == nil && !resp.Succeeded {
+			_, err = s.cli.Txn(rctx(ctx), []etcdapi.Cmp{etcdapi.ModRevisionBelow(rk, p.rev)},
+				[]etcdapi.Op{etcdapi.Put(rk, string(rv), etcdapi.NoLease)}, nil)
+		}
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(time.Duration(min(attempt+1, 10)) * 20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// waitRecorded waits until the record of term t, if t was made from a place
+// without a write, has been written (recordPlace).
+func (s *Store) waitRecorded(ctx context.Context, ti termInfo) error {
+	if ti.recorded == nil {
+		return nil
+	}
+	select {
+	case <-ti.recorded:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // errPooledGone: the pooled lease an attempt used had expired, so nothing was
@@ -68,7 +223,7 @@ type keepAliveResult struct {
 	err   error
 }
 
-func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string, usePool, unqueued bool) (store.Record, error) {
+func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Duration, secs int64, metadata string, usePool, unqueued, placeFree bool) (store.Record, error) {
 	pfx, rk := s.lockPrefix(name), s.recordKey(name)
 
 	sent := time.Now()
@@ -154,6 +309,10 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			if own != nil {
 				cmps = append(cmps, etcdapi.CreateRevisionIs(own.key, own.rev))
 				then = append(then, etcdapi.Delete(own.key, false))
+				if own.marker != "" {
+					cmps = append(cmps, etcdapi.CreateRevisionIs(own.marker, own.rev))
+					then = append(then, etcdapi.Delete(own.marker, false))
+				}
 			}
 			then = append(then,
 				etcdapi.Put(myKey, holder, lease),
@@ -203,10 +362,33 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 		nested = v.nested
 		own = nil
 		if q, ok := v.byHolder[holder]; ok {
-			p, queued = q, true
-			s.keepPlace(id, q)
-			if q.first {
-				continue // make it the term in the next round
+			mine := queued && p.written && q.rev == p.rev
+			switch {
+			case mine && q.first && placeFree:
+				if _, usable := s.placeLeaseForTerm(q.lease, secs); usable {
+					q.written = true
+					s.keepPlace(id, q)
+					refused = true // nothing was written with the lease taken above
+					return store.Record{}, errPlaceFirst
+				}
+				fallthrough
+			case mine || !q.first:
+				q.written = mine
+				p, queued = q, true
+				s.keepPlace(id, q)
+				if q.first {
+					continue // make it the term in the next round
+				}
+			default:
+				// The holder's place is the lowest key, but this handle did
+				// not write it, or has made it a term already: the handle
+				// that wrote it may have made it the term without a write
+				// (grantPlace). It is this holder's live term, replaced
+				// below as any other.
+				if queued {
+					s.takePlace(id)
+				}
+				queued = false
 			}
 		} else if queued {
 			// Gone: expired, dequeued, or made a term through another handle.
@@ -217,7 +399,11 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			continue // only nested names were in the way: retry around them
 		}
 		lowest := contenders[0]
-		if !isOwnTerm(lowest, rec, holder) {
+		ownMarker := ""
+		if pl, ok := v.places[lowest.create]; ok && pl.holder == holder {
+			ownMarker = pl.marker // the holder's place, taken for its live term above
+		}
+		if !isOwnTerm(lowest, rec, holder) && ownMarker == "" {
 			refused = true
 			if _, place := v.places[lowest.create]; place && unqueued {
 				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, store.ErrQueued)
@@ -233,8 +419,13 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			// tools, leasehold places, this holder's own included). A new
 			// term of ours would rank behind them: end the old term and let
 			// the queue have the lock (the next round reports its holder).
-			dresp, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{etcdapi.CreateRevisionIs(string(lowest.key), lowest.create)},
-				[]etcdapi.Op{etcdapi.Delete(string(lowest.key), false)}, nil)
+			dcmps := []etcdapi.Cmp{etcdapi.CreateRevisionIs(string(lowest.key), lowest.create)}
+			dops := []etcdapi.Op{etcdapi.Delete(string(lowest.key), false)}
+			if ownMarker != "" {
+				dcmps = append(dcmps, etcdapi.CreateRevisionIs(ownMarker, lowest.create))
+				dops = append(dops, etcdapi.Delete(ownMarker, false))
+			}
+			dresp, err := s.cli.Txn(rctx(ctx), dcmps, dops, nil)
 			if err != nil {
 				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: end own earlier term: %w", name, err)
 			}
@@ -243,7 +434,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			}
 			continue
 		}
-		own = &ownTerm{key: string(lowest.key), rev: lowest.create, lease: etcdapi.LeaseID(lowest.lease)}
+		own = &ownTerm{key: string(lowest.key), rev: lowest.create, lease: etcdapi.LeaseID(lowest.lease), marker: ownMarker}
 	}
 	return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: gave up after 8 transactions that conflicted with changes under %q", name, pfx)
 }
@@ -259,14 +450,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 // token; the record notes it (Token), as its own mod revision is later.
 func (s *Store) convertOps(name string, p place, lease etcdapi.LeaseID, metadata string, ttl time.Duration) ([]etcdapi.Cmp, []etcdapi.Op) {
 	pfx := s.lockPrefix(name)
-	cmps := []etcdapi.Cmp{
-		etcdapi.CreateRevisionIs(p.marker, p.rev),
-		etcdapi.CreateRevisionIs(p.key, p.rev),
-		etcdapi.ValueIs(p.key, p.holder),
-	}
-	if !p.first {
-		cmps = append(cmps, etcdapi.NoneCreatedBefore(pfx, etcdapi.PrefixEnd(pfx), p.rev))
-	}
+	cmps := s.placeCmps(name, p)
 	rv, _ := json.Marshal(recordValue{Holder: p.holder, Key: p.key[len(pfx):], Lease: int64(lease), Metadata: metadata,
 		TTLms: ttl.Milliseconds(), Token: p.rev})
 	return cmps, []etcdapi.Op{
@@ -276,10 +460,33 @@ func (s *Store) convertOps(name string, p place, lease etcdapi.LeaseID, metadata
 	}
 }
 
+// placeCmps hold while holder's place p is still a place (its marker is the
+// one written with it: a place becomes a term only in the transaction that
+// deletes its marker, or in grantPlace, on this handle) and the lowest key
+// under the contender prefix. Once a read showed p lowest (p.first), that
+// check is left out: p stays lowest while it exists, as no key created later
+// ranks before it (and the read ignored nested names' keys, which etcd's
+// comparison counts).
+func (s *Store) placeCmps(name string, p place) []etcdapi.Cmp {
+	cmps := []etcdapi.Cmp{
+		etcdapi.CreateRevisionIs(p.marker, p.rev),
+		etcdapi.CreateRevisionIs(p.key, p.rev),
+		etcdapi.ValueIs(p.key, p.holder),
+	}
+	if !p.first {
+		pfx := s.lockPrefix(name)
+		cmps = append(cmps, etcdapi.NoneCreatedBefore(pfx, etcdapi.PrefixEnd(pfx), p.rev))
+	}
+	return cmps
+}
+
 type ownTerm struct {
 	key   string
 	rev   int64
 	lease etcdapi.LeaseID
+	// marker is set when the term is a place of the holder's: its marker
+	// goes with it.
+	marker string
 }
 
 // mvccKV is the part of an etcd key-value the store reads.

@@ -135,9 +135,10 @@
 // waiting get the lock first. With Config.Fair (store.Queuer, queue.go) a
 // waiter's place is a contender key in etcd's own queue, ahead of the etcd
 // tools that queue after it and behind those before it; its holder's Acquire
-// makes the place the term once it is the lowest key, and the term's token is
-// the place key's create revision (the record notes it: its own mod revision
-// is later). Avoid names that are a path prefix of other names in use ("job" and
+// makes the place the term once it is the lowest key, with a read and no
+// write (as etcd's Mutex takes the lock; the record follows in a transaction
+// sent after the grant), and the term's token is the place key's create
+// revision (the record notes it: its own mod revision is later). Avoid names that are a path prefix of other names in use ("job" and
 // "job/x") when etcd tools share them: the concurrency package counts every key
 // under the prefix, nested names included (leasehold itself does not).
 //

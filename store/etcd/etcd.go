@@ -91,6 +91,10 @@ type termInfo struct {
 	key      string
 	lease    etcdapi.LeaseID
 	metadata string
+	// recorded, for a term made from a place without a write (grantPlace),
+	// is closed once the transaction that records it has returned; Release
+	// and Transfer wait for it, so they never race it.
+	recorded <-chan struct{}
 }
 
 var (
@@ -255,6 +259,9 @@ func (s *Store) Release(ctx context.Context, t store.Term) error {
 		return err
 	}
 	ti, err := s.lookup(ctx, t)
+	if err == nil {
+		err = s.waitRecorded(ctx, ti)
+	}
 	if err != nil {
 		return fmt.Errorf("leasehold/etcd: release %s: %w", t, err)
 	}

@@ -47,6 +47,9 @@ type ownLease struct {
 	// the send time of its last answered grant or keep-alive plus the TTL etcd
 	// answered.
 	aliveUntil time.Time
+	// fromPlace: the lease was a queue place's, and carries the term that
+	// place became (grantPlace). Freed, it goes back to the place pool.
+	fromPlace bool
 }
 
 const (
@@ -158,6 +161,14 @@ func (s *Store) putPool(id etcdapi.LeaseID, t store.Term, aliveUntil time.Time, 
 		l.aliveUntil = aliveUntil
 	}
 	keep := !closed && !l.tainted && l.inflight == 0 && s.pooledCount() < maxPooled
+	if keep && l.fromPlace {
+		// A place's lease goes back among place leases: a place lease is
+		// never pooled as a term lease.
+		s.dropLocked(id)
+		s.termsMu.Unlock()
+		s.poolPlaceLease(id, l.secs, l.aliveUntil)
+		return
+	}
 	if keep {
 		l.term, l.pooled = store.Term{}, true
 		s.pool[l.secs] = append(s.pool[l.secs], id)

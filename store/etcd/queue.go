@@ -37,11 +37,15 @@ var (
 // an etcd Mutex or Election behind it waits for its key to go, and Acquire
 // refuses every other holder while it is there (a non-fair Acquire writes its
 // key only when no contender key exists). When the place is the lowest key,
-// its holder's Acquire makes it the term in one transaction (acquire.go): the
-// key is put on the term's etcd lease (its create revision, so its rank in
-// etcd's queue, is kept, and it is the term's token) and the marker is
-// deleted. A place lease never carries a term: revoking it can only end a
-// place.
+// its holder's Acquire, through the handle that wrote the place, makes it
+// the term with a read and no write (grantPlace, acquire.go): the key, its
+// create revision (the term's token, and its rank in etcd's queue) and its
+// etcd lease are kept, and a transaction sent after the grant deletes the
+// marker and records the term. A place this handle did not write (or, with
+// another TTL or a doubtful lease, cannot grant so) is made the term in one
+// transaction that moves the key to a term's lease and deletes the marker;
+// a place of the holder found lowest but not this handle's to grant is the
+// holder's live term, replaced as any other.
 //
 // A Store handle remembers the places it wrote or refreshed, to spare reads
 // and to know on Acquire that the holder queues; every use is checked in the
@@ -69,6 +73,10 @@ type place struct {
 	// first: a read showed key as the lowest contender key. It stays the
 	// lowest while it exists: a key created later has a higher revision.
 	first bool
+	// written: this handle's Enqueue wrote the place (it was not found,
+	// written through another handle). Only such a place is made a term
+	// here, and only once (converted).
+	written bool
 	// converted: this handle's Acquire made the place its holder's term,
 	// deleting the marker; Dequeue has nothing left to do.
 	converted bool
@@ -130,19 +138,26 @@ type placeLease struct {
 	secs       int64
 	pooled     bool
 	aliveUntil time.Time // a lower bound of its expiry on this host's clock
+	// tainted: a keep-alive this handle sent for it went unanswered, so etcd
+	// may still apply it later. Harmless to a place; such a lease never
+	// carries a term (grantPlace).
+	tainted bool
 }
 
 // Reusing place leases. A place lease carries one place (its key and
-// marker) or nothing. It enters the handle's pool only after a transaction
-// of this handle removed its place (the grant that made the place the term,
-// which moves the key off it, or Dequeue's delete), so it carries nothing;
-// the next place of the handle with the same TTL is written on it, with a
-// keep-alive sent alongside. A place lease is never pooled as a term lease
-// nor the other way round, and a handle revokes a place lease it did not
-// grant only right after its own transaction removed that lease's place
+// marker), the term that place became without a write (grantPlace), or
+// nothing. It enters the handle's pool only after a transaction of this
+// handle removed what it carried (a grant that moved the place's key off it,
+// Dequeue's delete, or the Release of the term it carried), so it carries
+// nothing; the next place of the handle with the same TTL is written on it,
+// with a keep-alive sent alongside. A place lease is never pooled as a term
+// lease nor the other way round, and a handle revokes a place lease it did
+// not grant only right after its own transaction removed that lease's place
 // (no other handle can have pooled it then). A late keep-alive for an old
-// place on a reused lease only extends the newer place: places grant
-// nothing.
+// place on a reused lease extends the newer place (or the term it became)
+// at most one TTL past its holder's own renewals: it can delay a failover,
+// never extend a holder's trust, which counts from its own keep-alives. A
+// lease with a keep-alive of this handle unanswered never carries a term.
 const maxPooledPlaces = 128
 
 // trackPlaceLease records a lease this handle just granted for a place.
@@ -222,6 +237,64 @@ func (s *Store) placeLeaseAlive(id etcdapi.LeaseID, until time.Time) {
 	defer s.placesMu.Unlock()
 	if l := s.placeLeases[id]; l != nil && until.After(l.aliveUntil) {
 		l.aliveUntil = until
+	}
+}
+
+// placeLeaseTainted records that a keep-alive sent for place lease id may
+// still be applied by etcd.
+func (s *Store) placeLeaseTainted(id etcdapi.LeaseID) {
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	if l := s.placeLeases[id]; l != nil {
+		l.tainted = true
+	}
+}
+
+// placeLeaseForTerm reports, for a place lease of secs seconds that this
+// handle granted and that carries its place, a lower bound of its expiry;
+// ok is false if the handle does not know it so, or a keep-alive for it went
+// unanswered (it must not carry a term then).
+func (s *Store) placeLeaseForTerm(id etcdapi.LeaseID, secs int64) (aliveUntil time.Time, ok bool) {
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	l := s.placeLeases[id]
+	if l == nil || l.pooled || l.tainted || l.secs != secs {
+		return time.Time{}, false
+	}
+	return l.aliveUntil, true
+}
+
+// placeLeaseToTerm moves place lease id, whose place just became term t
+// (grantPlace), from the place table to the term table: renewals keep it
+// alive for t, and once t is released here it goes back to the place pool
+// (putPool), never to the term pool.
+func (s *Store) placeLeaseToTerm(id etcdapi.LeaseID, t store.Term, aliveUntil time.Time) {
+	s.placesMu.Lock()
+	l := s.placeLeases[id]
+	delete(s.placeLeases, id)
+	s.placesMu.Unlock()
+	if l == nil {
+		return
+	}
+	s.termsMu.Lock()
+	defer s.termsMu.Unlock()
+	s.leases[id] = &ownLease{secs: l.secs, term: t, aliveUntil: aliveUntil, fromPlace: true}
+}
+
+// poolPlaceLease puts lease id, which carried a term made from a place and
+// now carries nothing, in the place pool, or revokes it if the pool is full
+// or the store closed.
+func (s *Store) poolPlaceLease(id etcdapi.LeaseID, secs int64, aliveUntil time.Time) {
+	closed := s.life.Closed()
+	s.placesMu.Lock()
+	keep := !closed && len(s.placePool[secs]) < maxPooledPlaces && len(s.placeLeases) < maxOwnLeases
+	if keep {
+		s.placeLeases[id] = &placeLease{secs: secs, pooled: true, aliveUntil: aliveUntil}
+		s.placePool[secs] = append(s.placePool[secs], id)
+	}
+	s.placesMu.Unlock()
+	if !keep {
+		s.revokeLater(id)
 	}
 }
 
@@ -370,7 +443,10 @@ func (s *Store) enqueue(ctx context.Context, name, holder string, secs int64) (i
 		}
 		if p, ok := v.byHolder[holder]; ok {
 			// Written through another handle: keep it alive from here.
-			_, _, err := s.keepAlive(rctx(ctx), p.lease)
+			_, clean, err := s.keepAlive(rctx(ctx), p.lease)
+			if !clean {
+				s.placeLeaseTainted(p.lease)
+			}
 			if errors.Is(err, etcdapi.ErrLeaseNotFound) {
 				continue // expired meanwhile
 			}
@@ -394,9 +470,12 @@ func (s *Store) refreshPlace(ctx context.Context, name string, p place) (n int, 
 	kaErr := make(chan error, 1)
 	sent := time.Now()
 	go func() {
-		ttl, _, err := s.keepAlive(rctx(ctx), p.lease)
+		ttl, clean, err := s.keepAlive(rctx(ctx), p.lease)
 		if err == nil {
 			s.placeLeaseAlive(p.lease, sent.Add(time.Duration(ttl)*time.Second))
+		}
+		if !clean {
+			s.placeLeaseTainted(p.lease)
 		}
 		kaErr <- err
 	}()
@@ -415,6 +494,7 @@ func (s *Store) refreshPlace(ctx context.Context, name string, p place) (n int, 
 		return 0, false, nil
 	}
 	if q.first && !p.first {
+		q.written = p.written
 		s.keepPlace(placeID{name, p.holder}, q)
 	}
 	return v.ahead(p.rev), true, nil
@@ -433,7 +513,10 @@ func (s *Store) newPlace(ctx context.Context, name, holder string, secs int64) (
 		// its whole ttl from about now.
 		kaErr = make(chan error, 1)
 		go func() {
-			_, _, err := s.keepAlive(rctx(ctx), lease)
+			_, clean, err := s.keepAlive(rctx(ctx), lease)
+			if !clean {
+				s.placeLeaseTainted(lease)
+			}
 			kaErr <- err
 		}()
 	} else {
@@ -488,7 +571,7 @@ func (s *Store) newPlace(ctx context.Context, name, holder string, secs int64) (
 		}
 		return 0, false, nil
 	}
-	p := place{holder: holder, key: key, marker: marker, rev: resp.Revision, lease: lease}
+	p := place{holder: holder, key: key, marker: marker, rev: resp.Revision, lease: lease, written: true}
 	v := s.queueView(name, resp.Responses[2].Kvs, resp.Responses[3].Kvs)
 	p.first = len(v.contenders) > 0 && v.contenders[0].create == p.rev
 	s.keepPlace(placeID{name, holder}, p)

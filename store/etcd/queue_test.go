@@ -1,7 +1,9 @@
 package etcd
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,13 +11,14 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
 
 // TestQueuePlaceBecomesTerm: a place ranks in etcd's queue (another
 // holder's Acquire is refused and sees the place's holder); its holder's
 // Acquire makes it the term, whose token is the place key's create
-// revision, kept on the same key; Dequeue then ends nothing, through either
-// handle; the term renews, fences and releases like any other, and Get
+// revision, kept on the same key and lease; once the term is recorded its
+// marker is gone, and Dequeue ends nothing, through either handle; the term renews, fences and releases like any other, and Get
 // then reports its token as the last one.
 func TestQueuePlaceBecomesTerm(t *testing.T) {
 	m := shared(t)
@@ -44,15 +47,12 @@ func TestQueuePlaceBecomesTerm(t *testing.T) {
 		t.Fatalf("token %d, want the place key's create revision %d", rec.Token, place.CreateRevision)
 	}
 	resp, err = cli.Get(ctx, string(place.Key))
-	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != place.CreateRevision || resp.Kvs[0].Lease == place.Lease {
-		t.Fatalf("the place key after the grant: %v, %v; want it kept (create revision %d) on another lease than the place's %x", resp, err, place.CreateRevision, place.Lease)
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != place.CreateRevision || resp.Kvs[0].Lease != place.Lease {
+		t.Fatalf("the place key after the grant: %v, %v; want it kept (create revision %d) on the place's lease %x", resp, err, place.CreateRevision, place.Lease)
 	}
-	if ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(place.Lease)); err == nil && ttl.TTL > 0 {
-		// The place's lease is revoked in the background once the term is
-		// granted; it carries nothing either way.
-		if len(ttl.Keys) != 0 {
-			t.Fatalf("the place's lease still carries %q after the grant", ttl.Keys)
-		}
+	waitRecorded(t, st, rec.Term)
+	if m, err := cli.Get(ctx, st.markerKey("job", "w")); err != nil || len(m.Kvs) != 0 {
+		t.Fatalf("w's marker once the term is recorded: %v, %v; want it gone", m, err)
 	}
 	for _, h := range []*Store{st, other} {
 		if err := h.Dequeue(ctx, "job", "w"); err != nil {
@@ -123,9 +123,10 @@ func TestQueueElectionValueIsNotAPlace(t *testing.T) {
 }
 
 // TestQueuePlaceLeaseReused: the lease of a place that became a term carries
-// nothing and backs the handle's next place (no grant, no revocation), with
-// the keep-alive sent alongside restoring its TTL; the next place ranks
-// behind the term it came after.
+// the term; once the term is released it carries nothing and backs the
+// handle's next place (no grant, no revocation), with the keep-alive sent
+// alongside restoring its TTL; the next place ranks behind the term it came
+// after.
 func TestQueuePlaceLeaseReused(t *testing.T) {
 	m := shared(t)
 	prefix := uniquePrefix("qreuse")
@@ -151,12 +152,17 @@ func TestQueuePlaceLeaseReused(t *testing.T) {
 	if err := st.Dequeue(ctx, "job", "w"); err != nil {
 		t.Fatal(err)
 	}
+	waitRecorded(t, st, rec.Term)
 	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(first.lease), clientv3.WithAttachedKeys())
-	if err != nil || ttl.TTL <= 0 || len(ttl.Keys) != 0 {
-		t.Fatalf("the first place's lease after the grant: %+v, %v; want it alive (pooled), carrying nothing", ttl, err)
+	if err != nil || ttl.TTL <= 0 || len(ttl.Keys) != 1 {
+		t.Fatalf("the first place's lease after the grant: %+v, %v; want it alive, carrying the term's key alone", ttl, err)
 	}
 	if err := st.Release(ctx, rec.Term); err != nil {
 		t.Fatal(err)
+	}
+	ttl, err = cli.TimeToLive(ctx, clientv3.LeaseID(first.lease), clientv3.WithAttachedKeys())
+	if err != nil || ttl.TTL <= 0 || len(ttl.Keys) != 0 {
+		t.Fatalf("the first place's lease after the release: %+v, %v; want it alive (pooled), carrying nothing", ttl, err)
 	}
 	if n, err := st.Enqueue(ctx, "job", "w", 10*time.Second); err != nil || n != 0 {
 		t.Fatalf("Enqueue again = %d, %v", n, err)
@@ -208,5 +214,167 @@ func TestQueueTwoHoldersOneHandle(t *testing.T) {
 	y, err := st.Acquire(ctx, "job", "y", 10*time.Second, "")
 	if err != nil || y.Token <= x.Token {
 		t.Fatalf("y's Acquire after x released = %+v, %v; want a token above %d", y, err, x.Token)
+	}
+}
+
+// waitRecorded waits until st has written the record of term t, made from a
+// place without a write (grantPlace's recordPlace).
+func waitRecorded(t *testing.T, st *Store, term store.Term) {
+	t.Helper()
+	ti, ok := st.recall(term)
+	if !ok {
+		t.Fatalf("the handle does not know term %v", term)
+	}
+	if ti.recorded == nil {
+		t.Fatalf("term %v was not made from a place without a write", term)
+	}
+	<-ti.recorded
+}
+
+// writeGate holds every transaction that writes (a put or a delete) while
+// it is shut, as a network that delays them would; reads pass.
+type writeGate struct {
+	etcdapi.Client
+	mu   sync.Mutex
+	open chan struct{} // closed while the gate is open
+}
+
+func newWriteGate(cli etcdapi.Client) *writeGate {
+	g := &writeGate{Client: cli, open: make(chan struct{})}
+	close(g.open)
+	return g
+}
+
+func (g *writeGate) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		g.open = make(chan struct{})
+	default:
+	}
+}
+
+func (g *writeGate) lift() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+func (g *writeGate) Txn(ctx context.Context, cmps []etcdapi.Cmp, then, els []etcdapi.Op) (*etcdapi.TxnResponse, error) {
+	for _, op := range append(append([]etcdapi.Op(nil), then...), els...) {
+		if op.Kind == etcdapi.OpRange {
+			continue
+		}
+		g.mu.Lock()
+		open := g.open
+		g.mu.Unlock()
+		select {
+		case <-open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		break
+	}
+	return g.Client.Txn(ctx, cmps, then, els)
+}
+
+// TestQueueGrantWithoutWrite: the holder whose place is first is granted
+// while every write is held back: the grant is a read, as etcd's Mutex
+// takes the lock. Meanwhile the place shows as the holder's term to
+// everyone, another holder is refused, and another handle of the same
+// holder gets a new term with a higher token (the place is a live term of
+// that holder, never a place to grant twice), which ends the first. The
+// term's record (its metadata) lands once writes pass. The control: a place
+// whose lease cannot carry the term (another TTL) needs a write, and its
+// grant waits for the gate.
+func TestQueueGrantWithoutWrite(t *testing.T) {
+	m := shared(t)
+	prefix := uniquePrefix("qfree")
+	base := openStore(t, prefix, m.clientURL)
+	gate := newWriteGate(base.cli)
+	st, err := NewOnAPI(gate, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gate.lift(); st.Close() })
+	other := openStore(t, prefix, m.clientURL)
+	ctx := testCtx(t, 30*time.Second)
+
+	// The control first: a place of 10 s, a term of 20 s.
+	if n, err := st.Enqueue(ctx, "ctl", "w", 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("Enqueue = %d, %v; want 0 ahead", n, err)
+	}
+	gate.shut()
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = st.Acquire(short, "ctl", "w", 20*time.Second, "")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire of a 20 s term from a 10 s place while writes are held: %v; want it held until its deadline", err)
+	}
+	gate.lift()
+
+	if n, err := st.Enqueue(ctx, "job", "w", 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("Enqueue = %d, %v; want 0 ahead", n, err)
+	}
+	p, _ := st.placeOf(placeID{"job", "w"})
+	gate.shut()
+	rec, err := st.Acquire(ctx, "job", "w", 10*time.Second, "meta")
+	if err != nil || rec.Token != p.rev || rec.Remaining < 5*time.Second {
+		t.Fatalf("Acquire by the first place's holder while writes are held = %+v, %v; want the place's token %d", rec, err, p.rev)
+	}
+	got, err := other.Get(ctx, "job")
+	if err != nil || got.Holder != "w" || got.Token != rec.Token || !got.Live() {
+		t.Fatalf("Get before the term's record = %+v, %v; want w's live term %d", got, err, rec.Token)
+	}
+	if r, err := other.Acquire(ctx, "job", "x", 10*time.Second, ""); !errors.Is(err, store.ErrHeld) || r.Holder != "w" {
+		t.Fatalf("another holder's Acquire = %+v, %v; want ErrHeld by w", r, err)
+	}
+	again, err := other.Acquire(ctx, "job", "w", 10*time.Second, "")
+	if err != nil || again.Token <= rec.Token {
+		t.Fatalf("w's Acquire through another handle = %+v, %v; want a new term above %d", again, err, rec.Token)
+	}
+	gate.lift()
+	waitRecorded(t, st, rec.Term)
+	if _, err := st.Renew(ctx, rec.Term, 10*time.Second); !errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("Renew of the replaced term: %v, want ErrNotHeld", err)
+	}
+	got, err = other.Get(ctx, "job")
+	if err != nil || got.Term != again.Term {
+		t.Fatalf("Get after the late record = %+v, %v; want the new term %v (the late record must not overwrite it)", got, err, again.Term)
+	}
+	if err := other.Release(ctx, again.Term); err != nil {
+		t.Fatal(err)
+	}
+
+	// The record of an unreplaced term lands once writes pass.
+	if n, err := st.Enqueue(ctx, "job2", "w", 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("Enqueue = %d, %v; want 0 ahead", n, err)
+	}
+	gate.shut()
+	rec, err = st.Acquire(ctx, "job2", "w", 10*time.Second, "meta")
+	if err != nil {
+		t.Fatalf("Acquire while writes are held: %v", err)
+	}
+	if got, err := other.Get(ctx, "job2"); err != nil || got.Term != rec.Term || got.Metadata != "" {
+		t.Fatalf("Get before the record = %+v, %v; want %v with no metadata yet", got, err, rec.Term)
+	}
+	gate.lift()
+	waitRecorded(t, st, rec.Term)
+	if got, err := other.Get(ctx, "job2"); err != nil || got.Term != rec.Term || got.Metadata != "meta" {
+		t.Fatalf("Get after the record = %+v, %v; want %v with its metadata", got, err, rec.Term)
+	}
+	if _, err := other.Renew(ctx, rec.Term, 10*time.Second); err != nil {
+		t.Fatalf("Renew through another handle: %v", err)
+	}
+	if err := st.Release(ctx, rec.Term); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := other.Get(ctx, "job2"); err != nil || got.Holder != "" || got.Token != rec.Token {
+		t.Fatalf("Get after Release = %+v, %v; want no holder, last token %d", got, err, rec.Token)
 	}
 }

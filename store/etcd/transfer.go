@@ -57,6 +57,9 @@ func (s *Store) Transfer(ctx context.Context, t store.Term, to string, ttl time.
 
 func (s *Store) transfer(ctx context.Context, t store.Term, to string, ttl time.Duration, secs int64, metadata string) (store.Record, error) {
 	ti, err := s.lookup(ctx, t)
+	if err == nil {
+		err = s.waitRecorded(ctx, ti)
+	}
 	if err != nil {
 		return store.Record{}, err
 	}

@@ -76,6 +76,12 @@ func ValueIs(key, v string) Cmp { return Cmp{Key: key, Target: TargetValue, Valu
 // LeaseIs is the comparison key's lease = id.
 func LeaseIs(key string, id LeaseID) Cmp { return Cmp{Key: key, Target: TargetLease, Int: int64(id)} }
 
+// ModRevisionBelow is the comparison key's mod revision < rev (a missing key
+// has mod revision 0).
+func ModRevisionBelow(key string, rev int64) Cmp {
+	return Cmp{Key: key, Target: TargetMod, Relation: Less, Int: rev}
+}
+
 // NoKeyIn is the comparison no key in [start, end) exists.
 func NoKeyIn(start, end string) Cmp {
 	return Cmp{Key: start, RangeEnd: end, Target: TargetCreate, Int: 0}
