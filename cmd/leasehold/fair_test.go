@@ -239,14 +239,24 @@ func fairRun(t *testing.T, url string, timings []string, queued func() []string,
 		cmd  *exec.Cmd
 		done chan struct{} // closed once the process has exited
 		err  error
-		out  strings.Builder
+		out  string // the file of its output
+	}
+	output := func(p *proc) string {
+		b, _ := os.ReadFile(p.out)
+		return string(b)
 	}
 	start := func(name string, wait string) *proc {
 		args := append([]string{"run", "--fair", "--store", url, "--lease", "fair-job", "--identity", name}, timings...)
 		args = append(args, "--", "sh", "-c", script)
 		p := &proc{cmd: exec.Command(leaseholdBin, args...), done: make(chan struct{})}
 		p.cmd.Env = append(os.Environ(), "LEASEHOLD_STORE=", "ORDER="+order, "WAIT="+wait)
-		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+		p.out = filepath.Join(dir, name+".log")
+		f, err := os.Create(p.out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close() // the process has its own copy once started
+		p.cmd.Stdout, p.cmd.Stderr = f, f
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +290,14 @@ func fairRun(t *testing.T, url string, timings []string, queued func() []string,
 	waitUntil(t, 30*time.Second, "a to hold the lease", func() bool { return len(lines()) == 2 })
 	if placesWritten != nil {
 		if n := placesWritten(); n != 0 {
-			t.Fatalf("a took a free lease with nobody queued, yet places were written: %d; want none", n)
+			// An attempt whose outcome is unknown (a store slow beyond the
+			// renew deadline, as under CI's load) is followed by a place:
+			// a then waits as any waiter.
+			if out := output(a); strings.Contains(out, "acquire failed") {
+				t.Logf("a queued after an attempt failed; %d places were written:\n%s", n, out)
+			} else {
+				t.Fatalf("a took a free lease with nobody queued, yet places were written: %d; want none\n%s", n, out)
+			}
 		}
 	}
 	b := start("b", "")
@@ -299,10 +316,10 @@ func fairRun(t *testing.T, url string, timings []string, queued func() []string,
 		select {
 		case <-p.done:
 			if p.err != nil {
-				t.Fatalf("%v: %v\n%s", p.cmd.Args[:8], p.err, p.out.String())
+				t.Fatalf("%v: %v\n%s", p.cmd.Args[:8], p.err, output(p))
 			}
 		case <-time.After(60 * time.Second):
-			t.Fatalf("%v did not finish\n%s", p.cmd.Args[:8], p.out.String())
+			t.Fatalf("%v did not finish\n%s", p.cmd.Args[:8], output(p))
 		}
 	}
 	got := lines()

@@ -411,7 +411,16 @@ func twoRuns(t *testing.T, storeURL string) {
 	// one retry period, had a renewal failed) before it was killed, so the
 	// store let b in no earlier than a lease duration after that: b did not
 	// take over early.
-	if earliest := killedAt.Add(leaseDuration - renewInterval - retryPeriod); bStart.at.Before(earliest) {
+	earliest := killedAt.Add(leaseDuration - renewInterval - retryPeriod)
+	switch aLog := a.log(); {
+	case !bStart.at.Before(earliest):
+	case strings.Contains(aLog, "term ended"):
+		// a's renewals failed (a store slow beyond their deadline, as under
+		// CI's load) and its term ended before it was killed: it stopped its
+		// command and gave the lease back, and b took it at once, as it
+		// should.
+		t.Logf("a's term ended before it was killed; b took over %v after the kill:\n%s", bStart.at.Sub(killedAt), aLog)
+	default:
 		t.Fatalf("b took over %v after a was killed, before a's lease could expire (lease %v, renewed every %v)", bStart.at.Sub(killedAt), leaseDuration, renewInterval)
 	}
 	ar := a.record()

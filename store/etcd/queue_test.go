@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/etcd/internal/etcdapi"
 )
@@ -376,5 +378,135 @@ func TestQueueGrantWithoutWrite(t *testing.T) {
 	}
 	if got, err := other.Get(ctx, "job2"); err != nil || got.Holder != "" || got.Token != rec.Token {
 		t.Fatalf("Get after Release = %+v, %v; want no holder, last token %d", got, err, rec.Token)
+	}
+}
+
+// requestLog records, in order, the requests a Store handle sends through
+// it: each transaction as "txn-read" (no put or delete in it: etcd serves
+// it on its read path) or "txn-write", and the other calls by name.
+type requestLog struct {
+	etcdapi.Client
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *requestLog) add(what string) {
+	r.mu.Lock()
+	r.log = append(r.log, what)
+	r.mu.Unlock()
+}
+
+// since returns the requests after the first n.
+func (r *requestLog) since(n int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.log[n:]...)
+}
+
+func (r *requestLog) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.log)
+}
+
+func (r *requestLog) Txn(ctx context.Context, cmps []etcdapi.Cmp, then, els []etcdapi.Op) (*etcdapi.TxnResponse, error) {
+	kind := "txn-read"
+	for _, op := range append(append([]etcdapi.Op(nil), then...), els...) {
+		if op.Kind != etcdapi.OpRange {
+			kind = "txn-write"
+		}
+	}
+	r.add(kind)
+	return r.Client.Txn(ctx, cmps, then, els)
+}
+
+func (r *requestLog) Range(ctx context.Context, op etcdapi.Op) (*etcdapi.OpResponse, error) {
+	r.add("range")
+	return r.Client.Range(ctx, op)
+}
+
+func (r *requestLog) Grant(ctx context.Context, ttl int64) (etcdapi.LeaseID, int64, error) {
+	r.add("grant")
+	return r.Client.Grant(ctx, ttl)
+}
+
+func (r *requestLog) TimeToLive(ctx context.Context, id etcdapi.LeaseID) (int64, int64, error) {
+	r.add("time-to-live")
+	return r.Client.TimeToLive(ctx, id)
+}
+
+func (r *requestLog) KeepAliveOnce(ctx context.Context, id etcdapi.LeaseID) (int64, error) {
+	r.add("keep-alive")
+	return r.Client.KeepAliveOnce(ctx, id)
+}
+
+// TestFairHandoffIsOneRead: a fair Lock waiting in etcd's queue right
+// behind the holder takes the lock, once the holder releases, with the
+// watch event and one read: the first request its handle sends after the
+// release is a read-only transaction, and it is granted before it sends
+// any other (the term's record follows). As etcd's Election waits for its
+// predecessor's delete and reads once. Control, by hand: with the grant
+// made by the transaction that writes the record (grantPlace off), the
+// first request is a write.
+func TestFairHandoffIsOneRead(t *testing.T) {
+	m := shared(t)
+	prefix := uniquePrefix("qread")
+	holderSt := openStore(t, prefix, m.clientURL)
+	base := openStore(t, prefix, m.clientURL)
+	reqs := &requestLog{Client: base.cli}
+	st, err := NewOnAPI(reqs, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := testCtx(t, 30*time.Second)
+	h, err := holderSt.Acquire(ctx, "job", "h", 10*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter is settled once it was refused three times: its first
+	// try (on the queue's being empty), its try once queued, and its try
+	// once its watch was made. It then waits on the watch.
+	settled := make(chan struct{})
+	var refusals atomic.Int32
+	lk, err := leasehold.NewLock(st, "job", leasehold.Config{Identity: "w", Timings: lockTimings(), Fair: true,
+		OnEvent: func(ev leasehold.Event) {
+			if ev.Kind == leasehold.EventAcquireAttempt && errors.Is(ev.Err, store.ErrHeld) && refusals.Add(1) == 3 {
+				close(settled)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *leasehold.Lease, 1)
+	go func() {
+		l, err := lk.Acquire(ctx)
+		if err != nil {
+			t.Errorf("the waiter's Acquire: %v", err)
+		}
+		got <- l
+	}()
+	waitDone(t, settled, "the waiter settled behind the holder")
+	mark := reqs.len()
+	if err := holderSt.Release(ctx, h.Term); err != nil {
+		t.Fatal(err)
+	}
+	l := waitDone(t, got, "the waiter's grant")
+	if l == nil {
+		return
+	}
+	after := reqs.since(mark)
+	beforeWrite := after
+	for i, r := range after {
+		if r == "txn-write" {
+			beforeWrite = after[:i]
+			break
+		}
+	}
+	if len(beforeWrite) != 1 || beforeWrite[0] != "txn-read" {
+		t.Fatalf("the waiter's requests from the release to its grant (and its record's write after): %v; want one read-only transaction before any other", after)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
