@@ -111,9 +111,15 @@ func (s *Store) grantPlace(ctx context.Context, name, holder string, ttl time.Du
 	}
 	sent := time.Now()
 	aliveUntil, usable := s.placeLeaseForTerm(p.lease, secs)
-	if !usable {
+	if !usable || !s.claimPlace(id, p.rev) {
 		return store.Record{}, false, nil
 	}
+	granted := false
+	defer func() {
+		if !granted {
+			s.unclaimPlace(id, p.rev)
+		}
+	}()
 	var kaDone chan keepAliveResult
 	if aliveUntil.Sub(sent) < ttl-freshSlack(ttl) {
 		kaDone = make(chan keepAliveResult, 1)
@@ -144,8 +150,7 @@ func (s *Store) grantPlace(ctx context.Context, name, holder string, ttl time.Du
 		return store.Record{}, false, nil
 	}
 	term := store.Term{Name: name, Holder: holder, Token: p.rev}
-	p.converted = true
-	s.keepPlace(id, p)
+	granted = true // the claim stands: the place is the term
 	s.placeLeaseToTerm(p.lease, term, aliveUntil)
 	recorded := make(chan struct{})
 	s.remember(term, termInfo{key: p.key, lease: p.lease, metadata: metadata, recorded: recorded})
@@ -299,6 +304,13 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 	for attempt := 0; attempt < 8; attempt++ {
 		var cmps []etcdapi.Cmp
 		var then []etcdapi.Op
+		claimed := queued && s.claimPlace(id, p.rev)
+		if queued && !claimed {
+			// Made a term (or being made one) meanwhile by another call
+			// through this handle: a term of this holder's, not a place.
+			queued = false
+			continue
+		}
 		if queued {
 			cmps, then = s.convertOps(name, p, lease, metadata, ttl)
 		} else {
@@ -319,6 +331,12 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 				etcdapi.Put(rk, string(rv), etcdapi.NoLease))
 		}
 		resp, err := s.cli.Txn(rctx(ctx), cmps, then, []etcdapi.Op{contendersOp(pfx), etcdapi.Get(rk), etcdapi.GetPrefix(s.markerPrefix(name))})
+		if claimed && (err != nil || !resp.Succeeded) {
+			// The transaction did not make the place the term (or its
+			// outcome is unknown: the key then goes with the lease, which
+			// is revoked, and the marker with the place's lease).
+			s.unclaimPlace(id, p.rev)
+		}
 		if err != nil {
 			if pooled && errors.Is(err, etcdapi.ErrLeaseNotFound) {
 				return store.Record{}, errPooledGone // etcd refused the whole transaction
@@ -338,11 +356,10 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			term = store.Term{Name: name, Holder: holder, Token: resp.Revision}
 			key := myKey
 			if queued {
-				// The place is the term: its key, and its create revision as
-				// the token. Its own lease carries nothing now.
+				// The place is the term (claimed above): its key, and its
+				// create revision as the token. Its own lease carries
+				// nothing now.
 				term.Token, key = p.rev, p.key
-				p.converted = true
-				s.keepPlace(id, p)
 				s.placeLeaseFreed(p.lease)
 			}
 			s.remember(term, termInfo{key: key, lease: lease, metadata: metadata})

@@ -101,7 +101,41 @@ func (s *Store) keepPlace(id placeID, p place) {
 	if len(s.places) >= maxPlaces {
 		clear(s.places)
 	}
+	if old, ok := s.places[id]; ok && old.rev == p.rev {
+		// A read of the same place: what this handle knows of it stays
+		// (a place it wrote stays its own, one it made a term stays one,
+		// whatever another goroutine read meanwhile).
+		p.written = p.written || old.written
+		p.converted = p.converted || old.converted
+	}
 	s.places[id] = p
+}
+
+// claimPlace marks id's place, at create revision rev, as made a term
+// before the request that makes it one is sent, so that no other goroutine
+// of this handle makes it a term too (both would get its token). It
+// reports false if the place is not this handle's to make a term, or is
+// one already (or is being made one). unclaimPlace takes the mark back
+// when that request did not apply.
+func (s *Store) claimPlace(id placeID, rev int64) bool {
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	p, ok := s.places[id]
+	if !ok || p.rev != rev || p.converted {
+		return false
+	}
+	p.converted = true
+	s.places[id] = p
+	return true
+}
+
+func (s *Store) unclaimPlace(id placeID, rev int64) {
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	if p, ok := s.places[id]; ok && p.rev == rev {
+		p.converted = false
+		s.places[id] = p
+	}
 }
 
 // placeTaken reports whether this handle made id's last place a term.

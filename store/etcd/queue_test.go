@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -508,5 +509,45 @@ func TestFairHandoffIsOneRead(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestQueueGrantOnceAcrossGoroutines: Acquires of one holder, sent at once
+// through the handle whose place is first, never get the same token: the
+// place is made a term by one of them, and the others replace that term
+// (a live term of the same holder) with terms of their own, higher tokens.
+// Control, by hand: with the claim on the place taken out (every call may
+// make it a term), two of them get the place's token.
+func TestQueueGrantOnceAcrossGoroutines(t *testing.T) {
+	m := shared(t)
+	st := openStore(t, uniquePrefix("qonce"), m.clientURL)
+	ctx := testCtx(t, 30*time.Second)
+	for round := range 5 {
+		name := fmt.Sprintf("job%d", round)
+		if n, err := st.Enqueue(ctx, name, "w", 10*time.Second); err != nil || n != 0 {
+			t.Fatalf("Enqueue = %d, %v; want 0 ahead", n, err)
+		}
+		const k = 4
+		tokens := make(chan int64, k)
+		var wg sync.WaitGroup
+		for range k {
+			wg.Go(func() {
+				rec, err := st.Acquire(ctx, name, "w", 10*time.Second, "")
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				tokens <- rec.Token
+			})
+		}
+		wg.Wait()
+		close(tokens)
+		seen := map[int64]bool{}
+		for tok := range tokens {
+			if seen[tok] {
+				t.Fatalf("round %d: token %d granted to two Acquires", round, tok)
+			}
+			seen[tok] = true
+		}
 	}
 }
