@@ -134,9 +134,10 @@ func (s *Store) grantPlace(ctx context.Context, name, holder string, ttl time.Du
 		if !r.clean {
 			s.placeLeaseTainted(p.lease)
 		}
-		if r.err != nil {
-			// The place's lease was not kept alive: acquire as usual (a
-			// grant moves the key to a term lease, or finds it gone).
+		if r.err != nil || !r.clean {
+			// The place's lease was not kept alive, or a keep-alive for it
+			// may still land: acquire as usual (a grant moves the key to a
+			// term lease, or finds it gone).
 			return store.Record{}, false, nil
 		}
 		aliveUntil = sent.Add(time.Duration(r.ttl) * time.Second)

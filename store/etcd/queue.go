@@ -312,7 +312,7 @@ func (s *Store) placeLeaseToTerm(id etcdapi.LeaseID, t store.Term, aliveUntil ti
 	}
 	s.termsMu.Lock()
 	defer s.termsMu.Unlock()
-	s.leases[id] = &ownLease{secs: l.secs, term: t, aliveUntil: aliveUntil, fromPlace: true}
+	s.leases[id] = &ownLease{secs: l.secs, term: t, aliveUntil: aliveUntil, fromPlace: true, tainted: l.tainted}
 }
 
 // poolPlaceLease puts lease id, which carried a term made from a place and
