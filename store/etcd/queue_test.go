@@ -358,10 +358,18 @@ func TestQueueGrantWithoutWrite(t *testing.T) {
 	if n, err := st.Enqueue(ctx, "job2", "w", 10*time.Second); err != nil || n != 0 {
 		t.Fatalf("Enqueue = %d, %v; want 0 ahead", n, err)
 	}
+	// The place's lease was granted before Enqueue returned, so it ends no
+	// sooner than that plus its TTL: the grant, sent no keep-alive (the lease
+	// is fresh), must not promise more than that.
+	placed := time.Now()
 	gate.shut()
 	rec, err = st.Acquire(ctx, "job2", "w", 10*time.Second, "meta")
+	answered := time.Now()
 	if err != nil {
 		t.Fatalf("Acquire while writes are held: %v", err)
+	}
+	if until := answered.Add(rec.Remaining); until.After(placed.Add(10 * time.Second)) {
+		t.Fatalf("the grant's Remaining %v runs %v past the place lease's surest end (its grant's send + 10 s)", rec.Remaining, until.Sub(placed.Add(10*time.Second)))
 	}
 	if got, err := other.Get(ctx, "job2"); err != nil || got.Term != rec.Term || got.Metadata != "" {
 		t.Fatalf("Get before the record = %+v, %v; want %v with no metadata yet", got, err, rec.Term)
