@@ -174,23 +174,16 @@ func (s *Store) recordPlace(name string, p place, metadata string, ttl time.Dura
 	defer close(done)
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
-	pfx, rk := s.lockPrefix(name), s.recordKey(name)
-	rv, _ := json.Marshal(recordValue{Holder: p.holder, Key: p.key[len(pfx):], Lease: int64(p.lease), Metadata: metadata,
-		TTLms: ttl.Milliseconds(), Token: p.rev})
+	rk, rv := s.recordKey(name), s.placeTermRecord(name, p, p.lease, metadata, ttl)
+	// The grant saw the place lowest: it stays so while it exists.
+	p.first = true
+	cmps := append(s.placeCmps(name, p), etcdapi.LeaseIs(p.key, p.lease))
+	ops := s.placeTermOps(name, p, p.lease, rv)
 	for attempt := 0; ; attempt++ {
-		resp, err := s.cli.Txn(rctx(ctx), []etcdapi.Cmp{
-			etcdapi.CreateRevisionIs(p.marker, p.rev),
-			etcdapi.CreateRevisionIs(p.key, p.rev),
-			etcdapi.ValueIs(p.key, p.holder),
-			etcdapi.LeaseIs(p.key, p.lease),
-		}, []etcdapi.Op{
-			etcdapi.Put(p.key, p.holder, p.lease),
-			etcdapi.Delete(p.marker, false),
-			etcdapi.Put(rk, string(rv), etcdapi.NoLease),
-		}, nil)
+		resp, err := s.cli.Txn(rctx(ctx), cmps, ops, nil)
 		if err == nil && !resp.Succeeded {
 			_, err = s.cli.Txn(rctx(ctx), []etcdapi.Cmp{etcdapi.ModRevisionBelow(rk, p.rev)},
-				[]etcdapi.Op{etcdapi.Put(rk, string(rv), etcdapi.NoLease)}, nil)
+				[]etcdapi.Op{etcdapi.Put(rk, rv, etcdapi.NoLease)}, nil)
 		}
 		if err == nil || ctx.Err() != nil {
 			return
@@ -467,14 +460,26 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 // key is put on the term's lease, keeping its create revision, which is the
 // token; the record notes it (Token), as its own mod revision is later.
 func (s *Store) convertOps(name string, p place, lease etcdapi.LeaseID, metadata string, ttl time.Duration) ([]etcdapi.Cmp, []etcdapi.Op) {
-	pfx := s.lockPrefix(name)
-	cmps := s.placeCmps(name, p)
-	rv, _ := json.Marshal(recordValue{Holder: p.holder, Key: p.key[len(pfx):], Lease: int64(lease), Metadata: metadata,
+	return s.placeCmps(name, p), s.placeTermOps(name, p, lease, s.placeTermRecord(name, p, lease, metadata, ttl))
+}
+
+// placeTermRecord is the name's record of the term place p becomes, on etcd
+// lease lease: its token is the place key's create revision.
+func (s *Store) placeTermRecord(name string, p place, lease etcdapi.LeaseID, metadata string, ttl time.Duration) string {
+	rv, _ := json.Marshal(recordValue{Holder: p.holder, Key: p.key[len(s.lockPrefix(name)):], Lease: int64(lease), Metadata: metadata,
 		TTLms: ttl.Milliseconds(), Token: p.rev})
-	return cmps, []etcdapi.Op{
+	return string(rv)
+}
+
+// placeTermOps record place p as its holder's term: its key put on lease
+// (keeping its create revision), its marker deleted, and the name's record
+// rv written (convertOps, which moves the key to a term's lease, and
+// recordPlace, which keeps it on the place's).
+func (s *Store) placeTermOps(name string, p place, lease etcdapi.LeaseID, rv string) []etcdapi.Op {
+	return []etcdapi.Op{
 		etcdapi.Put(p.key, p.holder, lease),
 		etcdapi.Delete(p.marker, false),
-		etcdapi.Put(s.recordKey(name), string(rv), etcdapi.NoLease),
+		etcdapi.Put(s.recordKey(name), rv, etcdapi.NoLease),
 	}
 }
 
