@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strings"
@@ -130,18 +131,20 @@ func (e *kubeEnv) newLoggedStore(who string) (*lhkube.Store, *kubeLog, error) {
 // kubeHandoffDiag runs n hand-offs (release 150 ms after the waiter
 // started) of each of leasehold's libraries on Kubernetes and reports the
 // requests between the release call and the waiter's acquire returning.
-func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl time.Duration, n int) {
+func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl, earlyMax time.Duration, n int) {
 	n = min(n, 20)
-	fmt.Fprintf(w, "\n== Kubernetes hand-off, where the time goes: two contenders, a Store each; %d hand-offs per library, release 150 ms after the waiter started; requests sent between the release call and the waiter's acquire returning (rel: the releaser's, wait: the waiter's), per hand-off\n", n)
+	fmt.Fprintf(w, "\n== Kubernetes hand-off, where the time goes: two contenders, a Store each; %d hand-offs per library, release 150 ms after the waiter started (right after: at a random point of its first %v); requests sent between the release call and the waiter's acquire returning (rel: the releaser's, wait: the waiter's), per hand-off\n", n, earlyMax)
 	type mk func(st store.Store) *lib
 	variants := []struct {
-		name string
-		mk   mk
+		name  string
+		mk    mk
+		early bool // release at a random point of the waiter's first earlyMax
 	}{
-		{"Elector", func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, "", false) }},
-		{"Lock", func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, "", false) }},
-		{"Lock (fair)", func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, "", true) }},
-		{"Elector (fair)", func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, "", true) }},
+		{"Elector", func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, "", false) }, false},
+		{"Lock", func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, "", false) }, false},
+		{"Lock (fair)", func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, "", true) }, false},
+		{"Elector (fair)", func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, "", true) }, false},
+		{"Elector (fair), right after", func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, "", true) }, true},
 	}
 	for _, v := range variants {
 		stA, logA, err := e.newLoggedStore("A")
@@ -175,7 +178,9 @@ func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl time.Dura
 		holder, waiter := a, b
 		counts := map[string]int{}
 		var took []float64
-		var timeline string
+		var timeline, slowLine string
+		var samples []string // right after: one line per hand-off
+		var slowest float64
 		for i := 0; i < n && ctx.Err() == nil; i++ {
 			sctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 			ch := make(chan acqResult, 1)
@@ -184,7 +189,11 @@ func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl time.Dura
 				hw, err := waiter.acquire(sctx)
 				ch <- acqResult{hw, time.Now(), err}
 			}()
-			wait(sctx, time.Until(started.Add(150*time.Millisecond)))
+			delay := 150 * time.Millisecond
+			if v.early {
+				delay = time.Duration(rand.Int64N(int64(earlyMax)))
+			}
+			wait(sctx, time.Until(started.Add(delay)))
 			rel := time.Now()
 			if err := h.release(sctx); err != nil {
 				logf("kube diag %s: release: %v", v.name, err)
@@ -200,18 +209,27 @@ func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl time.Dura
 			reqs := append(logs[holder].between(rel, res.at), logs[waiter].between(rel, res.at)...)
 			sort.Slice(reqs, func(i, j int) bool { return reqs[i].sent.Before(reqs[j].sent) })
 			var tl strings.Builder
-			fmt.Fprintf(&tl, "    %7.2f  release call (returned at %.2f)\n", 0.0, ms(relDone.Sub(rel)))
+			fmt.Fprintf(&tl, "    %7.2f  release call, %.1f ms after the waiter started (returned at %.2f)\n", 0.0, ms(rel.Sub(started)), ms(relDone.Sub(rel)))
+			for _, r := range logs[waiter].between(started, rel) {
+				if !strings.HasPrefix(r.what, "event") {
+					fmt.Fprintf(&tl, "    %7.2f  wait %-13s answered at %7.2f%s (sent before the release)\n", ms(r.sent.Sub(rel)), r.what, ms(r.done.Sub(rel)), statusNote(r.status))
+				}
+			}
+			for _, r := range logs[holder].between(started, rel) {
+				if !strings.HasPrefix(r.what, "event") && r.done.After(rel) {
+					fmt.Fprintf(&tl, "    %7.2f  rel  %-13s answered at %7.2f%s (sent before the release)\n", ms(r.sent.Sub(rel)), r.what, ms(r.done.Sub(rel)), statusNote(r.status))
+				}
+			}
+			var seq []string // this hand-off's requests, in order, for its one-line summary
 			for _, r := range reqs {
 				side := "wait"
 				if logs[holder].who == r.who {
 					side = "rel"
 				}
+				st := statusNote(r.status)
 				if !strings.HasPrefix(r.what, "event") {
 					counts[side+" "+r.what]++
-				}
-				st := ""
-				if r.status != 0 && r.status != 200 && r.status != 201 {
-					st = fmt.Sprintf(" -> %d", r.status)
+					seq = append(seq, side+" "+r.what+st)
 				}
 				if r.done.Equal(r.sent) {
 					fmt.Fprintf(&tl, "    %7.2f  %-4s %s\n", ms(r.sent.Sub(rel)), side, r.what)
@@ -220,8 +238,14 @@ func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl time.Dura
 				}
 			}
 			fmt.Fprintf(&tl, "    %7.2f  acquire returned\n", ms(res.at.Sub(rel)))
+			if v.early {
+				samples = append(samples, fmt.Sprintf("    %6.2f ms  (release %4.1f ms after the waiter started)  %s\n", took[len(took)-1], ms(rel.Sub(started)), strings.Join(seq, ", ")))
+			}
 			if i == n-1 {
 				timeline = tl.String()
+			}
+			if t := took[len(took)-1]; t > slowest {
+				slowest, slowLine = t, tl.String()
 			}
 			h = res.h
 			holder, waiter = waiter, holder
@@ -241,5 +265,20 @@ func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl time.Dura
 		fmt.Fprintf(tw, "  %s\thand-offs %d\tp50 %.2f ms\tmin %.2f ms\t%s\n", v.name, len(took), took[len(took)/2], took[0], perCycle(counts, len(took)))
 		tw.Flush()
 		fmt.Fprintf(w, "   the last one (ms from the release call):\n%s", timeline)
+		if slowLine != timeline {
+			fmt.Fprintf(w, "   the slowest one:\n%s", slowLine)
+		}
+		if len(samples) > 0 {
+			fmt.Fprintf(w, "   each hand-off, in order: ms from the release call, and the requests sent from it to the grant:\n%s", strings.Join(samples, ""))
+		}
 	}
+}
+
+// statusNote is " -> N" for an answer other than 200 or 201 (a conflict:
+// 409), and "" otherwise.
+func statusNote(status int) string {
+	if status != 0 && status != 200 && status != 201 {
+		return fmt.Sprintf(" -> %d", status)
+	}
+	return ""
 }

@@ -265,7 +265,7 @@ func runAll(ctx context.Context, o options, args []string) (*Results, error) {
 		var b strings.Builder
 		runDiag(ctx, &b, &e, o.diag)
 		if e.kube != nil {
-			kubeHandoffDiag(ctx, &b, e.kube, o.kubeTTL, o.diag)
+			kubeHandoffDiag(ctx, &b, e.kube, o.kubeTTL, o.earlyMax, o.diag)
 		}
 		r.Diag = b.String()
 	}
