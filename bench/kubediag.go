@@ -144,6 +144,7 @@ func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl, earlyMax
 		{"Lock", func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, "", false) }, false},
 		{"Lock (fair)", func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, "", true) }, false},
 		{"Elector (fair)", func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, "", true) }, false},
+		{"Lock (fair), right after", func(st store.Store) *lib { return lhLock1("kubernetes", st, ttl, "", true) }, true},
 		{"Elector (fair), right after", func(st store.Store) *lib { return lhElector1("kubernetes", st, ttl, "", true) }, true},
 	}
 	for _, v := range variants {

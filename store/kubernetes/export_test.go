@@ -1,6 +1,9 @@
 package kubernetes
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetInCluster points the in-cluster config at dir instead of the service
 // account's mount, and sets how long a token read from a file is used, until
@@ -20,4 +23,10 @@ func Delivered(s *Store, obj string) string {
 		return sg.delivered
 	}
 	return ""
+}
+
+// AwaitReservation waits until no token reservation of s for Lease object
+// obj is under way (Watch starts one in the background).
+func AwaitReservation(ctx context.Context, s *Store, obj string) bool {
+	return s.awaitReservation(ctx, obj)
 }

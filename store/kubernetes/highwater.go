@@ -123,19 +123,71 @@ func (s *Store) forgetMark(name string) {
 // watches it ran when it reserved have run since without a gap: each
 // version they delivered raised maxToken.
 func (s *Store) reserveToken(ctx context.Context, o object, seen int64) {
-	s.mu.Lock()
-	sg := s.sightingLocked(o.obj)
-	gen, skip := sg.watchGen, s.watched[o.obj] == 0 || sg.reserved > seen
-	s.mu.Unlock()
-	if skip {
+	// One at a time: a reservation under way (Watch starts one) is waited
+	// for, so that a refused Acquire returns with the token reserved.
+	if !s.awaitReservation(ctx, o.obj) {
 		return
 	}
-	tok, err := s.raiseHighWater(ctx, o, seen+1)
 	s.mu.Lock()
-	if err == nil && sg.watchGen == gen {
-		sg.reserved = tok
-	}
+	r, ok := s.claimReservationLocked(o.obj, seen)
 	s.mu.Unlock()
+	if ok {
+		s.reserve(ctx, o, r)
+	}
+}
+
+// reservation is a reserveToken under way.
+type reservation struct {
+	sg   *sighting
+	gen  uint64 // sg.watchGen when it was claimed
+	seen int64
+	done chan struct{}
+}
+
+// claimReservationLocked marks a reservation of obj's next token above seen
+// as under way, if one is wanted (see reserveToken); s.mu is held.
+func (s *Store) claimReservationLocked(obj string, seen int64) (reservation, bool) {
+	sg := s.sightingLocked(obj)
+	if s.watched[obj] == 0 || sg.reserved > seen || sg.reserving != nil {
+		return reservation{}, false
+	}
+	r := reservation{sg: sg, gen: sg.watchGen, seen: seen, done: make(chan struct{})}
+	sg.reserving = r.done
+	return r, true
+}
+
+// reserve raises the mark for the claimed reservation r and keeps the
+// token if no watch gap came meanwhile.
+func (s *Store) reserve(ctx context.Context, o object, r reservation) {
+	tok, err := s.raiseHighWater(ctx, o, r.seen+1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.sg.reserving = nil
+	close(r.done)
+	if err == nil && r.sg.watchGen == r.gen {
+		r.sg.reserved = tok
+	}
+}
+
+// awaitReservation waits until no reserveToken of Lease object obj is under
+// way. It reports false if ctx ended first.
+func (s *Store) awaitReservation(ctx context.Context, obj string) bool {
+	for {
+		s.mu.Lock()
+		var ch chan struct{}
+		if sg := s.seen[obj]; sg != nil {
+			ch = sg.reserving
+		}
+		s.mu.Unlock()
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // takeReservation returns the token this store reserved for Lease object

@@ -102,6 +102,7 @@ type sighting struct {
 	watchGen  uint64
 	delivered string
 	reserved  int64
+	reserving chan struct{} // closed when the reserveToken under way ends; nil: none
 }
 
 // gap notes that this store may miss versions of the object from now on,
@@ -359,6 +360,11 @@ var errLeaseChanged = errors.New("the Lease changed")
 // high-water mark to.
 func (s *Store) grant(ctx context.Context, o object, cur *lease, v view, holder string, secs int32, metadata string) (store.Record, error) {
 	want := max(v.token, s.maxToken(o.obj)) + 1
+	// A reservation under way (its watch started it) is waited for, not
+	// raced: it is the raise this grant would otherwise make.
+	if !s.awaitReservation(ctx, o.obj) {
+		return store.Record{}, ctx.Err()
+	}
 	token := s.takeReservation(o.obj, cur.Metadata.ResourceVersion, want)
 	if token == 0 {
 		var err error

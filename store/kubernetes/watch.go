@@ -76,7 +76,31 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	s.wg.Add(2)
 	s.watched[o.obj]++
 	s.sightingLocked(o.obj).gap()
+	// A watch on a Lease another term holds is a waiter's: reserve the
+	// token its grant will take now, while the watch runs, rather than at
+	// the waiter's next refused Acquire (see reserveToken), so that a
+	// release soon after the waiter started finds the token reserved and
+	// the grant is one write. (Measured with a fair Elector's waiter, whose
+	// start takes about ten requests: a release in that time waited for the
+	// reservation's two requests in 11 of 20 hand-offs.)
+	var r reservation
+	reserve := false
+	if last != nil && last.holder != "" && last.remaining() > 0 {
+		seen := last.token
+		if sg := s.seen[o.obj]; sg != nil {
+			seen = max(seen, sg.maxToken)
+		}
+		if r, reserve = s.claimReservationLocked(o.obj, seen); reserve {
+			s.wg.Add(1)
+		}
+	}
 	s.mu.Unlock()
+	if reserve {
+		go func() {
+			defer s.wg.Done()
+			s.reserve(wctx, o, r)
+		}()
+	}
 	go func() {
 		defer s.wg.Done()
 		select {
