@@ -146,23 +146,7 @@ func TestWokenWaiterWritesWithoutReading(t *testing.T) {
 	if got := spy.take(); got != "GET 1" {
 		t.Errorf("second refusal while watching: %s, want GET 1 (the token is still reserved)", got)
 	}
-	if err := holderSt.Release(ctxT(t), first.Term); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := within(wake, 30*time.Second); !ok {
-		t.Fatal("the watch did not wake on the release")
-	}
-	spy.take()
-	rec, err := st.Acquire(ctxT(t), "job", "node-b", 15*time.Second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := spy.take(); got != "PUT 1" {
-		t.Errorf("woken waiter's grant: %s, want PUT 1 (the Lease, no read)", got)
-	}
-	if rec.Token != first.Token+1 || highWater(t, ns) != rec.Token {
-		t.Errorf("woken waiter's token %d, mark %d; want %d for both", rec.Token, highWater(t, ns), first.Token+1)
-	}
+	rec := grantReservedAfterRelease(t, ns, holderSt, st, spy, wake, first, "woken waiter's grant")
 
 	// Control: a waiter without a watch reads the Lease and the mark.
 	other, otherSpy := gatedStore(t, ns)
@@ -220,7 +204,16 @@ func TestWatchReservesToken(t *testing.T) {
 	if got, m := spy.take(), highWater(t, ns); got != "GET 3 PUT 1" || m != first.Token+1 {
 		t.Errorf("watch on a held Lease: %s, mark %d; want GET 3 PUT 1 (the Lease, the watch, the mark read and raised), mark %d", got, m, first.Token+1)
 	}
-	if err := holderSt.Release(ctxT(t), first.Term); err != nil {
+	grantReservedAfterRelease(t, ns, holderSt, st, spy, wake, first, "grant after a watch alone")
+}
+
+// grantReservedAfterRelease releases held through holderSt, waits for st's
+// watch to wake, and has st's node-b take the lease: one write (PUT 1, the
+// Lease, no read) with the token reserved above held's, which the mark
+// holds.
+func grantReservedAfterRelease(t *testing.T, ns string, holderSt, st *k8sstore.Store, spy *gatedSpy, wake <-chan struct{}, held store.Record, what string) store.Record {
+	t.Helper()
+	if err := holderSt.Release(ctxT(t), held.Term); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := within(wake, 30*time.Second); !ok {
@@ -232,11 +225,12 @@ func TestWatchReservesToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := spy.take(); got != "PUT 1" {
-		t.Errorf("grant after a watch alone: %s, want PUT 1 (the Lease, with the token the watch reserved)", got)
+		t.Errorf("%s: %s, want PUT 1 (the Lease, with the reserved token, no read)", what, got)
 	}
-	if rec.Token != first.Token+1 || highWater(t, ns) != rec.Token {
-		t.Errorf("token %d, mark %d; want %d for both", rec.Token, highWater(t, ns), first.Token+1)
+	if rec.Token != held.Token+1 || highWater(t, ns) != rec.Token {
+		t.Errorf("%s: token %d, mark %d; want %d for both", what, rec.Token, highWater(t, ns), held.Token+1)
 	}
+	return rec
 }
 
 // TestWokenWaiterOutOfDate: a waiter whose watch delivered the release but
