@@ -111,9 +111,10 @@ func mustBeRefused(t *testing.T, st *k8sstore.Store, holder string) store.Record
 	return rec
 }
 
-// TestWokenWaiterWritesWithoutReading: a waiter refused while it watches
-// reserves its token (it raises the high-water mark to the next token, with
-// the version it read) and then waits without a request per wake-up; once
+// TestWokenWaiterWritesWithoutReading: a waiter that watches reserves its
+// token (it raises the high-water mark to the next token, with the version
+// it read; the watch starts that, and the first refusal while it watches
+// waits for it) and then waits without a request per wake-up; once
 // its watch delivered the release it takes the lease with one write, the
 // Lease, conditional on the version it saw, and no read. A waiter without a
 // watch reads both first and writes both (the control). The grant is the
