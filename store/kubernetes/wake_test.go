@@ -168,18 +168,21 @@ func TestWokenWaiterWritesWithoutReading(t *testing.T) {
 	}
 }
 
-// TestWatchReservesToken: a Watch on a Lease that another term holds
-// reserves the token the watcher's grant will take, with no refused Acquire
-// after it: a waiter released to right after it started (before its second
-// try) then takes the lease with one write. Without it (by hand: the
+// TestWatchReservesToken: a Watch on a Lease that another term holds, set
+// up after an Acquire through the store was refused (as the core
+// subscribes), reserves the token the waiter's grant will take, with no
+// second refused Acquire after it: a waiter released to right after it
+// started then takes the lease with one write. Without it (by hand: the
 // reservation in Watch removed) the grant reads and raises the mark first,
 // GET 1 PUT 2, as in session 29's Kubernetes runs, where a release within
 // the first 10-25 ms of a fair waiter's start cost it those two requests.
-// A Watch on a free Lease reserves nothing: there is no wait to fill.
+// A Watch that only observes, on a held Lease with no refusal before it (the
+// status page) or on a missing one, writes nothing.
 func TestWatchReservesToken(t *testing.T) {
 	ns := namespace(t)
 	holderSt := openStore(t, apiserver(t).AdminConfig(), ns)
 	st, spy := gatedStore(t, ns)
+	observer, observerSpy := gatedStore(t, ns)
 
 	if _, err := st.Watch(ctxT(t), "free-job"); err != nil {
 		t.Fatal(err)
@@ -195,6 +198,20 @@ func TestWatchReservesToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := observer.Watch(ctxT(t), "job"); err != nil {
+		t.Fatal(err)
+	}
+	if !k8sstore.AwaitReservation(ctxT(t), observer, "job") {
+		t.Fatal("the reservation did not end")
+	}
+	if got, m := observerSpy.take(), highWater(t, ns); got != "GET 2" || m != first.Token {
+		t.Errorf("watch on a held Lease with no refusal before it: %s, mark %d; want GET 2 (the Lease, the watch), mark %d (no reservation)", got, m, first.Token)
+	}
+
+	mustBeRefused(t, st, "node-b")
+	if got := spy.take(); got != "GET 1" {
+		t.Errorf("refusal without a watch: %s, want GET 1", got)
+	}
 	wake, err := st.Watch(ctxT(t), "job")
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +220,7 @@ func TestWatchReservesToken(t *testing.T) {
 		t.Fatal("the reservation did not end")
 	}
 	if got, m := spy.take(), highWater(t, ns); got != "GET 3 PUT 1" || m != first.Token+1 {
-		t.Errorf("watch on a held Lease: %s, mark %d; want GET 3 PUT 1 (the Lease, the watch, the mark read and raised), mark %d", got, m, first.Token+1)
+		t.Errorf("watch on a held Lease after a refusal: %s, mark %d; want GET 3 PUT 1 (the Lease, the watch, the mark read and raised), mark %d", got, m, first.Token+1)
 	}
 	grantReservedAfterRelease(t, ns, holderSt, st, spy, wake, first, "grant after a watch alone")
 }
@@ -356,6 +373,10 @@ func TestReservedTokenGrantedOnlyIfNothingIntervened(t *testing.T) {
 				}
 				if wake, err = st.Watch(ctxT(t), "job"); err != nil {
 					t.Fatal(err)
+				}
+				// Its reservation's requests are not the grant's.
+				if !k8sstore.AwaitReservation(ctxT(t), st, "job") {
+					t.Fatal("the new watch's reservation did not end")
 				}
 			}
 			spy.hold() // the waiter sees nothing of what follows until open
