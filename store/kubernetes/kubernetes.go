@@ -103,12 +103,12 @@ type sighting struct {
 	delivered string
 	reserved  int64
 	reserving chan struct{} // closed when the reserveToken under way ends; nil: none
-	// refused: an Acquire through this store found another term live, and
-	// this store has written nothing since. A Watch then serves a waiter
-	// (the Watcher contract has callers subscribe after a refusal) and
-	// reserves its token; a watch that only observes (the status page)
-	// writes nothing.
-	refused bool
+	// waiting: an Acquire through this store found another term live, or
+	// this store queued a place for the Lease, and it has written the Lease
+	// nothing since. A Watch then serves a waiter (callers subscribe after
+	// a refusal, or while queued) and reserves its token; a watch that only
+	// observes (the status page) writes nothing.
+	waiting bool
 }
 
 // gap notes that this store may miss versions of the object from now on,
@@ -338,7 +338,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		v := s.observe(cur, s.now(), false)
 		if v.holder != "" && v.holder != holder && v.remaining() > 0 {
 			s.mu.Lock()
-			s.sightingLocked(o.obj).refused = true
+			s.sightingLocked(o.obj).waiting = true
 			s.mu.Unlock()
 			s.reserveToken(ctx, o, max(v.token, s.maxToken(o.obj)))
 			return v.record(name), fmt.Errorf("leasehold/kubernetes: acquire %q: held by %s: %w", name, v.holder, store.ErrHeld)

@@ -73,7 +73,7 @@ func (s *Store) wrote(l *lease, now time.Time) {
 	defer s.mu.Unlock()
 	sg := s.sightingLocked(l.Metadata.Name)
 	sg.last, sg.since = l, now
-	sg.refused = false // this store granted, renewed or released: not a waiter's now
+	sg.waiting = false // this store granted, renewed or released: not a waiter's now
 	if l.Spec.LeaseTransitions != nil {
 		sg.maxToken = max(sg.maxToken, int64(*l.Spec.LeaseTransitions))
 	}

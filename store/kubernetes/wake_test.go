@@ -176,8 +176,10 @@ func TestWokenWaiterWritesWithoutReading(t *testing.T) {
 // reservation in Watch removed) the grant reads and raises the mark first,
 // GET 1 PUT 2, as in session 29's Kubernetes runs, where a release within
 // the first 10-25 ms of a fair waiter's start cost it those two requests.
-// A Watch that only observes, on a held Lease with no refusal before it (the
-// status page) or on a missing one, writes nothing.
+// A waiter queued behind others, which subscribes without a refused
+// Acquire, reserves too. A Watch that only observes, on a held Lease with no
+// refusal or place before it (the status page) or on a missing one, writes
+// nothing.
 func TestWatchReservesToken(t *testing.T) {
 	ns := namespace(t)
 	holderSt := openStore(t, apiserver(t).AdminConfig(), ns)
@@ -222,7 +224,22 @@ func TestWatchReservesToken(t *testing.T) {
 	if got, m := spy.take(), highWater(t, ns); got != "GET 3 PUT 1" || m != first.Token+1 {
 		t.Errorf("watch on a held Lease after a refusal: %s, mark %d; want GET 3 PUT 1 (the Lease, the watch, the mark read and raised), mark %d", got, m, first.Token+1)
 	}
-	grantReservedAfterRelease(t, ns, holderSt, st, spy, wake, first, "grant after a watch alone")
+	rec := grantReservedAfterRelease(t, ns, holderSt, st, spy, wake, first, "grant after a watch alone")
+
+	// A fair waiter queued behind others subscribes without a refused
+	// Acquire: its place marks its store as waiting, and its watch reserves.
+	queued, queuedSpy := gatedStore(t, ns)
+	mustEnqueue(t, queued, "node-q", time.Minute, 0)
+	queuedSpy.take()
+	if _, err := queued.Watch(ctxT(t), "job"); err != nil {
+		t.Fatal(err)
+	}
+	if !k8sstore.AwaitReservation(ctxT(t), queued, "job") {
+		t.Fatal("the reservation did not end")
+	}
+	if got, m := queuedSpy.take(), highWater(t, ns); got != "GET 4 PUT 1" || m != rec.Token+1 {
+		t.Errorf("watch on a held Lease with a place queued: %s, mark %d; want GET 4 PUT 1 (the Lease, its watch and the queue's, the mark read and raised), mark %d", got, m, rec.Token+1)
+	}
 }
 
 // grantReservedAfterRelease releases held through holderSt, waits for st's

@@ -77,17 +77,18 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	s.watched[o.obj]++
 	s.sightingLocked(o.obj).gap()
 	// A watch on a Lease another term holds, after an Acquire through this
-	// store was refused, is a waiter's: reserve the token its grant will
-	// take now, while the watch runs, rather than at the waiter's next
-	// refused Acquire (see reserveToken), so that a release soon after the
-	// waiter started finds the token reserved and the grant is one write.
-	// (Measured with a fair Elector's waiter, whose start takes about ten
-	// requests: a release in that time waited for the reservation's two
-	// requests in 11 of 20 hand-offs.) A watch with no refusal before it
-	// only observes (the status page), and writes nothing.
+	// store was refused or while it has a place queued, is a waiter's:
+	// reserve the token its grant will take now, while the watch runs,
+	// rather than at the waiter's next refused Acquire (see reserveToken),
+	// so that a release soon after the waiter started finds the token
+	// reserved and the grant is one write. (Measured with a fair Elector's
+	// waiter, whose start takes about ten requests: a release in that time
+	// waited for the reservation's two requests in 11 of 20 hand-offs.) A
+	// watch of a store that is not waiting only observes (the status page),
+	// and writes nothing.
 	var r reservation
 	reserve := false
-	if sg := s.seen[o.obj]; last != nil && last.holder != "" && last.remaining() > 0 && sg != nil && sg.refused {
+	if sg := s.seen[o.obj]; last != nil && last.holder != "" && last.remaining() > 0 && sg != nil && sg.waiting {
 		seen := last.token
 		if sg := s.seen[o.obj]; sg != nil {
 			seen = max(seen, sg.maxToken)
