@@ -211,14 +211,17 @@ func kubeHandoffDiag(ctx context.Context, w io.Writer, e *kubeEnv, ttl, earlyMax
 			sort.Slice(reqs, func(i, j int) bool { return reqs[i].sent.Before(reqs[j].sent) })
 			var tl strings.Builder
 			fmt.Fprintf(&tl, "    %7.2f  release call, %.1f ms after the waiter started (returned at %.2f)\n", 0.0, ms(rel.Sub(started)), ms(relDone.Sub(rel)))
-			for _, r := range logs[waiter].between(started, rel) {
-				if !strings.HasPrefix(r.what, "event") {
-					fmt.Fprintf(&tl, "    %7.2f  wait %-13s answered at %7.2f%s (sent before the release)\n", ms(r.sent.Sub(rel)), r.what, ms(r.done.Sub(rel)), statusNote(r.status))
-				}
-			}
-			for _, r := range logs[holder].between(started, rel) {
-				if !strings.HasPrefix(r.what, "event") && r.done.After(rel) {
-					fmt.Fprintf(&tl, "    %7.2f  rel  %-13s answered at %7.2f%s (sent before the release)\n", ms(r.sent.Sub(rel)), r.what, ms(r.done.Sub(rel)), statusNote(r.status))
+			// What each side sent before the release call: all of the
+			// waiter's start, and the releaser's requests still in flight.
+			for _, side := range []struct {
+				name     string
+				log      *kubeLog
+				inFlight bool
+			}{{"wait", logs[waiter], false}, {"rel", logs[holder], true}} {
+				for _, r := range side.log.between(started, rel) {
+					if !strings.HasPrefix(r.what, "event") && (!side.inFlight || r.done.After(rel)) {
+						fmt.Fprintf(&tl, "    %7.2f  %-4s %-13s answered at %7.2f%s (sent before the release)\n", ms(r.sent.Sub(rel)), side.name, r.what, ms(r.done.Sub(rel)), statusNote(r.status))
+					}
 				}
 			}
 			var seq []string // this hand-off's requests, in order, for its one-line summary

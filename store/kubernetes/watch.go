@@ -89,11 +89,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	var r reservation
 	reserve := false
 	if sg := s.seen[o.obj]; last != nil && last.holder != "" && last.remaining() > 0 && sg != nil && sg.waiting {
-		seen := last.token
-		if sg := s.seen[o.obj]; sg != nil {
-			seen = max(seen, sg.maxToken)
-		}
-		if r, reserve = s.claimReservationLocked(o.obj, seen); reserve {
+		if r, reserve = s.claimReservationLocked(o.obj, max(last.token, sg.maxToken)); reserve {
 			s.wg.Add(1)
 		}
 	}
