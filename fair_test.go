@@ -481,3 +481,73 @@ func TestFairWaiterIsNoStoreError(t *testing.T) {
 		}
 	})
 }
+
+// metadataQueue is memstore with store.MetadataQueuer: it notes the
+// metadata each Enqueue was called with.
+type metadataQueue struct {
+	*memstore.Store
+	mu  sync.Mutex
+	got []string
+}
+
+func (m *metadataQueue) EnqueueWithMetadata(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (int, error) {
+	m.mu.Lock()
+	m.got = append(m.got, metadata)
+	m.mu.Unlock()
+	return m.Store.Enqueue(ctx, name, holder, ttl)
+}
+
+// TestFairPlaceCarriesMetadata: a fair waiter writes its place through
+// store.MetadataQueuer when the store has it (ZooKeeper, whose place
+// becomes the term with no write), with the Lock's metadata, also through
+// a faultstore wrapped around it. The control: over a store wrapped so
+// that the capability is hidden, the waiter queues with Enqueue and the
+// metadata is not seen.
+func TestFairPlaceCarriesMetadata(t *testing.T) {
+	for _, kind := range []string{"store", "faultstore", "control"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				ms := memstore.New()
+				mq := &metadataQueue{Store: ms}
+				var st store.Store = mq
+				switch kind {
+				case "faultstore":
+					st = faultstore.New(mq)
+				case "control":
+					st = queueOnly{mq, mq}
+				}
+				held, err := newLock(t, ms, "node-b", fair).Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, err := leasehold.NewLock(st, "invoice-42", leasehold.Config{Identity: "node-a", Fair: true, Metadata: "host-a"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() {
+					h, err := a.Acquire(ctx)
+					if err == nil {
+						err = h.Release(ctx)
+					}
+					done <- err
+				}()
+				synctest.Wait()
+				mq.mu.Lock()
+				got := slices.Clone(mq.got)
+				mq.mu.Unlock()
+				if err := held.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				seen := len(got) > 0 && !slices.ContainsFunc(got, func(m string) bool { return m != "host-a" })
+				if want := kind != "control"; seen != want {
+					t.Fatalf("places written with metadata %q; want the Lock's metadata seen: %v", got, want)
+				}
+			})
+		})
+	}
+}

@@ -380,6 +380,12 @@ type Limiter interface {
 // Acquire refuses other holders while a place is ahead of them; the store
 // says so.
 //
+// A store whose queue is its lock recipe's, in which the lowest
+// contender holds (ZooKeeper), may count the lowest as the holder even
+// when it is a place that has not taken the lease yet (Get shows it as
+// the holder there), so that Enqueue tells the place right behind it that
+// it is first; the store says so.
+//
 // A place is named by (name, holder). It expires ttl after it was last
 // written, on the store's clock, so that a waiter that died does not block
 // those behind it for longer than ttl. (A store may instead tie a place to
@@ -425,6 +431,17 @@ type UnqueuedAcquirer interface {
 	// (or a wrapper around one) that cannot check the queue in that step
 	// returns ErrQueued without sending anything, and its caller queues.
 	AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (Record, error)
+}
+
+// MetadataQueuer is an optional capability of a Queuer whose place becomes
+// the term itself (ZooKeeper: a place is a contender node, and the lowest
+// holds): Enqueue, with the metadata the term will carry, written with the
+// place so that its grant needs no write. The core calls it instead of
+// Enqueue when the store has it, with the metadata its Acquire names. A
+// grant still carries the metadata its Acquire names: a place written with
+// other metadata is not made the term as it is.
+type MetadataQueuer interface {
+	EnqueueWithMetadata(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (ahead int, err error)
 }
 
 // QueueReporter is implemented by a store that wraps another (such as

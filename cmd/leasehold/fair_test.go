@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,11 +160,12 @@ func TestFairRunKubernetes(t *testing.T) {
 	}, nil)
 }
 
-// TestFairRunZooKeeper: the same on ZooKeeper, whose queue is ZooKeeper's
-// own recipe: ephemeral sequential places p-<holder in hex>-<seq> under
-// ROOT/.leasehold-queue/NAME. Each place is written with a write of that
-// path node, so its data version counts the places ever written: a, which
-// found nobody queued, took the lease without one (AcquireUnqueued).
+// TestFairRunZooKeeper: the same on ZooKeeper, whose queue is its own
+// lock recipe's: a place is a contender node in the lease's path
+// (_c_<holder hash>q<random>-lock-<seq>, whose data names the holder),
+// ranked by sequence with every other contender. a, which found nobody
+// queued, took the lease with a node that is not a place
+// (AcquireUnqueued); the places counted are those in the path.
 func TestFairRunZooKeeper(t *testing.T) {
 	srv := zktest.Standalone(t, zktest.Options{})
 	conn, _, err := zk.Connect([]string{srv.Addr()}, 10*time.Second, zk.WithLogInfo(false))
@@ -173,34 +173,38 @@ func TestFairRunZooKeeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	const qp = "/lh-fair/.leasehold-queue/fair-job"
-	fairRun(t, "zookeeper://"+srv.Addr()+"/lh-fair", timingArgs, func() []string {
-		kids, _, err := conn.Children(qp)
+	const lp = "/lh-fair/fair-job"
+	places := func() []string {
+		kids, _, err := conn.Children(lp)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		sort.Slice(kids, func(i, j int) bool {
-			return kids[i][strings.LastIndexByte(kids[i], '-'):] < kids[j][strings.LastIndexByte(kids[j], '-'):]
-		})
+		seq := func(k string) string { return k[strings.LastIndex(k, "-lock-"):] }
+		sort.Slice(kids, func(i, j int) bool { return seq(kids[i]) < seq(kids[j]) })
 		var out []string
 		for _, k := range kids {
-			h, err := hex.DecodeString(strings.TrimPrefix(k[:strings.LastIndexByte(k, '-')], "p-"))
-			if err != nil {
-				t.Fatalf("place %s: %v", k, err)
+			if !strings.HasPrefix(k, "_c_") || len(k) < 20 || k[19] != 'q' {
+				continue // a term's node, not a place
 			}
-			out = append(out, string(h))
+			data, _, err := conn.Get(lp + "/" + k)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d struct{ Holder string }
+			if err := json.Unmarshal(data, &d); err != nil || d.Holder == "" {
+				t.Fatalf("place %s: data %q (%v)", k, data, err)
+			}
+			out = append(out, d.Holder)
 		}
 		return out
-	}, func() int {
-		_, st, err := conn.Exists(qp)
-		if err != nil || st == nil {
-			return 0 // no queue path: no place was ever written
-		}
-		return int(st.Version)
-	})
+	}
+	fairRun(t, "zookeeper://"+srv.Addr()+"/lh-fair", timingArgs, places, func() int { return len(places()) })
 }
 
 // sqlHolders lists the holders query returns: the places of a SQL store's

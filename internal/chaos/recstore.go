@@ -205,6 +205,15 @@ func (s *recStore) Enqueue(ctx context.Context, name, holder string, ttl time.Du
 	return q.Enqueue(ctx, name, holder, ttl)
 }
 
+// EnqueueWithMetadata forwards the store's store.MetadataQueuer, or its
+// Enqueue.
+func (s *recStore) EnqueueWithMetadata(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (int, error) {
+	if mq, ok := s.inner.(store.MetadataQueuer); ok {
+		return mq.EnqueueWithMetadata(ctx, name, holder, ttl, metadata)
+	}
+	return s.Enqueue(ctx, name, holder, ttl)
+}
+
 // AcquireUnqueued forwards the store's store.UnqueuedAcquirer, logged as
 // an acquire. While a broken mode is set, or without one, it answers
 // store.ErrQueued unsent, so that the caller's acquires go through

@@ -289,6 +289,20 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	return do(ctx, s, OpEnqueue, func() (int, error) { return q.Enqueue(ctx, name, holder, ttl) })
 }
 
+// EnqueueWithMetadata passes through to the inner store's
+// store.MetadataQueuer, or to its Enqueue if it has none, under the faults
+// of OpEnqueue.
+func (s *Store) EnqueueWithMetadata(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (int, error) {
+	q, ok := store.AsQueuer(s.inner)
+	if !ok {
+		return 0, errNoQueue
+	}
+	if mq, ok := s.inner.(store.MetadataQueuer); ok {
+		return do(ctx, s, OpEnqueue, func() (int, error) { return mq.EnqueueWithMetadata(ctx, name, holder, ttl, metadata) })
+	}
+	return do(ctx, s, OpEnqueue, func() (int, error) { return q.Enqueue(ctx, name, holder, ttl) })
+}
+
 // AcquireUnqueued passes through to the inner store's
 // store.UnqueuedAcquirer, under the faults of OpAcquire (it is an acquire).
 // If the inner store has none, or no queue, it answers store.ErrQueued

@@ -50,6 +50,13 @@ type Harness struct {
 	// a waiter's process that died would, and expects the place gone
 	// within ttl.
 	QueueSessionBound bool
+	// LowestPlaceHolds says the store's queue is its lock recipe's, in which
+	// the lowest contender holds: Enqueue counts the lowest as the holder,
+	// a place that has not taken the lease yet included, not as a place
+	// ahead (ZooKeeper; see store.Queuer). The queue cases then rank their
+	// places behind a live term, where both ways of counting agree, and
+	// check the recipe's count on a free lease apart.
+	LowestPlaceHolds bool
 	// Losses are the data losses the store's README speaks of, each with the
 	// README's claim (see Loss and survival.go). None: the case is skipped.
 	Losses []Loss

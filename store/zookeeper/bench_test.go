@@ -2,10 +2,13 @@ package zookeeper
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/store"
 )
 
 // Benchmarks of the store's own calls on the shared test server, beside
@@ -143,6 +146,57 @@ func BenchmarkHandoff(b *testing.B) {
 		total += time.Since(t0)
 		cancel()
 		if err := st.Release(ctx, w.Term); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/handoff")
+}
+
+// BenchmarkPlaceHandoff: a fair waiter's place, first behind the holder,
+// on a handle of its own: the time from the holder's Release to the
+// waiter's Acquire returning, which makes the place the term with one
+// listing (beside BenchmarkZkLockHandoff, whose waiter also lists once).
+func BenchmarkPlaceHandoff(b *testing.B) {
+	root := uniqueRoot("bench-place")
+	h, w := openStore(b, root), openStore(b, root)
+	ctx := context.Background()
+	ttl := 15 * time.Second
+	warm(b, h, "job")
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		held, err := h.Acquire(ctx, "job", "holder", ttl, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil || n != 0 {
+			b.Fatalf("Enqueue: %d ahead, %v", n, err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		ch, err := w.Watch(wctx, "job")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
+			b.Fatalf("the waiter's Acquire before the release: %v", err)
+		}
+		for len(ch) > 0 {
+			<-ch
+		}
+		t0 := time.Now()
+		if err := h.Release(ctx, held.Term); err != nil {
+			b.Fatal(err)
+		}
+		<-ch
+		got, err := w.Acquire(ctx, "job", "waiter", ttl, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(t0)
+		cancel()
+		if err := w.Dequeue(ctx, "job", "waiter"); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Release(ctx, got.Term); err != nil {
 			b.Fatal(err)
 		}
 	}

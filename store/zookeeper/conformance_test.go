@@ -25,6 +25,7 @@ func TestConformance(t *testing.T) {
 		MinTTL:            500 * time.Millisecond,
 		FixedTTL:          true,
 		QueueSessionBound: true,
+		LowestPlaceHolds:  true,
 		Losses: []storetest.Loss{{
 			Name: "the lease's path deleted",
 			Lose: func(t *testing.T, open func() (store.Store, error), name string) error {

@@ -45,6 +45,33 @@ func newNodePrefix(holder string) string {
 	return protectedPrefix + holderHash(holder) + hex.EncodeToString(r[:]) + "-" + lockMarker
 }
 
+// placeMark is the first character of the random part of a place's node
+// name (a fair waiter's, see queue.go): 'q' is not a hex digit, so no
+// attempt's node carries it there.
+const placeMark = 'q'
+
+// newPlacePrefix is the name of a new place node before the server appends
+// its sequence: a contender node's name whose random part starts with
+// placeMark.
+func newPlacePrefix(holder string) string {
+	n := []byte(newNodePrefix(holder))
+	n[len(protectedPrefix)+16] = placeMark
+	return string(n)
+}
+
+// isPlace reports whether the child name is a leasehold place: a node that
+// queues (and, once lowest, holds), not an attempt that deletes itself when
+// it is not the lowest.
+func isPlace(child string) bool {
+	i := len(protectedPrefix) + 16
+	return strings.HasPrefix(child, protectedPrefix) && len(child) > i && child[i] == placeMark
+}
+
+// prefixOf is a contender node's name without its sequence.
+func prefixOf(child string) string {
+	return strings.TrimRight(child, "0123456789")
+}
+
 // isHolders reports whether the child name is a leasehold node of holder.
 func isHolders(child, holder string) bool {
 	return strings.HasPrefix(child, protectedPrefix+holderHash(holder))

@@ -76,13 +76,8 @@ type Store struct {
 	watches map[string]*watchLoop
 	// placeWatches are the queue places this handle watches (queue.go).
 	placeWatches map[string]bool
-	// places are the queue places this handle last found of each waiter
-	// (queue.go): Dequeue deletes such a place without listing the queue.
-	places map[placeKey]string
-	// emptyQueues holds, by name, the data version of the queue's path
-	// that this handle last read with no place in the queue (queue.go):
-	// AcquireUnqueued checks it in the create's transaction.
-	emptyQueues map[string]int32
+	// places are the waiters' places this handle wrote (queue.go).
+	places map[placeKey]*place
 	// free holds the names this handle saw go free last (see markFree): the
 	// next Acquire of such a name creates its node without looking first.
 	free map[string]struct{}
@@ -137,7 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.DialTimeout = 5 * time.Second
 	}
 	s := &Store{cfg: cfg, root: root, pool: map[time.Duration]*session{},
-		entries: map[string]*entry{}, byTerm: map[store.Term]*entry{}, held: map[string]int{}, watches: map[string]*watchLoop{}}
+		entries: map[string]*entry{}, byTerm: map[store.Term]*entry{}, held: map[string]int{}, watches: map[string]*watchLoop{}, places: map[placeKey]*place{}}
 	s.hub.Idle = s.watchIdle
 	where := strings.Join(cfg.Servers, ",")
 	octx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)

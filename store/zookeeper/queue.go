@@ -2,12 +2,9 @@ package zookeeper
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
+	"path"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -18,48 +15,82 @@ import (
 var (
 	_ store.Queuer           = (*Store)(nil)
 	_ store.UnqueuedAcquirer = (*Store)(nil)
+	_ store.MetadataQueuer   = (*Store)(nil)
 )
 
-// queueDir is the folder, under the root, of the queues (Config.Fair): the
-// queue of name N is the path root/.leasehold-queue/N. No lease name starts
-// with '.', so it is never a lease's path.
-const queueDir = ".leasehold-queue"
+// The fair queue (Config.Fair) is ZooKeeper's own lock recipe, the one
+// zk.Lock and Curator's InterProcessMutex wait in: a waiter's place is a
+// contender node in the lease's path (ephemeral sequential, named as
+// leasehold's attempts are but with placeMark at the start of its random
+// part), created in this handle's term session for the place's ttl, with
+// the path's record in the same transaction. The contenders rank by
+// sequence and the lowest holds, so zk.Lock, Curator and leasehold's fair
+// waiters share one queue, and every other Acquire is refused while a
+// place is ahead of it (a non-fair Acquire creates a node only when the
+// path has none).
+//
+// A place that is the lowest contender becomes its holder's term, through
+// the handle that wrote it, with no write: the node, its czxid (the token)
+// and its session are the term's. The Acquire lists the contenders (one
+// read, as zk.Lock's waiter does once its predecessor is gone) and finds
+// the place lowest; a node that is lowest stays lowest while it exists
+// (sequences only rise). The term lives until the session's last request
+// the leader answered (the place's create, a sync sent on a refresh or
+// before the grant, any renewal on that session) plus the ttl, the session
+// timeout, and the handle ends it then unless a renewal moved it. Its
+// token is above every token granted for the name before: each earlier
+// term was a node below the place, and was created before it.
+//
+// As in ZooKeeper's lock recipe, the lowest contender holds: Get shows a
+// lowest place as the holder, and Enqueue counts it as the holder, not as
+// a place ahead, so the waiter right behind it is told it is first and,
+// once the lowest goes, its Acquire is the listing alone.
 
-func (s *Store) queuePath(name string) string {
-	return strings.TrimSuffix(s.root, "/") + "/" + queueDir + "/" + name
+// place is a waiter's place node that this handle wrote, or found.
+type place struct {
+	node string // the node's name
+	// sess is the term session the node lives in, and sessionID that
+	// session's id when the node was created; nil if the node lives in a
+	// session of another handle (found, not written): this handle then
+	// only reports its rank.
+	sess      *session
+	sessionID int64
+	token     int64 // the node's czxid
+	ttl       time.Duration
+	meta      string // the metadata written in the node
+	taken     bool   // an Acquire through this handle made it the holder's term (guarded by Store.mu)
 }
 
-// placePrefix is the name prefix of holder's place node: "p-" and the
-// holder in hex (a holder may hold '/'), then '-' and the sequence number
-// ZooKeeper appends.
-func placePrefix(holder string) string { return "p-" + hex.EncodeToString([]byte(holder)) + "-" }
+// placeKey names a waiter's place: its lease name and holder.
+type placeKey struct{ name, holder string }
 
-// placeSeq is the sequence number of a place node, or false.
-func placeSeq(child string) (int64, bool) {
-	i := strings.LastIndexByte(child, '-')
-	if !strings.HasPrefix(child, "p-") || i < 2 || len(child)-i-1 != 10 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(child[i+1:], 10, 64)
-	return n, err == nil
-}
-
-// Enqueue implements store.Queuer with ZooKeeper's own queue recipe: a
-// place is an ephemeral sequential node under the queue's path, in this
-// handle's session of timeout ttl (the one a term of that ttl lives in),
-// and its position is its sequence number. A place lives as long as that
-// session: a refresh changes nothing on the server (the session's own
-// heartbeats keep it), and the place of a waiter whose process died or
-// was cut off goes when the session expires, ttl later; a Close that
-// carries no term ends the session, and its places, at once. A waiter that
-// is not first watches the place just before it, and wakes this handle's
-// watchers of name when that place goes.
+// Enqueue implements store.Queuer: EnqueueWithMetadata with no metadata.
 func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
+	return s.EnqueueWithMetadata(ctx, name, holder, ttl, "")
+}
+
+// EnqueueWithMetadata implements store.MetadataQueuer: it writes holder's
+// place at the back of the lease's contenders, with the metadata its term
+// will carry, or finds the place written before. A place lives as long as
+// the session it was written in: the place of a waiter whose process died
+// or was cut off goes when the session expires, ttl later, and a Close of
+// a handle that carries no term ends it at once. A refresh lists the
+// contenders (and sends a sync alongside when the session's last proof of
+// life is more than a quarter of ttl old, so that a grant from the place
+// has most of ttl left). The places ahead are the contenders below it,
+// less the lowest, which holds (a term, a foreign lock's node, or a place
+// about to take the lease: see above). A waiter that is not the lowest
+// watches the node just below its place, and wakes this handle's watchers
+// of name when it goes.
+func (s *Store) EnqueueWithMetadata(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (int, error) {
 	if err := s.life.Check(ctx); err != nil {
 		return 0, err
 	}
 	if err := kit.CheckEnqueue(name, holder, ttl); err != nil {
 		return 0, err
+	}
+	if err := store.ValidateMetadata(metadata); err != nil {
+		return 0, kit.Invalid("enqueue", "%v", err)
 	}
 	if ttl < s.minSession {
 		return 0, kit.Invalid("enqueue", "ttl %v is below the shortest session the ensemble grants, %v", ttl, s.minSession)
@@ -67,7 +98,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	if ttl%time.Millisecond != 0 {
 		ttl = ttl.Truncate(time.Millisecond) + time.Millisecond
 	}
-	op := fmt.Sprintf("enqueue %q for %s", name, holder)
+	op := fmt.Sprintf("enqueue %q (%s) for %s", name, s.Path(name), holder)
 	sess, err := s.sessionFor(ctx, ttl)
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
@@ -75,72 +106,293 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 		}
 		return 0, kit.Wrap(op, err)
 	}
-	qp := s.queuePath(name)
-	pfx := placePrefix(holder)
-	created := false
-	for attempt := 0; attempt < 3; attempt++ {
-		kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(qp); return k, err })
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return 0, kit.Wrap(op, s.life.ClosedOr(describe(err)))
-		}
-		type place struct {
-			child string
-			seq   int64
-		}
-		var places []place
-		for _, k := range kids {
-			if n, ok := placeSeq(k); ok {
-				places = append(places, place{k, n})
-			}
-		}
-		sort.Slice(places, func(i, j int) bool { return places[i].seq < places[j].seq })
-		at, mine := -1, 0
-		for i, p := range places {
-			if strings.HasPrefix(p.child, pfx) {
-				if at < 0 {
-					at = i
-				}
-				mine++
-			}
-		}
-		if at >= 0 {
-			if mine == 1 {
-				s.notePlace(name, holder, places[at].child)
-			} else {
-				s.notePlace(name, holder, "")
-			}
-			if at > 0 {
-				s.watchPlace(sess, name, qp+"/"+places[at-1].child)
-			}
-			return at, nil
-		}
-		if created {
-			// Our node is not there: its session ended meanwhile. Queue again.
-			created = false
-		}
-		if errors.Is(err, zk.ErrNoNode) {
-			if err := s.ensurePath(ctx, sess.conn, qp); err != nil {
-				return 0, kit.Wrap(op, s.life.ClosedOr(err))
-			}
-		}
-		// The queue's path is written in the place's transaction: its data
-		// version rises with every place, which AcquireUnqueued checks.
-		resp, err := call(ctx, func() ([]zk.MultiResponse, error) {
-			return sess.conn.Multi(
-				&zk.CreateRequest{Path: qp + "/" + pfx, Acl: s.cfg.ACL, Flags: zk.FlagEphemeralSequential},
-				&zk.SetDataRequest{Path: qp, Version: -1})
-		})
-		if err = multiErr(resp, err); err != nil {
-			s.notePlace(name, holder, "") // a place may have been written
-			return 0, kit.Wrap(op, s.life.ClosedOr(describe(err)))
-		}
-		created = true
+	n, err := s.enqueue(ctx, sess, name, holder, ttl, metadata)
+	if err != nil {
+		return 0, kit.Wrap(op, s.life.ClosedOr(err))
 	}
-	return 0, kit.Errorf(op, "the place written was gone on each of 3 reads (its session keeps ending)")
+	return n, nil
 }
 
-// watchPlace wakes this handle's watchers of name when the place node p
-// goes (one ZooKeeper watch per node and handle).
+func (s *Store) enqueue(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (int, error) {
+	k := placeKey{name, holder}
+	p := s.Path(name)
+	for attempt := 0; attempt < 3; attempt++ {
+		s.mu.Lock()
+		pl := s.places[k]
+		if pl != nil && (pl.taken || pl.sess != sess || pl.sessionID != sess.conn.SessionID()) {
+			// The place became a term, or lives in a session this handle no
+			// longer puts nodes on: look for the holder's place afresh.
+			delete(s.places, k)
+			pl = nil
+		}
+		s.mu.Unlock()
+		var synced chan error
+		if pl != nil && s.proofAge(sess) > ttl/4 {
+			synced = make(chan error, 1)
+			go func() { synced <- s.syncSession(ctx, sess, p) }()
+		}
+		kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(p); return k, err })
+		if synced != nil {
+			if serr := <-synced; serr != nil && err == nil && !errors.Is(serr, zk.ErrNoNode) {
+				err = serr
+			}
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return 0, describe(err)
+		}
+		all := contenders(kids)
+		at := -1
+		for i, c := range all {
+			if pl != nil && c.name == pl.node || pl == nil && isPlace(c.name) && isHolders(c.name, holder) {
+				at = i
+				break
+			}
+		}
+		if at >= 0 && pl == nil {
+			// The holder's place, not known to this handle: written through
+			// another handle, or an Enqueue here whose answer was lost.
+			found, err := s.adoptPlace(ctx, sess, p, all[at].name, holder)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			pl = found
+			s.mu.Lock()
+			if pl.sess != nil {
+				s.places[k] = pl
+			}
+			s.mu.Unlock()
+		}
+		if at >= 0 {
+			if at == 0 {
+				return 0, nil
+			}
+			s.watchPlace(sess, name, p+"/"+all[at-1].name)
+			return at - 1, nil // the lowest holds
+		}
+		if pl != nil {
+			// Not there: its session ended, or the holder's Acquire through
+			// another handle replaced it. Queue again.
+			s.forgetPlace(k, pl)
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			if err := s.ensurePath(ctx, sess.conn, p); err != nil {
+				return 0, err
+			}
+		}
+		if n, ok, err := s.newPlace(ctx, sess, name, holder, ttl, metadata); err != nil || ok {
+			return n, err
+		}
+	}
+	return 0, errors.New("the place written was gone on each of 3 looks (its session keeps ending)")
+}
+
+// newPlace creates holder's place node. ok says the answer is final: the
+// place is the only contender. Otherwise the caller lists the contenders
+// to rank it.
+func (s *Store) newPlace(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (int, bool, error) {
+	p := s.Path(name)
+	prefix := newPlacePrefix(holder)
+	sid := sess.conn.SessionID()
+	sent := time.Now()
+	resp, err := call(ctx, func() ([]zk.MultiResponse, error) {
+		return sess.conn.Multi(
+			&zk.CreateRequest{Path: p + "/" + prefix, Data: encodeNode(holder, metadata, ttl), Acl: s.cfg.ACL, Flags: zk.FlagEphemeralSequential},
+			&zk.SetDataRequest{Path: p, Data: encodeRecord(prefix), Version: -1})
+	})
+	if err = multiErr(resp, err); err != nil {
+		if errors.Is(err, zk.ErrNoNode) {
+			return 0, false, nil // the path went meanwhile: look again
+		}
+		// An unknown outcome leaves a place that the next Enqueue finds,
+		// and Dequeue or the session's end removes.
+		return 0, false, describe(err)
+	}
+	if sess.conn.SessionID() != sid || len(resp) < 2 {
+		return 0, false, errors.New("the session changed while creating the place")
+	}
+	s.proved(sess, sent)
+	pathStat := resp[1].Stat
+	pl := &place{node: path.Base(resp[0].String), sess: sess, sessionID: sid, token: pathStat.Mzxid, ttl: ttl, meta: metadata}
+	s.mu.Lock()
+	s.places[placeKey{name, holder}] = pl
+	s.mu.Unlock()
+	// The path's stat is the one after the create, in the same
+	// transaction: the only child has nothing ahead.
+	return 0, pathStat.NumChildren == 1, nil
+}
+
+// adoptPlace reads the place node child of holder: a place this handle can
+// grant if it lives in sess (an Enqueue here whose answer was lost), else
+// one it only ranks (sess nil). zk.ErrNoNode if it went meanwhile.
+func (s *Store) adoptPlace(ctx context.Context, sess *session, p, child, holder string) (*place, error) {
+	type got struct {
+		data []byte
+		stat *zk.Stat
+	}
+	g, err := call(ctx, func() (got, error) { d, st, err := sess.conn.Get(p + "/" + child); return got{d, st}, err })
+	if err != nil {
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, err
+		}
+		return nil, describe(err)
+	}
+	pl := &place{node: child, token: g.stat.Czxid}
+	if d, ok := decodeNode(g.data); ok && d.Holder == holder && g.stat.EphemeralOwner == sess.conn.SessionID() {
+		pl.sess, pl.sessionID = sess, g.stat.EphemeralOwner
+		pl.ttl, pl.meta = time.Duration(d.TTLms)*time.Millisecond, d.Metadata
+	}
+	return pl, nil
+}
+
+// forgetPlace forgets place pl of k, if it is still the one this handle
+// knows.
+func (s *Store) forgetPlace(k placeKey, pl *place) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.places[k] == pl {
+		delete(s.places, k)
+	}
+}
+
+// proofAge is how long ago sess last proved alive at the leader (see
+// proved); a session never proved is as old as can be.
+func (s *Store) proofAge(sess *session) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess.proven.IsZero() {
+		return 1<<63 - 1
+	}
+	return time.Since(sess.proven)
+}
+
+// proved notes that a request sent on sess at sent was answered by the
+// leader (a write, or a sync): ZooKeeper keeps the session at least its
+// timeout past that moment.
+func (s *Store) proved(sess *session, sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sent.After(sess.proven) {
+		sess.proven = sent
+	}
+}
+
+// syncSession sends a sync on sess (a follower forwards it to the leader,
+// which refuses an expired session) and notes the proof of life.
+func (s *Store) syncSession(ctx context.Context, sess *session, p string) error {
+	sent := time.Now()
+	_, err := call(ctx, func() (string, error) { return sess.conn.Sync(p) })
+	if err == nil {
+		s.proved(sess, sent)
+	}
+	return err
+}
+
+// grantPlace is Acquire for a holder whose place this handle wrote in
+// sess: once the place is the lowest contender, it becomes the term, with
+// no write (see the top of this file). ok is false when the place cannot be
+// granted so (none, gone, taken, in another session, or written with other
+// metadata or ttl than this Acquire's): Acquire then goes its usual way,
+// which replaces the holder's nodes, the place too, with a new node. While
+// a contender is below the place, the answer is ErrHeld with the lowest
+// one's record, and the node just below the place is watched.
+func (s *Store) grantPlace(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (_ store.Record, _ error, ok bool) {
+	k := placeKey{name, holder}
+	s.mu.Lock()
+	pl := s.places[k]
+	usable := pl != nil && !pl.taken && pl.sess == sess && pl.sessionID == sess.conn.SessionID() && pl.meta == metadata && pl.ttl == ttl
+	s.mu.Unlock()
+	if !usable {
+		return store.Record{}, nil, false
+	}
+	p := s.Path(name)
+	for attempt := 0; ; attempt++ {
+		if attempt == maxAcquireAttempts {
+			return store.Record{}, errors.New("the lease's contenders kept changing"), true
+		}
+		kids, err := call(ctx, func() ([]string, error) { k, _, err := sess.conn.Children(p); return k, err })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return store.Record{}, describe(err), true
+		}
+		all := contenders(kids)
+		at := -1
+		var stale []any
+		var staleNodes []contender
+		for i, c := range all {
+			if c.name == pl.node {
+				at = i
+				break
+			}
+			if isHolders(c.name, holder) && !isPlace(c.name) {
+				// The holder's earlier term, or an attempt whose answer was
+				// lost: the new term replaces it, as Acquire's does.
+				stale = append(stale, &zk.DeleteRequest{Path: p + "/" + c.name, Version: -1})
+				staleNodes = append(staleNodes, c)
+			}
+		}
+		if at < 0 {
+			s.forgetPlace(k, pl)
+			return store.Record{}, nil, false
+		}
+		if len(stale) > 0 {
+			if _, err := call(ctx, func() ([]zk.MultiResponse, error) { return sess.conn.Multi(stale...) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return store.Record{}, describe(err), true
+			}
+			s.forgetNodes(name, staleNodes)
+			continue
+		}
+		if at == 0 {
+			break
+		}
+		s.watchPlace(sess, name, p+"/"+all[at-1].name)
+		rec, err := s.describeHead(ctx, sess.conn, name, all[0])
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // the lowest went meanwhile: look again
+		}
+		if err != nil {
+			return store.Record{}, err, true
+		}
+		return rec, store.ErrHeld, true
+	}
+	// The term lives ttl from the session's last proof of life: prove it
+	// now if that was more than a quarter of ttl ago.
+	if s.proofAge(sess) > ttl/4 {
+		if err := s.syncSession(ctx, sess, p); err != nil {
+			if errors.Is(err, zk.ErrSessionExpired) {
+				s.forgetPlace(k, pl)
+				return store.Record{}, nil, false // the place went with the session
+			}
+			return store.Record{}, describe(err), true
+		}
+	}
+	s.mu.Lock()
+	if s.places[k] != pl || pl.taken || s.life.Closed() {
+		// Dequeued meanwhile (its node is being deleted), or closed.
+		s.mu.Unlock()
+		if s.life.Closed() {
+			return store.Record{}, store.ErrClosed, true
+		}
+		return store.Record{}, nil, false
+	}
+	pl.taken = true
+	e := &entry{s: s, prefix: prefixOf(pl.node), name: name, holder: holder, meta: metadata, sess: sess,
+		node: pl.node, sessionID: pl.sessionID, token: pl.token, ttl: ttl, deadline: sess.proven.Add(ttl), granted: true}
+	s.entries[e.prefix] = e
+	s.carryLocked(sess, 1)
+	s.byTerm[e.term()] = e
+	s.held[name]++
+	s.mu.Unlock()
+	e.mu.Lock()
+	e.schedule(e.deadline)
+	e.mu.Unlock()
+	return store.Record{Term: e.term(), Remaining: time.Until(e.deadline), TTL: ttl, Metadata: metadata}, nil, true
+}
+
+// watchPlace wakes this handle's watchers of name when the node p (the one
+// just below a waiter's place) goes: one ZooKeeper watch per node and
+// handle.
 func (s *Store) watchPlace(sess *session, name, p string) {
 	s.mu.Lock()
 	if s.placeWatches == nil {
@@ -174,36 +426,13 @@ func (s *Store) watchPlace(sess *session, name, p string) {
 	}()
 }
 
-// placeKey names a waiter's place: its lease name and holder.
-type placeKey struct{ name, holder string }
-
-// notePlace records the place node child as holder's only place for name,
-// as an Enqueue's listing found it; "" forgets what was recorded (the
-// listing found more than one, or a place may have been written unseen).
-func (s *Store) notePlace(name, holder, child string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := placeKey{name, holder}
-	if child == "" {
-		delete(s.places, k)
-		return
-	}
-	if s.places == nil {
-		s.places = map[placeKey]string{}
-	}
-	if _, ok := s.places[k]; !ok && len(s.places) >= maxNotes {
-		for o := range s.places {
-			delete(s.places, o) // one, any: Dequeue then lists
-			break
-		}
-	}
-	s.places[k] = child
-}
-
-// Dequeue implements store.Queuer: it deletes holder's place nodes. A place
-// this handle's last Enqueue of holder found, as holder's only one, is
-// deleted without listing the queue; if it is gone already (another handle
-// dequeued it, or its session ended), the queue is listed.
+// Dequeue implements store.Queuer: it deletes holder's place. After this
+// handle's Acquire made the place the holder's term there is nothing to
+// remove, and nothing is sent. A place this handle wrote is deleted
+// without listing; otherwise (or if it was gone) the holder's place nodes
+// found in the listing are (a place another handle made a term of the holder's is
+// then deleted too: the holder's own call, as its Acquire through another
+// handle replaces its live term).
 func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err := s.life.Check(ctx); err != nil {
 		return err
@@ -211,36 +440,39 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err := kit.CheckDequeue(name, holder); err != nil {
 		return err
 	}
-	op := fmt.Sprintf("dequeue %q for %s", name, holder)
-	conn := s.ctl.conn
-	qp := s.queuePath(name)
-	s.mu.Lock()
+	op := fmt.Sprintf("dequeue %q (%s) for %s", name, s.Path(name), holder)
+	p := s.Path(name)
 	k := placeKey{name, holder}
-	known := s.places[k]
+	s.mu.Lock()
+	pl := s.places[k]
 	delete(s.places, k)
 	s.mu.Unlock()
-	if known != "" {
-		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(qp+"/"+known, -1) })
+	if pl != nil && pl.taken {
+		return nil
+	}
+	conn := s.ctl.conn
+	if pl != nil && pl.sess != nil {
+		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(p+"/"+pl.node, -1) })
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, zk.ErrNoNode) {
 			return kit.Wrap(op, s.life.ClosedOr(describe(err)))
 		}
+		// Gone: the holder may have queued again through another handle.
 	}
-	kids, err := call(ctx, func() ([]string, error) { k, _, err := conn.Children(qp); return k, err })
+	kids, err := call(ctx, func() ([]string, error) { k, _, err := conn.Children(p); return k, err })
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
 	if err != nil {
 		return kit.Wrap(op, s.life.ClosedOr(describe(err)))
 	}
-	pfx := placePrefix(holder)
-	for _, k := range kids {
-		if _, ok := placeSeq(k); !ok || !strings.HasPrefix(k, pfx) {
+	for _, c := range contenders(kids) {
+		if !isPlace(c.name) || !isHolders(c.name, holder) {
 			continue
 		}
-		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(qp+"/"+k, -1) })
+		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(p+"/"+c.name, -1) })
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return kit.Wrap(op, s.life.ClosedOr(describe(err)))
 		}
@@ -248,94 +480,13 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	return nil
 }
 
-// AcquireUnqueued implements store.UnqueuedAcquirer. Every Enqueue writes
-// the queue's path node in the transaction that creates its place, so the
-// path's data version rises with every place written. AcquireUnqueued reads
-// that version with the queue's listing, only while the listing shows no
-// place, and the transaction that creates the contender node checks it:
-// if a place was written since, the transaction applies nothing, and the
-// queue is listed again (ErrQueued while a place is there). A place that
-// leaves (Dequeue, or its session's end) does not change the version: the
-// queue only got shorter.
-//
-// The handle keeps the last version it read with an empty queue, per name,
-// so a lease taken and released again and again with nobody queued costs
-// what Acquire costs, the create's transaction alone; the first
-// AcquireUnqueued of a name through a handle lists the queue first (and
-// creates the queue's path if it is missing, to have a version to check).
-// Places written by a leasehold release before this one do not raise the
-// version: while such a process queues on the same ensemble, a fair Lock
-// may take a free lease ahead of it.
+// AcquireUnqueued implements store.UnqueuedAcquirer: it is Acquire, which
+// refuses every holder but the queue's first, since a place is a contender
+// node in the lease's path; a free lease with nobody queued is granted in
+// the create's transaction alone. Refused by a place that is the lowest
+// contender, it answers ErrQueued, with the place's record.
 func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
 	return s.acquireOp(ctx, name, holder, ttl, metadata, true)
-}
-
-// errQueueWritten: a contender's transaction was refused because the
-// queue's path version it checked has changed; nothing was written.
-var errQueueWritten = errors.New("a place was queued since the queue was read")
-
-// queueCheck is one AcquireUnqueued's condition on name's queue: the data
-// version of the queue's path, read with no place in the queue. A nil
-// queueCheck (Acquire) checks nothing.
-type queueCheck struct {
-	s     *Store
-	name  string
-	ver   int32
-	known bool // ver is set
-}
-
-// op is the check for a create's transaction: the version this handle
-// remembers for an empty queue, or, if there is none, one read now with
-// the queue's listing (its path is created if missing), and remembered. It
-// answers ErrQueued while the queue holds a place.
-func (q *queueCheck) op(ctx context.Context, conn *zk.Conn) (*zk.CheckVersionRequest, error) {
-	if q == nil {
-		return nil, nil
-	}
-	s := q.s
-	qp := s.queuePath(q.name)
-	if !q.known {
-		s.mu.Lock()
-		q.ver, q.known = s.emptyQueues[q.name]
-		s.mu.Unlock()
-	}
-	for tries := 0; !q.known; tries++ {
-		var stat *zk.Stat
-		kids, err := call(ctx, func() (k []string, err error) { k, stat, err = conn.Children(qp); return })
-		if errors.Is(err, zk.ErrNoNode) && tries == 0 {
-			err = s.ensurePath(ctx, conn, qp)
-			if err == nil {
-				continue
-			}
-		}
-		if err != nil {
-			return nil, describe(err)
-		}
-		for _, k := range kids {
-			if _, ok := placeSeq(k); ok {
-				return nil, store.ErrQueued
-			}
-		}
-		q.ver, q.known = stat.Version, true
-		s.mu.Lock()
-		if s.emptyQueues == nil || len(s.emptyQueues) >= maxNotes {
-			s.emptyQueues = map[string]int32{} // a lost note costs a listing
-		}
-		s.emptyQueues[q.name] = q.ver
-		s.mu.Unlock()
-	}
-	return &zk.CheckVersionRequest{Path: qp, Version: q.ver}, nil
-}
-
-// failed forgets the version a transaction's check refused (a place was
-// written since), here and in the handle, so that the next op reads it.
-func (q *queueCheck) failed() {
-	q.known = false
-	q.s.mu.Lock()
-	if v, ok := q.s.emptyQueues[q.name]; ok && v == q.ver {
-		delete(q.s.emptyQueues, q.name) // not a newer one another call read
-	}
-	q.s.mu.Unlock()
 }
 
 // multiErr is the error of a transaction: the call's, else the first of

@@ -340,11 +340,11 @@ func TestDequeueKnownPlace(t *testing.T) {
 	ttl := 15 * time.Second
 	places := func() []string {
 		t.Helper()
-		k, _, err := c.Children(a.queuePath("job"))
+		k, _, err := c.Children(a.Path("job"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return k
+		return slices.DeleteFunc(k, func(n string) bool { return !isPlace(n) })
 	}
 	if _, err := a.Enqueue(ctx, "job", "w1", ttl); err != nil {
 		t.Fatal(err)
@@ -506,16 +506,13 @@ func TestNoNoteBehindHolder(t *testing.T) {
 }
 
 // TestUnqueuedRequests counts the requests of a fair Lock's uncontended
-// cycle (AcquireUnqueued, Release): the first lists the queue (and makes
-// its path); after that, the handle checks the queue's version it
-// remembers inside the create's transaction, so a cycle costs what an
-// unfair one does, the transaction and the delete. A place written through
-// another handle's Enqueue raises that version: the next AcquireUnqueued's
-// transaction is refused, it lists the queue and answers ErrQueued, with
-// nothing written; once the place left it reads the new version and grants.
-// The control: a place written without the version's rise (as a release
-// before this one queued) is not seen by a check of the remembered version,
-// and the lease is granted ahead of it, which is what the version is for.
+// cycle (AcquireUnqueued, Release): a place is a node in the lease's path,
+// so AcquireUnqueued is Acquire, and a cycle costs the create's transaction
+// and the delete. A place written through another handle is a contender
+// below any new node: the next AcquireUnqueued is refused with ErrQueued,
+// naming the place's holder, and nothing stays written; once the place
+// left, the lease is granted again. (The control, a lease free of any
+// node, is the first part.)
 func TestUnqueuedRequests(t *testing.T) {
 	oc := newOpCounter(t, shared(t).Addr())
 	root := uniqueRoot("unqueued")
@@ -541,7 +538,7 @@ func TestUnqueuedRequests(t *testing.T) {
 			t.Fatalf("%s: requests %q, want %q", what, got, want)
 		}
 	}
-	last := cycle("warm") // the term session, the lease's and the queue's paths
+	last := cycle("warm") // the term session and the lease's path
 	oc.take()
 	for i := range 3 {
 		r := cycle(fmt.Sprintf("a%d", i))
@@ -555,41 +552,22 @@ func TestUnqueuedRequests(t *testing.T) {
 	if _, err := b.Enqueue(ctx, "job", "waiter", ttl); err != nil {
 		t.Fatal(err)
 	}
-	before, err := b.Get(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
+	if r, err := a.AcquireUnqueued(ctx, "job", "rival", ttl, ""); !errors.Is(err, store.ErrQueued) || r.Holder != "waiter" {
+		t.Fatalf("AcquireUnqueued with a place queued through another handle: %+v, %v; want ErrQueued with the waiter's place", r, err)
 	}
-	oc.take()
-	if r, err := a.AcquireUnqueued(ctx, "job", "rival", ttl, ""); !errors.Is(err, store.ErrQueued) {
-		t.Fatalf("AcquireUnqueued with a place queued through another handle: %+v, %v; want ErrQueued", r, err)
-	}
-	check("refused behind a place", "getChildren2 1, multi 1")
-	if after, err := b.Get(ctx, "job"); err != nil || after.Token != before.Token || after.Live() {
-		t.Fatalf("after the refusal Get = %+v, %v; want it as before, %+v", after, err, before)
+	kids, _, err := c.Children(a.Path("job"))
+	if err != nil || len(kids) != 1 || !isPlace(kids[0]) {
+		t.Fatalf("after the refusal the lease's children are %v (%v); want the place alone", kids, err)
 	}
 	if err := b.Dequeue(ctx, "job", "waiter"); err != nil {
 		t.Fatal(err)
 	}
 	oc.take()
 	r := cycle("after")
-	// The refused attempt took the handle's note that the lease is free,
-	// so this one lists the lease as well as the queue.
-	check("the first cycle once the place left", "delete 1, getChildren2 2, multi 1")
+	check("the first cycle once the place left", "delete 1, getChildren2 1, multi 1")
 	if r.Token <= last.Token {
 		t.Fatalf("token %d, want above %d", r.Token, last.Token)
 	}
 	cycle("again")
 	check("the next cycle", "delete 1, multi 1")
-
-	// Control: a place created without writing the queue's path.
-	if _, err := c.Create(a.queuePath("job")+"/"+placePrefix("old-waiter"), nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll)); err != nil {
-		t.Fatal(err)
-	}
-	r, err = a.AcquireUnqueued(ctx, "job", "ahead", ttl, "")
-	if err != nil {
-		t.Fatalf("control: AcquireUnqueued beside a place that did not raise the version: %v; want it granted (the check of the remembered version cannot see that place)", err)
-	}
-	if err := a.Release(ctx, r.Term); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -35,7 +35,11 @@ type session struct {
 	asked time.Duration
 
 	// Guarded by Store.mu:
-	carries int  // the store's entries (nodes) on this session
+	carries int // the store's entries (nodes) on this session
+	// proven is the send time of the last request on this session that the
+	// leader answered (a write, or a sync): the session lives at least its
+	// timeout past it (see Store.proved).
+	proven  time.Time
 	retired bool // no new nodes go on it (see Store.retire)
 	hbStop  chan struct{}
 }

@@ -130,7 +130,7 @@ func (s *Store) transfer(ctx context.Context, sess *session, t store.Term, to st
 		// would rank before the successor's node, and take the lock when
 		// the term's node goes; then nothing is written, and Transfer looks
 		// again.
-		rec, retry, _, err := s.create(ctx, sess, p, t.Name, to, ttl, metadata, nil, []any{&zk.DeleteRequest{Path: p + "/" + node, Version: -1}}, l.stat.Version, sent)
+		rec, retry, _, err := s.create(ctx, sess, p, t.Name, to, ttl, metadata, []any{&zk.DeleteRequest{Path: p + "/" + node, Version: -1}}, l.stat.Version, sent)
 		if err != nil {
 			return store.Record{}, err
 		}

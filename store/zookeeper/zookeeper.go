@@ -53,18 +53,17 @@ func (s *Store) acquireOp(ctx context.Context, name, holder string, ttl time.Dur
 		}
 		return store.Record{}, kit.Wrap(op, err)
 	}
-	var q *queueCheck
-	if unqueued {
-		q = &queueCheck{s: s, name: name}
-	}
-	rec, err := s.acquire(ctx, sess, name, holder, ttl, metadata, q)
+	rec, err := s.acquire(ctx, sess, name, holder, ttl, metadata, unqueued)
 	if err != nil {
 		return rec, kit.Wrap(op, s.life.ClosedOr(err))
 	}
 	return rec, nil
 }
 
-func (s *Store) acquire(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string, q *queueCheck) (store.Record, error) {
+func (s *Store) acquire(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string, unqueued bool) (store.Record, error) {
+	if rec, err, ok := s.grantPlace(ctx, sess, name, holder, ttl, metadata); ok {
+		return rec, err
+	}
 	p := s.Path(name)
 	// A lease this handle saw go free last is tried at once, without the
 	// look: create's transaction or its listing decides, as after a look
@@ -103,23 +102,17 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 		if err != nil {
 			return store.Record{}, err, true
 		}
+		if unqueued && isPlace(c.name) {
+			// A waiter's place is the lowest: it has not taken the lease.
+			return rec, store.ErrQueued, true
+		}
 		return rec, store.ErrHeld, true
 	}
 	for ; attempt < maxAcquireAttempts; attempt++ {
 		sent := time.Now()
-		// AcquireUnqueued's condition, first: a queued place refuses it
-		// whether or not the lease is free.
-		check, err := q.op(ctx, sess.conn)
-		if err != nil {
-			return store.Record{}, err
-		}
 		if speculate {
 			speculate = false
-			rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, check, nil, -1, sent)
-			if errors.Is(err, errQueueWritten) {
-				q.failed()
-				continue
-			}
+			rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, nil, -1, sent)
 			if !retry {
 				return rec, err
 			}
@@ -182,11 +175,7 @@ func (s *Store) acquire(ctx context.Context, sess *session, name, holder string,
 			}
 			continue // the holder left meanwhile: look again
 		}
-		rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, check, ops, -1, sent)
-		if errors.Is(err, errQueueWritten) {
-			q.failed()
-			continue
-		}
+		rec, retry, beatenBy, err := s.create(ctx, sess, p, name, holder, ttl, metadata, ops, -1, sent)
 		if retry {
 			if len(mine) > 0 {
 				s.forgetNodes(name, mine)
@@ -219,17 +208,14 @@ const (
 )
 
 // create creates the contender node (deleting the nodes in ops first, in the
-// same transaction) and checks that it is the lowest. With check (from a
-// queueCheck), the transaction applies only if the queue's path still has
-// the version checked; if not, nothing was written and the error is
-// errQueueWritten. retry says to look at
+// same transaction) and checks that it is the lowest. retry says to look at
 // the children again; with it, beatenBy is the lowest node another holder
 // had when ours was not the lowest (zero if none was seen). A pathVersion
 // other than -1 is the data version of the lease's path that the caller's
 // look saw: the transaction then applies only if no leasehold contender
 // created a node since (each one writes the path's data in its own
 // transaction).
-func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, check *zk.CheckVersionRequest, ops []any, pathVersion int32, sent time.Time) (_ store.Record, retry bool, beatenBy contender, _ error) {
+func (s *Store) create(ctx context.Context, sess *session, p, name, holder string, ttl time.Duration, metadata string, ops []any, pathVersion int32, sent time.Time) (_ store.Record, retry bool, beatenBy contender, _ error) {
 	e := &entry{s: s, prefix: newNodePrefix(holder), name: name, holder: holder, meta: metadata, sess: sess, ttl: ttl}
 	s.mu.Lock()
 	if s.life.Closed() {
@@ -250,20 +236,12 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 	if testHookBeforeCreate != nil {
 		testHookBeforeCreate()
 	}
-	if check != nil {
-		ops = append([]any{check}, ops...)
-	}
 	ops = append(ops,
 		&zk.CreateRequest{Path: p + "/" + e.prefix, Data: encodeNode(holder, metadata, ttl), Acl: s.cfg.ACL, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: p, Data: encodeRecord(e.prefix), Version: pathVersion})
 	resp, err := call(ctx, func() ([]zk.MultiResponse, error) { return sess.conn.Multi(ops...) })
 	err = multiErr(resp, err)
 	switch {
-	case check != nil && len(resp) > 0 && resp[0].Error != nil:
-		// The queue check failed (a place was written since its version
-		// was read, or the queue's path went): nothing was written.
-		s.dropLocked(e)
-		return store.Record{}, false, contender{}, errQueueWritten
 	case errors.Is(err, zk.ErrBadVersion) && pathVersion != -1:
 		// A contender created a node since the caller looked: nothing was
 		// written.
@@ -300,6 +278,7 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 		s.retire(sess)
 		return store.Record{}, false, contender{}, errors.New("the session changed while creating the contender node")
 	}
+	s.proved(sess, sent)
 	created := resp[len(resp)-2].String
 	e.node = path.Base(created)
 	e.sessionID = sid
@@ -344,11 +323,16 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 }
 
 // onlyLeaseholdNodes reports whether every node in others is a leasehold
-// contender node (or gone). Leasehold never queues on a lease's path: its
-// node behind another is an attempt that is about to delete it, or a lost
-// attempt that its handle's reaper deletes at its deadline.
+// attempt's node (or gone). Leasehold queues on a lease's path only with
+// a place (a fair waiter's, which waits its turn as a foreign node does):
+// any other node of leasehold's behind another is an attempt that is about
+// to delete it, or a lost attempt that its handle's reaper deletes at its
+// deadline.
 func (s *Store) onlyLeaseholdNodes(ctx context.Context, conn *zk.Conn, p string, others []contender) (bool, error) {
 	for _, c := range others {
+		if isPlace(c.name) {
+			return false, nil
+		}
 		data, err := call(ctx, func() ([]byte, error) { d, _, err := conn.Get(p + "/" + c.name); return d, err })
 		if errors.Is(err, zk.ErrNoNode) {
 			continue
@@ -636,7 +620,7 @@ func (s *Store) renew(ctx context.Context, e *entry, ttl time.Duration) (store.R
 		return store.Record{}, store.ErrNotHeld
 	}
 	p := s.Path(e.name)
-	if _, err := call(ctx, func() (string, error) { return conn.Sync(p) }); err != nil {
+	if err := s.syncSession(ctx, e.sess, p); err != nil {
 		if errors.Is(err, zk.ErrSessionExpired) {
 			s.dropLocked(e)
 			return store.Record{}, store.ErrNotHeld

@@ -1,0 +1,266 @@
+package zookeeper
+
+import (
+	"errors"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// placeNode returns the one place node in the lease's path of st, or "".
+func placeNode(t *testing.T, c *zk.Conn, st *Store, name string) string {
+	t.Helper()
+	kids := slices.DeleteFunc(contenderNames(t, c, st.Path(name)), func(n string) bool { return !isPlace(n) })
+	if len(kids) > 1 {
+		t.Fatalf("places in %s: %v, want at most one", st.Path(name), kids)
+	}
+	if len(kids) == 0 {
+		return ""
+	}
+	return kids[0]
+}
+
+// TestPlaceBecomesTerm: a fair waiter's place is a contender node in the
+// lease's path. Behind a live term its Acquire is refused (the control of
+// the grant's condition); once the term's node is gone, the Acquire through
+// the handle that wrote the place makes it the term with one listing and
+// no write, with the node's czxid as the token and the place's metadata.
+// Dequeue after that sends nothing and leaves the term; the control: the
+// holder's Dequeue through another handle deletes the node, and the term
+// is gone.
+func TestPlaceBecomesTerm(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	root := uniqueRoot("place-term")
+	h := openStore(t, root)
+	w := openStore(t, root, oc.addr())
+	o := openStore(t, root)
+	c := rawConn(t)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+
+	first, err := h.Acquire(ctx, "job", "holder", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead, err := w.EnqueueWithMetadata(ctx, "job", "waiter", ttl, "meta-w")
+	if err != nil || ahead != 0 {
+		t.Fatalf("Enqueue behind a term: %d ahead, %v; want 0 (the term is not a place)", ahead, err)
+	}
+	node := placeNode(t, c, w, "job")
+	if node == "" {
+		t.Fatal("no place node in the lease's path")
+	}
+	_, st, err := c.Get(w.Path("job") + "/" + node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := w.Acquire(ctx, "job", "waiter", ttl, "meta-w"); !errors.Is(err, store.ErrHeld) || rec.Token != first.Token {
+		t.Fatalf("the place's Acquire behind a live term: %+v, %v; want ErrHeld with the term (token %d)", rec, err, first.Token)
+	}
+	if err := h.Release(ctx, first.Term); err != nil {
+		t.Fatal(err)
+	}
+	oc.take()
+	got, err := w.Acquire(ctx, "job", "waiter", ttl, "meta-w")
+	if err != nil {
+		t.Fatalf("the place's Acquire once the term went: %v", err)
+	}
+	if reqs := oc.take(); reqs != "getChildren2 1" {
+		t.Fatalf("the place's grant: requests %q, want one listing and nothing else", reqs)
+	}
+	if got.Token != st.Czxid || got.Token <= first.Token || got.Metadata != "meta-w" || got.Remaining < ttl/2 {
+		t.Fatalf("the place's grant: %+v; want the place's czxid %d (above %d) as the token, its metadata, most of %v left", got, st.Czxid, first.Token, ttl)
+	}
+	if rec, err := o.Get(ctx, "job"); err != nil || !rec.Live() || rec.Term != got.Term || rec.Metadata != "meta-w" {
+		t.Fatalf("Get through another handle: %+v, %v; want the granted term %v with its metadata", rec, err, got.Term)
+	}
+	if err := w.Dequeue(ctx, "job", "waiter"); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := oc.take(); reqs != "" {
+		t.Fatalf("Dequeue of a place that became the term: requests %q, want none", reqs)
+	}
+	if _, err := w.Renew(ctx, got.Term, ttl); err != nil {
+		t.Fatalf("Renew of the term after Dequeue: %v", err)
+	}
+
+	// Control: the holder's Dequeue through another handle, which cannot
+	// tell the term from a place, deletes the node.
+	if err := o.Dequeue(ctx, "job", "waiter"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := o.Get(ctx, "job"); err != nil || rec.Live() {
+		t.Fatalf("control: Get after another handle's Dequeue: %+v, %v; want the term gone", rec, err)
+	}
+	if _, err := w.Renew(ctx, got.Term, ttl); !errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("control: Renew after another handle's Dequeue: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestPlaceGrantedOnlyByItsHandle: only the handle that wrote a place makes
+// it a term. The same holder's Acquire through another handle takes the
+// lowest place for that holder's live term and replaces it with a new node,
+// so no two grants carry the place's token; the handle that wrote it then
+// finds it gone and goes Acquire's usual way, replacing that term in turn.
+func TestPlaceGrantedOnlyByItsHandle(t *testing.T) {
+	root := uniqueRoot("place-handle")
+	w := openStore(t, root)
+	o := openStore(t, root)
+	c := rawConn(t)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	if _, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := c.Get(w.Path("job") + "/" + placeNode(t, c, w, "job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := o.Acquire(ctx, "job", "waiter", ttl, "")
+	if err != nil {
+		t.Fatalf("the holder's Acquire through another handle: %v", err)
+	}
+	if other.Token <= st.Czxid {
+		t.Fatalf("another handle's grant for the place's holder: token %d, want above the place's %d", other.Token, st.Czxid)
+	}
+	if n := placeNode(t, c, w, "job"); n != "" {
+		t.Fatalf("the place %s is still there beside the other handle's term", n)
+	}
+	mine, err := w.Acquire(ctx, "job", "waiter", ttl, "")
+	if err != nil {
+		t.Fatalf("the writing handle's Acquire after the place went: %v", err)
+	}
+	if mine.Token <= other.Token {
+		t.Fatalf("tokens %d then %d: the second grant does not replace the first", other.Token, mine.Token)
+	}
+	if _, err := o.Renew(ctx, other.Term, ttl); !errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("Renew of the replaced term: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestPlaceGrantProvesSession: a place's term lives ttl from its session's
+// last proof of life at the leader. When that proof is more than a quarter
+// of ttl old, the grant sends a sync first, and the term has most of ttl
+// left; TestPlaceBecomesTerm, whose proof is fresh, is the control (no
+// sync).
+func TestPlaceGrantProvesSession(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	root := uniqueRoot("place-proof")
+	w := openStore(t, root, oc.addr())
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	if _, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil {
+		t.Fatal(err)
+	}
+	ageProofs(w, ttl)
+	oc.take()
+	got, err := w.Acquire(ctx, "job", "waiter", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqs := oc.take(); reqs != "sync 1, getChildren2 1" {
+		t.Fatalf("the grant of a lowest place with an old proof: requests %q, want its listing and a sync", reqs)
+	}
+	if got.Remaining < ttl*9/10 {
+		t.Fatalf("the grant after the sync has %v left, want most of %v", got.Remaining, ttl)
+	}
+}
+
+// TestPlacesRankWithForeignLocks: leasehold's fair waiters and zk.Lock users
+// wait in one queue, in the order they came. A zk.Lock queued behind a
+// leasehold place waits for that place's term to end; a leasehold place
+// behind the zk.Lock is refused, naming it, until it unlocks; then the place
+// takes the lease.
+func TestPlacesRankWithForeignLocks(t *testing.T) {
+	root := uniqueRoot("place-zklock")
+	a, b, d := openStore(t, root), openStore(t, root), openStore(t, root)
+	conn := rawConn(t)
+	ctx := testCtx(t, 60*time.Second)
+	ttl := 15 * time.Second
+	p := a.Path("job")
+	first, err := a.Acquire(ctx, "job", "holder", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Enqueue(ctx, "job", "w1", ttl); err != nil {
+		t.Fatal(err)
+	}
+	zl := zk.NewLock(conn, p, zk.WorldACL(zk.PermAll))
+	locked := make(chan error, 1)
+	go func() { locked <- zl.Lock() }()
+	waitFor(t, 10*time.Second, "zk.Lock queued", func() bool { return len(contenderNames(t, conn, p)) == 3 })
+	if n, err := d.Enqueue(ctx, "job", "w2", ttl); err != nil || n != 2 {
+		t.Fatalf("a place behind a place and a zk.Lock: %d ahead, %v; want 2", n, err)
+	}
+	if err := a.Release(ctx, first.Term); err != nil {
+		t.Fatal(err)
+	}
+	w1, err := b.Acquire(ctx, "job", "w1", ttl, "")
+	if err != nil {
+		t.Fatalf("the first place once the holder released: %v (a zk.Lock queued after it must not take the lease)", err)
+	}
+	select {
+	case err := <-locked:
+		t.Fatalf("zk.Lock returned (%v) while the place before it holds", err)
+	default:
+	}
+	if rec, err := d.Acquire(ctx, "job", "w2", ttl, ""); !errors.Is(err, store.ErrHeld) || rec.Holder != "w1" {
+		t.Fatalf("the last place while w1 holds: %+v, %v; want ErrHeld by w1", rec, err)
+	}
+	if err := b.Release(ctx, w1.Term); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatalf("zk.Lock: %v", err)
+	}
+	rec, err := d.Acquire(ctx, "job", "w2", ttl, "")
+	if !errors.Is(err, store.ErrHeld) || !strings.HasPrefix(rec.Holder, "zookeeper:") {
+		t.Fatalf("the last place while the zk.Lock holds: %+v, %v; want ErrHeld by the zk.Lock", rec, err)
+	}
+	if err := zl.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := d.Acquire(ctx, "job", "w2", ttl, "")
+	if err != nil {
+		t.Fatalf("the last place once the zk.Lock unlocked: %v", err)
+	}
+	if w2.Token <= w1.Token || path.Base(w2.Holder) != "w2" {
+		t.Fatalf("w2's grant %+v; want a token above w1's %d", w2, w1.Token)
+	}
+}
+
+// TestTransferBehindPlace: a fair waiter's place behind a term queues as a
+// zk.Lock does: a successor's new node would rank behind it, so Transfer
+// makes no reservation, releases the term and says so, and the place's
+// Acquire then takes the lease. (TestTransferQueuedZkLock's control, a
+// Transfer with nobody queued, reserves.)
+func TestTransferBehindPlace(t *testing.T) {
+	root := uniqueRoot("xfer-place")
+	st, w := openStore(t, root), openStore(t, root)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 10 * time.Second
+	a, err := st.Acquire(ctx, "job", "node-a", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Transfer(ctx, a.Term, "node-b", ttl, "")
+	if err == nil || !strings.Contains(err.Error(), "released instead") {
+		t.Fatalf("Transfer with a place queued: %v, want an error saying the term was released instead", err)
+	}
+	got, err := w.Acquire(ctx, "job", "waiter", ttl, "")
+	if err != nil {
+		t.Fatalf("the place's Acquire after the Transfer released: %v", err)
+	}
+	if got.Token <= a.Token {
+		t.Fatalf("the place's token %d, want above %d", got.Token, a.Token)
+	}
+}
