@@ -21,7 +21,10 @@
 //     which the record's write returns from inside that transaction, says
 //     so when the new node is the path's only child; else the children are
 //     listed again. A node that is not the lowest is deleted again.
-//     Leasehold does not queue; a refused Acquire leaves nothing behind.
+//     Leasehold does not queue, unless it is fair (Config.Fair): a fair
+//     waiter's place is a contender node in the path, which becomes the
+//     term once lowest (see the README's "The fair queue"); a refused
+//     Acquire leaves nothing behind.
 //   - A handle that saw a lease go free last (it released the term, or its
 //     watch saw the node its waiters wait on deleted) skips the first
 //     listing on the next Acquire of that name: it creates its node at
@@ -115,9 +118,10 @@
 // name, its czxid as the token, and its node's data (if printable) as the
 // Metadata; its Remaining is the ensemble's maxSessionTimeout, the longest
 // its lock can outlive its client. zk.Lock and Curator queue: their waiters
-// watch their predecessor and take the lock in order. Leasehold does not
-// queue (a refused Acquire leaves nothing behind), so it takes a lease only
-// once every queued foreign contender is gone; its waiters watch the last
+// watch their predecessor and take the lock in order, and a fair leasehold
+// waiter's place queues with them. Leasehold without Fair does not queue
+// (a refused Acquire leaves nothing behind), so it takes a lease only once
+// every queued contender is gone; its waiters watch the last
 // contender node, the one a new node would queue behind, and only that
 // node's deletion wakes them. Avoid lease names that are a path prefix of
 // other names in use ("job" and "job/x") when zk.Lock or Curator share
