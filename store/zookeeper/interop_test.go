@@ -345,3 +345,79 @@ func TestStrayNodeBehindForeignHolder(t *testing.T) {
 		t.Fatalf("contenders %v, want the zk.Lock's alone", got)
 	}
 }
+
+// TestInteropFairLocksWithZkLock: fair leasehold Locks and zk.Lock users
+// on one path are served in the order they came, through the library as
+// users call it. A fair Lock holds; a zk.Lock queues; a second fair Lock
+// queues after it. The release hands the lock to the zk.Lock, and its
+// unlock to the second fair Lock, with a token above the first's. The
+// control: a Lock without Fair, started after the zk.Lock queued, writes
+// no place, and is still waiting when the fair Lock behind it is served.
+func TestInteropFairLocksWithZkLock(t *testing.T) {
+	root := uniqueRoot("fair-zklock")
+	conn := rawConn(t)
+	ctx := testCtx(t, 60*time.Second)
+	newLock := func(id string, fair bool) *leasehold.Lock {
+		l, err := leasehold.NewLock(openStore(t, root), "job", leasehold.Config{Identity: id, Fair: fair, Timings: lockTimings()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	p := openStore(t, root).Path("job")
+	first, err := newLock("first", true).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zl := zk.NewLock(conn, p, zk.WorldACL(zk.PermAll))
+	zlocked := make(chan error, 1)
+	go func() { zlocked <- zl.Lock() }()
+	waitFor(t, 10*time.Second, "zk.Lock queued", func() bool { return len(contenderNames(t, conn, p)) == 2 })
+	type acquired struct {
+		l   *leasehold.Lease
+		err error
+	}
+	unfair := make(chan acquired, 1)
+	go func() { l, err := newLock("unfair", false).Acquire(ctx); unfair <- acquired{l, err} }()
+	second := make(chan acquired, 1)
+	go func() { l, err := newLock("second", true).Acquire(ctx); second <- acquired{l, err} }()
+	waitFor(t, 10*time.Second, "the second fair Lock queued", func() bool { return len(contenderNames(t, conn, p)) == 3 })
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-zlocked; err != nil {
+		t.Fatalf("zk.Lock: %v", err)
+	}
+	select {
+	case a := <-second:
+		t.Fatalf("the second fair Lock acquired (%v) while the zk.Lock that came before it holds", a.err)
+	case a := <-unfair:
+		t.Fatalf("the Lock without Fair acquired (%v) while the zk.Lock holds", a.err)
+	default:
+	}
+	if err := zl.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	var got acquired
+	select {
+	case got = <-second:
+	case a := <-unfair:
+		t.Fatalf("control: the Lock without Fair, which wrote no place, acquired first (%v)", a.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second fair Lock did not acquire after the zk.Lock unlocked")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if got.l.Token() <= first.Token() {
+		t.Fatalf("the second fair Lock's token %d, want above the first's %d", got.l.Token(), first.Token())
+	}
+	if err := got.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-unfair // the Lock without Fair is served last
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	a.l.Release(ctx)
+}
