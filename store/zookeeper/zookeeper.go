@@ -414,8 +414,9 @@ func (s *Store) markFree(name string) {
 }
 
 // maxNotes bounds the names a handle keeps a free note for (see
-// markFree), and the places it knows (see notePlace), for a process that
-// uses ever new names.
+// markFree), for a process that uses ever new names. (The places a handle
+// wrote are not bounded so: each leaves its map with the waiter's Dequeue,
+// which the core always sends.)
 const maxNotes = 1024
 
 // takeFree reports whether this handle saw name go free last, and forgets
