@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/memstore"
+	"github.com/leasehold/leasehold/store/storetest"
 )
 
 // BenchmarkLockCycle is one uncontended Acquire and Release of a Lock on
@@ -60,34 +61,7 @@ func BenchmarkLockCycle(b *testing.B) {
 func BenchmarkLockHandoff(b *testing.B) {
 	ctx := context.Background()
 	b.Run("store", func(b *testing.B) {
-		st := memstore.New()
-		var total time.Duration
-		for i := 0; i < b.N; i++ {
-			h, err := st.Acquire(ctx, "bench", "holder", 15*time.Second, "")
-			if err != nil {
-				b.Fatal(err)
-			}
-			wctx, cancel := context.WithCancel(ctx)
-			ch, err := st.Watch(wctx, "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			t0 := time.Now()
-			if err := st.Release(ctx, h.Term); err != nil {
-				b.Fatal(err)
-			}
-			<-ch
-			w, err := st.Acquire(ctx, "bench", "waiter", 15*time.Second, "")
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += time.Since(t0)
-			cancel()
-			if err := st.Release(ctx, w.Term); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(total.Nanoseconds())/float64(b.N)/1e3, "µs/handoff")
+		storetest.BenchHandoff(b, memstore.New(), "bench", 15*time.Second)
 	})
 	for _, fair := range []bool{false, true} {
 		name := "lock"

@@ -9,6 +9,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/storetest"
 )
 
 // Benchmarks of the store's own calls on the shared test server, beside
@@ -118,38 +119,8 @@ func BenchmarkRawSync(b *testing.B) {
 // create (see TestHandoffRequests).
 func BenchmarkHandoff(b *testing.B) {
 	st := openStore(b, uniqueRoot("bench"))
-	ctx := context.Background()
 	warm(b, st, "job")
-	var total time.Duration
-	for i := 0; i < b.N; i++ {
-		h, err := st.Acquire(ctx, "job", "holder", 15*time.Second, "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		ch, err := st.Watch(wctx, "job")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for len(ch) > 0 {
-			<-ch
-		}
-		t0 := time.Now()
-		if err := st.Release(ctx, h.Term); err != nil {
-			b.Fatal(err)
-		}
-		<-ch
-		w, err := st.Acquire(ctx, "job", "waiter", 15*time.Second, "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		total += time.Since(t0)
-		cancel()
-		if err := st.Release(ctx, w.Term); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/handoff")
+	storetest.BenchHandoff(b, st, "job", 15*time.Second)
 }
 
 // BenchmarkPlaceHandoff: a fair waiter's place, first behind the holder,
