@@ -337,9 +337,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 		}
 		v := s.observe(cur, s.now(), false)
 		if v.holder != "" && v.holder != holder && v.remaining() > 0 {
-			s.mu.Lock()
-			s.sightingLocked(o.obj).waiting = true
-			s.mu.Unlock()
+			s.markWaiting(o.obj)
 			s.reserveToken(ctx, o, max(v.token, s.maxToken(o.obj)))
 			return v.record(name), fmt.Errorf("leasehold/kubernetes: acquire %q: held by %s: %w", name, v.holder, store.ErrHeld)
 		}

@@ -272,9 +272,7 @@ func (s *Store) Enqueue(ctx context.Context, name, holder string, ttl time.Durat
 	}
 	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
 	qn := QueueName(o.obj)
-	s.mu.Lock()
-	s.sightingLocked(o.obj).waiting = true // a Watch of the Lease now serves a waiter (see Watch)
-	s.mu.Unlock()
+	s.markWaiting(o.obj) // a Watch of the Lease now serves a waiter (see Watch)
 	for range maxQueueRaces {
 		cur, q, err := s.readQueue(ctx, o, qn)
 		if err != nil {

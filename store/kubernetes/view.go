@@ -67,6 +67,14 @@ func (s *Store) sightingLocked(obj string) *sighting {
 	return sg
 }
 
+// markWaiting notes that this store waits for Lease object obj (see
+// sighting.waiting): a Watch of it then reserves the waiter's token.
+func (s *Store) markWaiting(obj string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sightingLocked(obj).waiting = true
+}
+
 // wrote notes l, the answer to this store's own write, which arrived at now.
 func (s *Store) wrote(l *lease, now time.Time) {
 	s.mu.Lock()

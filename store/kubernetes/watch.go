@@ -75,7 +75,8 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	}
 	s.wg.Add(2)
 	s.watched[o.obj]++
-	s.sightingLocked(o.obj).gap()
+	sg := s.sightingLocked(o.obj)
+	sg.gap()
 	// A watch on a Lease another term holds, after an Acquire through this
 	// store was refused or while it has a place queued, is a waiter's:
 	// reserve the token its grant will take now, while the watch runs,
@@ -88,7 +89,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	// and writes nothing.
 	var r reservation
 	reserve := false
-	if sg := s.seen[o.obj]; last != nil && last.holder != "" && last.remaining() > 0 && sg != nil && sg.waiting {
+	if last != nil && last.holder != "" && last.remaining() > 0 && sg.waiting {
 		if r, reserve = s.claimReservationLocked(o.obj, max(last.token, sg.maxToken)); reserve {
 			s.wg.Add(1)
 		}

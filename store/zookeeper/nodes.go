@@ -46,16 +46,19 @@ func newNodePrefix(holder string) string {
 }
 
 // placeMark is the first character of the random part of a place's node
-// name (a fair waiter's, see queue.go): 'q' is not a hex digit, so no
-// attempt's node carries it there.
-const placeMark = 'q'
+// name (a fair waiter's, see queue.go), at placeMarkAt: 'q' is not a hex
+// digit, so no attempt's node carries it there.
+const (
+	placeMark   = 'q'
+	placeMarkAt = len(protectedPrefix) + 16 // after the holder's hash
+)
 
 // newPlacePrefix is the name of a new place node before the server appends
 // its sequence: a contender node's name whose random part starts with
 // placeMark.
 func newPlacePrefix(holder string) string {
 	n := []byte(newNodePrefix(holder))
-	n[len(protectedPrefix)+16] = placeMark
+	n[placeMarkAt] = placeMark
 	return string(n)
 }
 
@@ -63,8 +66,7 @@ func newPlacePrefix(holder string) string {
 // queues (and, once lowest, holds), not an attempt that deletes itself when
 // it is not the lowest.
 func isPlace(child string) bool {
-	i := len(protectedPrefix) + 16
-	return strings.HasPrefix(child, protectedPrefix) && len(child) > i && child[i] == placeMark
+	return strings.HasPrefix(child, protectedPrefix) && len(child) > placeMarkAt && child[placeMarkAt] == placeMark
 }
 
 // prefixOf is a contender node's name without its sequence.

@@ -182,17 +182,17 @@ func (s *Store) enqueue(ctx context.Context, sess *session, name, holder string,
 				return 0, err
 			}
 		}
-		if n, ok, err := s.newPlace(ctx, sess, name, holder, ttl, metadata); err != nil || ok {
-			return n, err
+		if alone, err := s.newPlace(ctx, sess, name, holder, ttl, metadata); err != nil || alone {
+			return 0, err
 		}
 	}
 	return 0, errors.New("the place written was gone on each of 3 looks (its session keeps ending)")
 }
 
-// newPlace creates holder's place node. ok says the answer is final: the
-// place is the only contender. Otherwise the caller lists the contenders
+// newPlace creates holder's place node. alone says it is the only
+// contender, with nothing ahead; otherwise the caller lists the contenders
 // to rank it.
-func (s *Store) newPlace(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (int, bool, error) {
+func (s *Store) newPlace(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (alone bool, _ error) {
 	p := s.Path(name)
 	prefix := newPlacePrefix(holder)
 	sid := sess.conn.SessionID()
@@ -204,14 +204,14 @@ func (s *Store) newPlace(ctx context.Context, sess *session, name, holder string
 	})
 	if err = multiErr(resp, err); err != nil {
 		if errors.Is(err, zk.ErrNoNode) {
-			return 0, false, nil // the path went meanwhile: look again
+			return false, nil // the path went meanwhile: look again
 		}
 		// An unknown outcome leaves a place that the next Enqueue finds,
 		// and Dequeue or the session's end removes.
-		return 0, false, describe(err)
+		return false, describe(err)
 	}
 	if sess.conn.SessionID() != sid || len(resp) < 2 {
-		return 0, false, errors.New("the session changed while creating the place")
+		return false, errors.New("the session changed while creating the place")
 	}
 	s.proved(sess, sent)
 	pathStat := resp[1].Stat
@@ -220,8 +220,8 @@ func (s *Store) newPlace(ctx context.Context, sess *session, name, holder string
 	s.places[placeKey{name, holder}] = pl
 	s.mu.Unlock()
 	// The path's stat is the one after the create, in the same
-	// transaction: the only child has nothing ahead.
-	return 0, pathStat.NumChildren == 1, nil
+	// transaction.
+	return pathStat.NumChildren == 1, nil
 }
 
 // adoptPlace reads the place node child of holder: a place this handle can
@@ -429,10 +429,10 @@ func (s *Store) watchPlace(sess *session, name, p string) {
 // Dequeue implements store.Queuer: it deletes holder's place. After this
 // handle's Acquire made the place the holder's term there is nothing to
 // remove, and nothing is sent. A place this handle wrote is deleted
-// without listing; otherwise (or if it was gone) the holder's place nodes
-// found in the listing are (a place another handle made a term of the holder's is
-// then deleted too: the holder's own call, as its Acquire through another
-// handle replaces its live term).
+// without listing. Otherwise, or if it was gone, the holder's place nodes
+// the listing finds are deleted, a place that another handle made the
+// holder's term too: the holder's own call, as its Acquire through another
+// handle replaces its live term.
 func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 	if err := s.life.Check(ctx); err != nil {
 		return err
@@ -451,7 +451,7 @@ func (s *Store) Dequeue(ctx context.Context, name, holder string) error {
 		return nil
 	}
 	conn := s.ctl.conn
-	if pl != nil && pl.sess != nil {
+	if pl != nil { // written here: s.places keeps no other
 		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(p+"/"+pl.node, -1) })
 		if err == nil {
 			return nil
