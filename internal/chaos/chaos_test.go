@@ -116,17 +116,26 @@ func runClean(t *testing.T, c Config) *Outcome {
 	if len(groups) == 0 {
 		groups = []*Outcome{out}
 	}
+	var digest []string // the first failover violation's, said last
 	for _, o := range groups {
 		for _, v := range o.Result.Violations {
 			if tl := failoverTimeline(o.History, v); tl != "" {
 				t.Logf("%s %s: %s", o.Group, v, tl)
+				if digest == nil {
+					digest = failoverDigest(o.History, v)
+					digest[0] = o.Group + " " + digest[0]
+				}
 			}
 		}
 	}
 	if n := len(out.Result.Violations); n > 0 {
 		// Said again last, after the timelines: a CI log shows only the
-		// beginning and the end of a long output.
+		// beginning and the end of a long output, and its summary of
+		// failures only lines that begin with a file and line, one each.
 		t.Cleanup(func() {
+			for _, l := range digest {
+				t.Log(l)
+			}
 			t.Logf("%d violations, first: %s (%s)", n, out.Result.Violations[0], out.Summary)
 		})
 	}
@@ -388,6 +397,25 @@ func TestFairGroups(t *testing.T) {
 	}
 	if n := places("g02"); n == 0 {
 		t.Errorf("group g02 is fair, yet no place was written to its queue: its standbys did not queue")
+	}
+	// The recorder logs each enqueue with the places ahead, for the
+	// timelines: the fair group's history has them, the other's none.
+	for _, o := range out.Groups {
+		enqueues, answered := 0, 0
+		for _, e := range o.History.Events {
+			if e.Call != callEnqueue {
+				continue
+			}
+			switch {
+			case e.Kind == evRequest:
+				enqueues++
+			case e.Kind == evAnswer && strings.HasPrefix(e.Detail, "ahead "):
+				answered++
+			}
+		}
+		if fair := o.Group == "g02"; fair != (enqueues > 0 && answered > 0) {
+			t.Errorf("group %s (fair: %v) recorded %d enqueues, %d answered with the places ahead", o.Group, fair, enqueues, answered)
+		}
 	}
 }
 

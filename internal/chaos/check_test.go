@@ -731,6 +731,9 @@ func TestFailoverAllowsTheStoresSlowness(t *testing.T) {
 		!strings.Contains(d, "  +1000.0 n1.1   answer acquire#101 err=\"held\"") ||
 		!strings.Contains(d, "  +4500.0 n1.1   acquired token=3") || strings.Contains(d, "+4500.1") {
 		t.Errorf("failover violation's timeline does not show the late acquire's request, answer and grant, up to the grant:\n%s", d)
+	} else if d := strings.Join(failoverDigest(h, r.Violations[0]), "\n"); !strings.Contains(d, "to 4.5s after it") ||
+		!strings.Contains(d, "\nn1.1: [acquire: held x1] [acquire: ok x1] last acquired at +4500.0 ms") {
+		t.Errorf("failover violation's digest does not count n1.1's refused acquire up to its grant:\n%s", d)
 	}
 }
 
@@ -745,6 +748,7 @@ func TestFailoverAllowsTheStoresStalls(t *testing.T) {
 	// another fault (on n3.1, 10.5 s to 11.5 s: within the 11.26 s the
 	// stall allows, after the bound's 9.86 s), it joins the episode, whose
 	// leader is then judged against its heal at 11.5 s.
+	call := callAcquire
 	run := func(err string, leads float64, another bool) *Result {
 		h := cleanHistory()
 		leaderlessAfterBlackhole(h, 16)
@@ -752,8 +756,8 @@ func TestFailoverAllowsTheStoresStalls(t *testing.T) {
 			h.Faults = append(h.Faults, fault{Kind: faultBlackhole, Target: "n3.1", Start: at(10.5), End: at(11.5)})
 		}
 		b := &histBuilder{h: h, reqN: 100}
-		b.ev("n1.1", 7.0, event{Kind: evRequest, Req: 101, Call: callAcquire})
-		b.ev("n1.1", 7.9, event{Kind: evAnswer, Req: 101, Call: callAcquire, Err: err})
+		b.ev("n1.1", 7.0, event{Kind: evRequest, Req: 101, Call: call})
+		b.ev("n1.1", 7.9, event{Kind: evAnswer, Req: 101, Call: call, Err: err})
 		b.granted("n1.1", leads, evAcquired, "n1-aaaa", 3, 0.005)
 		sortEvents(h.Events)
 		return checkHistory(h, checkOptions{})
@@ -774,6 +778,12 @@ func TestFailoverAllowsTheStoresStalls(t *testing.T) {
 	// due at 9.86 s (10.76 s with the call's 0.9 s), before that fault.
 	if r := run("held", 12, true); violationsOf(r)[chkFailover] != 1 {
 		t.Errorf("control, the call answered: violations %v, want one failover (the first heal's)", violationsOf(r))
+	}
+	// A fair node's enqueue that timed out excuses nothing: the check
+	// judges the store by the lease's own calls.
+	call = callEnqueue
+	if r := run("enqueue: context deadline exceeded", 11, false); violationsOf(r)[chkFailover] != 1 {
+		t.Errorf("a leader 1.14 s late after an enqueue that timed out: violations %v, want one failover", violationsOf(r))
 	}
 }
 

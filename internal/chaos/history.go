@@ -40,6 +40,11 @@ const (
 	callAcquire = "acquire"
 	callRenew   = "renew"
 	callRelease = "release"
+	// A fair node's place in the store's queue: recorded for the timeline
+	// only (an enqueue answers with Detail "ahead N"), since a place grants
+	// nothing.
+	callEnqueue = "enqueue"
+	callDequeue = "dequeue"
 )
 
 // Results of a write (event.Result, registerEntry.Result).

@@ -190,8 +190,8 @@ func (s *recStore) WatchLag() time.Duration {
 	return 0
 }
 
-// Queues, Enqueue and Dequeue forward the store's fair queue (a place in
-// it grants nothing, so the recorder does not log them).
+// Queues, Enqueue and Dequeue forward the store's fair queue, and log
+// Enqueue and Dequeue for the timeline (callEnqueue).
 func (s *recStore) Queues() bool {
 	_, ok := store.AsQueuer(s.inner)
 	return ok
@@ -202,16 +202,32 @@ func (s *recStore) Enqueue(ctx context.Context, name, holder string, ttl time.Du
 	if !ok {
 		return 0, errors.New("chaos: the store has no queue")
 	}
-	return q.Enqueue(ctx, name, holder, ttl)
+	n := s.call(callEnqueue, name, 0)
+	ahead, err := q.Enqueue(ctx, name, holder, ttl)
+	s.answerQueue(n, name, ahead, err)
+	return ahead, err
 }
 
 // EnqueueWithMetadata forwards the store's store.MetadataQueuer, or its
 // Enqueue.
 func (s *recStore) EnqueueWithMetadata(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (int, error) {
-	if mq, ok := s.inner.(store.MetadataQueuer); ok {
-		return mq.EnqueueWithMetadata(ctx, name, holder, ttl, metadata)
+	mq, ok := s.inner.(store.MetadataQueuer)
+	if !ok {
+		return s.Enqueue(ctx, name, holder, ttl)
 	}
-	return s.Enqueue(ctx, name, holder, ttl)
+	n := s.call(callEnqueue, name, 0)
+	ahead, err := mq.EnqueueWithMetadata(ctx, name, holder, ttl, metadata)
+	s.answerQueue(n, name, ahead, err)
+	return ahead, err
+}
+
+// answerQueue records an enqueue's answer: how many places are ahead.
+func (s *recStore) answerQueue(n int64, name string, ahead int, err error) {
+	detail := ""
+	if err == nil {
+		detail = fmt.Sprintf("ahead %d", ahead)
+	}
+	s.hw.emit(event{Kind: evAnswer, Req: n, Call: callEnqueue, Err: errString(err), Detail: detail, Lease: s.hw.leaseOf(name)})
 }
 
 // AcquireUnqueued forwards the store's store.UnqueuedAcquirer, logged as
@@ -239,7 +255,10 @@ func (s *recStore) Dequeue(ctx context.Context, name, holder string) error {
 	if !ok {
 		return errors.New("chaos: the store has no queue")
 	}
-	return q.Dequeue(ctx, name, holder)
+	n := s.call(callDequeue, name, 0)
+	err := q.Dequeue(ctx, name, holder)
+	s.answer(n, callDequeue, name, 0, err)
+	return err
 }
 
 // Limits forwards the store's limits.

@@ -94,3 +94,75 @@ func timeline(h *history, from, until, zero int64) string {
 	}
 	return b.String()
 }
+
+// failoverDigest sums up, a line per process, what each process of the
+// violation's group asked the store and heard from the heal to the next
+// leader (or four bounds on): its calls by kind and answer, and its last
+// event. It is short enough for CI's summary of failures, which drops a
+// timeline's lines.
+func failoverDigest(h *history, v Violation) []string {
+	if v.Check != chkFailover || v.Wall == 0 {
+		return nil
+	}
+	until := v.Wall + 4*int64(h.failoverBound())
+	lead := leaderTimes(h)
+	if i := sort.Search(len(lead), func(i int) bool { return lead[i] >= v.Wall }); i < len(lead) {
+		until = min(lead[i], until)
+	}
+	type proc struct {
+		answers map[string]int // "call: answer"
+		last    event
+	}
+	procs := map[string]*proc{}
+	for _, e := range h.Events {
+		if e.Wall < v.Wall || e.Wall > until || e.Kind == evWriteCall || e.Kind == evWriteReturn {
+			continue
+		}
+		p := procs[e.Proc()]
+		if p == nil {
+			p = &proc{answers: map[string]int{}}
+			procs[e.Proc()] = p
+		}
+		p.last = e
+		if e.Kind != evAnswer {
+			continue
+		}
+		ans := "ok"
+		if e.Detail != "" { // an enqueue's places ahead
+			ans = e.Detail
+		}
+		if e.Err != "" {
+			ans = e.Err
+			if len(ans) > 80 {
+				ans = ans[:80] + "..."
+			}
+		}
+		p.answers[e.Call+": "+ans]++
+	}
+	names := make([]string, 0, len(procs))
+	for n := range procs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := []string{fmt.Sprintf("from the heal to %v after it, each process's store answers and last event:", time.Duration(until-v.Wall).Round(time.Millisecond))}
+	for _, n := range names {
+		p := procs[n]
+		kinds := make([]string, 0, len(p.answers))
+		for k := range p.answers {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s:", n)
+		for _, k := range kinds {
+			fmt.Fprintf(&b, " [%s x%d]", k, p.answers[k])
+		}
+		fmt.Fprintf(&b, " last %s", strings.TrimSpace(p.last.Kind+" "+p.last.Call))
+		fmt.Fprintf(&b, " at %+.1f ms", float64(p.last.Wall-v.Wall)/1e6)
+		out = append(out, b.String())
+	}
+	if len(names) == 0 {
+		out = append(out, "no process recorded anything")
+	}
+	return out
+}
