@@ -64,7 +64,10 @@ type Config struct {
 	// The queue only orders who tries:
 	// tokens, expiry and every other rule are those of the default mode. A
 	// waiter that dies leaves its place to expire LeaseDuration after its
-	// last refresh, delaying those behind it by at most that long. Holders
+	// last refresh, delaying those behind it by at most that long. A waiter
+	// whose turn came but whose acquire got no answer (or a grant too late
+	// to trust) goes to the back, so one that reaches the queue but not the
+	// lease does not hold up those behind it. Holders
 	// that do not queue (the default mode, TryAcquire, other clients of the
 	// store) still compete with the head of the queue when the lease is
 	// free. A store without a queue is refused with ErrInvalidConfig. A

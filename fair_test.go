@@ -551,3 +551,74 @@ func TestFairPlaceCarriesMetadata(t *testing.T) {
 		})
 	}
 }
+
+// TestFairWaiterWhoseAcquiresFailYieldsItsTurn: a fair waiter first in the
+// queue whose acquires fail (the store answers its queue but not its
+// acquire: here every acquire of that node's handle fails; in a real
+// fleet, a process too slow to trust its grants) must not keep its turn
+// for ever, or the waiters behind it, who do not try while a place is
+// ahead, never lead either. It goes to the back after each failed try, so
+// the next waiter leads within a few retry periods of the lease falling
+// free. The control is the same run with the node's acquires answered: it
+// keeps its turn and leads first.
+func TestFairWaiterWhoseAcquiresFailYieldsItsTurn(t *testing.T) {
+	for _, broken := range []bool{true, false} {
+		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture()
+				timings := leasehold.DefaultTimings()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				var got turns
+				var wg sync.WaitGroup
+				release := make(chan struct{})
+				var secondAt atomic.Int64 // when the second leader's work began, Unix ns
+				elect := func(st store.Store, who string) {
+					e := newElector(t, st, "node-"+who, nil, fair)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
+							got.add(who)
+							if len(got.get()) == 2 {
+								secondAt.Store(time.Now().UnixNano())
+							}
+							select {
+							case <-release:
+							case <-ctx.Done():
+							}
+							return nil
+						})
+					}()
+					synctest.Wait()
+				}
+				elect(f.faulty(), "a") // leads
+				bStore := f.faulty()
+				if broken {
+					bStore.Inject(faultstore.Fault{Mode: faultstore.Fail}, faultstore.OpAcquire)
+				}
+				elect(bStore, "b") // first in the queue
+				elect(f.faulty(), "c")
+				release <- struct{}{} // a's work returns: the lease falls free
+				freed := time.Now()
+				time.Sleep(10 * timings.LeaseDuration)
+				synctest.Wait()
+				order := got.get()
+				want := []string{"a", "b"}
+				if broken {
+					want = []string{"a", "c"}
+				}
+				if !slices.Equal(order, want) {
+					t.Fatalf("%v after the lease fell free, leaders in order %v, want %v", time.Since(freed), order, want)
+				}
+				maxRetry := timings.RetryPeriod + time.Duration(timings.JitterFraction()*float64(timings.RetryPeriod))
+				if took := time.Unix(0, secondAt.Load()).Sub(freed); took > 2*maxRetry {
+					t.Fatalf("the second leader began %v after the lease fell free, want within two retry waits (%v)", took, 2*maxRetry)
+				}
+				cancel()
+				close(release)
+				wg.Wait()
+			})
+		})
+	}
+}
