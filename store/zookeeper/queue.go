@@ -379,10 +379,8 @@ func (s *Store) grantPlace(ctx context.Context, sess *session, name, holder stri
 	pl.taken = true
 	e := &entry{s: s, prefix: prefixOf(pl.node), name: name, holder: holder, meta: metadata, sess: sess,
 		node: pl.node, sessionID: pl.sessionID, token: pl.token, ttl: ttl, deadline: sess.proven.Add(ttl), granted: true}
-	s.entries[e.prefix] = e
-	s.carryLocked(sess, 1)
-	s.byTerm[e.term()] = e
-	s.held[name]++
+	s.addEntryLocked(e)
+	s.grantLocked(e)
 	s.mu.Unlock()
 	e.mu.Lock()
 	e.schedule(e.deadline)

@@ -222,8 +222,7 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 		s.mu.Unlock()
 		return store.Record{}, false, contender{}, store.ErrClosed
 	}
-	s.entries[e.prefix] = e
-	s.carryLocked(sess, 1)
+	s.addEntryLocked(e)
 	s.mu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -308,8 +307,7 @@ func (s *Store) create(ctx context.Context, sess *session, p, name, holder strin
 	if lowest {
 		e.granted = true
 		s.mu.Lock()
-		s.byTerm[e.term()] = e
-		s.held[e.name]++
+		s.grantLocked(e)
 		s.mu.Unlock()
 		return store.Record{Term: e.term(), Remaining: ttl - time.Since(sent), TTL: ttl, Metadata: metadata}, false, contender{}, nil
 	}
@@ -450,6 +448,21 @@ func (s *Store) ensurePath(ctx context.Context, conn *zk.Conn, p string) error {
 		}
 	}
 	return nil
+}
+
+// addEntryLocked registers entry e, whose node its session carries (or,
+// until the create's answer says, may). Called with s.mu held; dropLocked
+// undoes it.
+func (s *Store) addEntryLocked(e *entry) {
+	s.entries[e.prefix] = e
+	s.carryLocked(e.sess, 1)
+}
+
+// grantLocked registers entry e's node as a live term. Called with s.mu
+// held.
+func (s *Store) grantLocked(e *entry) {
+	s.byTerm[e.term()] = e
+	s.held[e.name]++
 }
 
 // dropLocked forgets entry e, whose node does not exist. Called with e.mu
