@@ -199,13 +199,14 @@ func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, e
 				c.giveBackUnknown(ctx)
 				return store.Record{}, time.Time{}, err
 			}
-			if !c.firstAt.IsZero() && !errors.Is(err, store.ErrHeld) && !errors.Is(err, store.ErrQueued) {
+			if !c.firstAt.IsZero() && ctx.Err() == nil && !errors.Is(err, store.ErrHeld) && !errors.Is(err, store.ErrQueued) {
 				// Its turn came, the queue answered, and the acquire did
 				// not: no answer, or a grant too late to trust. The places
 				// behind do not try while this one is first, so it goes
 				// to the back (the next Enqueue writes a new place), or a
 				// waiter that can reach the queue but cannot take the
-				// lease would keep everyone from it.
+				// lease would keep everyone from it. (An ended ctx
+				// leaves the queue on the way out.)
 				c.leaveQueue(ctx)
 			}
 		}
