@@ -571,3 +571,55 @@ func TestUnqueuedRequests(t *testing.T) {
 	cycle("again")
 	check("the next cycle", "delete 1, multi 1")
 }
+
+// TestEnqueueRequests counts Enqueue's requests, as the README's table
+// gives them: a new place lists the contenders first (a place of this
+// holder written through another handle, or by an Enqueue whose answer was
+// lost, is taken over rather than doubled), then writes the place; behind
+// other contenders it lists again to count them. A refresh is one listing.
+func TestEnqueueRequests(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	root := uniqueRoot("enqueue-requests")
+	a := openStore(t, root, oc.addr())
+	b := openStore(t, root)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	check := func(what, want string, wantAhead, ahead int, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := oc.take(); got != want || ahead != wantAhead {
+			t.Fatalf("%s: requests %q with %d ahead, want %q with %d ahead", what, got, ahead, want, wantAhead)
+		}
+	}
+	// The term session and the lease's path, made ahead.
+	if r, err := a.Acquire(ctx, "job", "warm", ttl, ""); err != nil {
+		t.Fatal(err)
+	} else if err := a.Release(ctx, r.Term); err != nil {
+		t.Fatal(err)
+	}
+	oc.take()
+	ahead, err := a.Enqueue(ctx, "job", "w1", ttl)
+	check("a new place, alone", "getChildren2 1, multi 1", 0, ahead, err)
+	ahead, err = a.Enqueue(ctx, "job", "w1", ttl)
+	check("its refresh", "getChildren2 1", 0, ahead, err)
+	if err := a.Dequeue(ctx, "job", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := b.Acquire(ctx, "job", "holder", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Enqueue(ctx, "job", "w0", ttl); err != nil {
+		t.Fatal(err)
+	}
+	oc.take()
+	ahead, err = a.Enqueue(ctx, "job", "w2", ttl)
+	check("a new place behind the holder and a place", "getChildren2 2, multi 1", 1, ahead, err)
+	ahead, err = a.Enqueue(ctx, "job", "w2", ttl)
+	check("its refresh", "getChildren2 1", 1, ahead, err)
+	if err := b.Release(ctx, h.Term); err != nil {
+		t.Fatal(err)
+	}
+}
