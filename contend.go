@@ -356,13 +356,7 @@ func (c *contender) queued(ctx context.Context) bool {
 	}
 	qctx, cancel := context.WithTimeout(ctx, c.timings.RenewDeadline)
 	c.placed = true
-	var ahead int
-	var err error
-	if mq, ok := c.queue.(store.MetadataQueuer); ok {
-		ahead, err = mq.EnqueueWithMetadata(qctx, c.name, c.holder, c.timings.LeaseDuration, c.metadata)
-	} else {
-		ahead, err = c.queue.Enqueue(qctx, c.name, c.holder, c.timings.LeaseDuration)
-	}
+	ahead, err := store.EnqueueWithMetadata(qctx, c.queue, c.name, c.holder, c.timings.LeaseDuration, c.metadata)
 	cancel()
 	c.firstAt = time.Time{}
 	if err != nil {

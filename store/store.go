@@ -444,6 +444,17 @@ type MetadataQueuer interface {
 	EnqueueWithMetadata(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (ahead int, err error)
 }
 
+// EnqueueWithMetadata writes or refreshes holder's place in q with the
+// metadata its term will carry, if q is a MetadataQueuer, else with
+// q.Enqueue: the one place where that choice is made (the core, and the
+// wrappers that forward the capability).
+func EnqueueWithMetadata(ctx context.Context, q Queuer, name, holder string, ttl time.Duration, metadata string) (ahead int, err error) {
+	if mq, ok := q.(MetadataQueuer); ok {
+		return mq.EnqueueWithMetadata(ctx, name, holder, ttl, metadata)
+	}
+	return q.Enqueue(ctx, name, holder, ttl)
+}
+
 // QueueReporter is implemented by a store that wraps another (such as
 // faultstore): it has the Queuer methods whatever it wraps, and Queues
 // reports whether the wrapped store really queues. AsQueuer consults it.

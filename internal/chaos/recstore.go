@@ -198,36 +198,32 @@ func (s *recStore) Queues() bool {
 }
 
 func (s *recStore) Enqueue(ctx context.Context, name, holder string, ttl time.Duration) (int, error) {
-	q, ok := store.AsQueuer(s.inner)
-	if !ok {
-		return 0, errors.New("chaos: the store has no queue")
-	}
-	n := s.call(callEnqueue, name, 0)
-	ahead, err := q.Enqueue(ctx, name, holder, ttl)
-	s.answerQueue(n, name, ahead, err)
-	return ahead, err
+	return s.enqueue(name, func(q store.Queuer) (int, error) { return q.Enqueue(ctx, name, holder, ttl) })
 }
 
 // EnqueueWithMetadata forwards the store's store.MetadataQueuer, or its
 // Enqueue.
 func (s *recStore) EnqueueWithMetadata(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (int, error) {
-	mq, ok := s.inner.(store.MetadataQueuer)
-	if !ok {
-		return s.Enqueue(ctx, name, holder, ttl)
-	}
-	n := s.call(callEnqueue, name, 0)
-	ahead, err := mq.EnqueueWithMetadata(ctx, name, holder, ttl, metadata)
-	s.answerQueue(n, name, ahead, err)
-	return ahead, err
+	return s.enqueue(name, func(q store.Queuer) (int, error) {
+		return store.EnqueueWithMetadata(ctx, q, name, holder, ttl, metadata)
+	})
 }
 
-// answerQueue records an enqueue's answer: how many places are ahead.
-func (s *recStore) answerQueue(n int64, name string, ahead int, err error) {
+// enqueue records one enqueue of name, sent by send to the store's queue:
+// its request, and its answer with how many places are ahead.
+func (s *recStore) enqueue(name string, send func(store.Queuer) (int, error)) (int, error) {
+	q, ok := store.AsQueuer(s.inner)
+	if !ok {
+		return 0, errors.New("chaos: the store has no queue")
+	}
+	n := s.call(callEnqueue, name, 0)
+	ahead, err := send(q)
 	detail := ""
 	if err == nil {
 		detail = fmt.Sprintf("ahead %d", ahead)
 	}
 	s.hw.emit(event{Kind: evAnswer, Req: n, Call: callEnqueue, Err: errString(err), Detail: detail, Lease: s.hw.leaseOf(name)})
+	return ahead, err
 }
 
 // AcquireUnqueued forwards the store's store.UnqueuedAcquirer, logged as

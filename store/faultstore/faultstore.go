@@ -297,10 +297,7 @@ func (s *Store) EnqueueWithMetadata(ctx context.Context, name, holder string, tt
 	if !ok {
 		return 0, errNoQueue
 	}
-	if mq, ok := s.inner.(store.MetadataQueuer); ok {
-		return do(ctx, s, OpEnqueue, func() (int, error) { return mq.EnqueueWithMetadata(ctx, name, holder, ttl, metadata) })
-	}
-	return do(ctx, s, OpEnqueue, func() (int, error) { return q.Enqueue(ctx, name, holder, ttl) })
+	return do(ctx, s, OpEnqueue, func() (int, error) { return store.EnqueueWithMetadata(ctx, q, name, holder, ttl, metadata) })
 }
 
 // AcquireUnqueued passes through to the inner store's

@@ -38,7 +38,6 @@ func TestFairWaiterThatCannotWriteYieldsItsTurn(t *testing.T) {
 	t.Cleanup(func() { queueOnly.Close() })
 	timings := leasehold.Timings{LeaseDuration: 2 * time.Second, RenewDeadline: 1200 * time.Millisecond, RenewInterval: 400 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -63,7 +62,11 @@ func TestFairWaiterThatCannotWriteYieldsItsTurn(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			e.Run(ctx, func(ctx context.Context, l *leasehold.Lease) error {
-				close(led[who])
+				select {
+				case <-led[who]: // led before (a, once its Elector contends again)
+				default:
+					close(led[who])
+				}
 				if who == "a" {
 					select {
 					case <-aDone:
