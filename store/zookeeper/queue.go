@@ -116,16 +116,31 @@ func (s *Store) EnqueueWithMetadata(ctx context.Context, name, holder string, tt
 func (s *Store) enqueue(ctx context.Context, sess *session, name, holder string, ttl time.Duration, metadata string) (int, error) {
 	k := placeKey{name, holder}
 	p := s.Path(name)
+	created := "" // the place node this call wrote, if it wrote one
 	for attempt := 0; attempt < 3; attempt++ {
-		s.mu.Lock()
-		pl := s.places[k]
-		if pl != nil && (pl.taken || pl.sess != sess || pl.sessionID != sess.conn.SessionID()) {
-			// The place became a term, or lives in a session this handle no
-			// longer puts nodes on: look for the holder's place afresh.
-			delete(s.places, k)
-			pl = nil
+		pl := s.knownPlace(k, sess)
+		if pl == nil && attempt == 0 {
+			// A new place is written first and looked for after, as zk.Lock
+			// does: alone, the write is the whole Enqueue; behind others,
+			// the listing that ranks it also finds a place of this holder
+			// written before (below).
+			for try := 0; pl == nil && try < 2; try++ {
+				if try > 0 {
+					// No place was written: the lease's path is missing.
+					if err := s.ensurePath(ctx, sess.conn, p); err != nil {
+						return 0, err
+					}
+				}
+				alone, err := s.newPlace(ctx, sess, name, holder, ttl, metadata)
+				if err != nil || alone {
+					return 0, err
+				}
+				pl = s.knownPlace(k, sess)
+			}
+			if pl != nil {
+				created = pl.node
+			}
 		}
-		s.mu.Unlock()
 		var synced chan error
 		if pl != nil && s.proofAge(sess) > ttl/4 {
 			synced = make(chan error, 1)
@@ -141,12 +156,28 @@ func (s *Store) enqueue(ctx context.Context, sess *session, name, holder string,
 			return 0, describe(err)
 		}
 		all := contenders(kids)
-		at := -1
+		at, earlier := -1, -1
 		for i, c := range all {
-			if pl != nil && c.name == pl.node || pl == nil && isPlace(c.name) && isHolders(c.name, holder) {
+			if pl != nil && c.name == pl.node {
 				at = i
 				break
 			}
+			if earlier < 0 && isPlace(c.name) && isHolders(c.name, holder) {
+				earlier = i
+			}
+		}
+		if pl == nil || pl.node == created && earlier >= 0 {
+			// A place of this holder not known to this handle (written
+			// through another handle, or by an Enqueue here whose answer
+			// was lost) is taken over rather than doubled: the one written
+			// by this call goes.
+			if created != "" {
+				if err := s.dropPlace(ctx, sess, k, p, created); err != nil {
+					return 0, err
+				}
+				created, pl = "", nil
+			}
+			at = earlier
 		}
 		if at >= 0 && pl == nil {
 			// The holder's place, not known to this handle: written through
@@ -187,6 +218,37 @@ func (s *Store) enqueue(ctx context.Context, sess *session, name, holder string,
 		}
 	}
 	return 0, errors.New("the place written was gone on each of 3 looks (its session keeps ending)")
+}
+
+// knownPlace is the place of k this handle wrote in sess, or nil; a place
+// that became a term, or lives in a session this handle no longer puts
+// nodes on, is forgotten, so that the holder's place is looked for afresh.
+func (s *Store) knownPlace(k placeKey, sess *session) *place {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pl := s.places[k]
+	if pl != nil && (pl.taken || pl.sess != sess || pl.sessionID != sess.conn.SessionID()) {
+		delete(s.places, k)
+		pl = nil
+	}
+	return pl
+}
+
+// dropPlace deletes the place node this handle just wrote for k when an
+// earlier place of the same holder is taken over instead.
+func (s *Store) dropPlace(ctx context.Context, sess *session, k placeKey, p, node string) error {
+	s.mu.Lock()
+	if pl := s.places[k]; pl != nil && pl.node == node {
+		delete(s.places, k)
+	}
+	s.mu.Unlock()
+	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, sess.conn.Delete(p+"/"+node, -1) })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		// Left in place, it would queue the holder twice until its
+		// session ends.
+		return describe(err)
+	}
+	return nil
 }
 
 // newPlace creates holder's place node. alone says it is the only
