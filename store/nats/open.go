@@ -225,10 +225,42 @@ func New(ctx context.Context, nc *natsio.Conn, o Options) (*Store, error) {
 	s.opts.Replicas = si.Config.Replicas
 	s.opts.MemoryStorage = si.Config.Storage == jetstream.MemoryStorage
 	s.opts.MarkerTTL = si.Config.SubjectDeleteMarkerTTL
-	if s.kv, err = js.KeyValue(ctx, o.Bucket); err != nil {
+	if s.kv, err = askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, o.Bucket) }); err != nil {
 		return nil, kit.Errorf(op, "bucket %q: %w", o.Bucket, err)
 	}
 	return s, nil
+}
+
+// askAgain runs an idempotent JetStream API read while a store opens, and
+// asks again while attempts go unanswered, until ctx ends. A clustered
+// server may leave a request unanswered, or answer that nobody listens
+// (the group of a stream just made by another handle is still electing its
+// leader): asked once with the whole of Open's time, one such request
+// failed Open (TestClusterR3KillMembers, once in CI, after 30 s). The first
+// attempt waits 1 s for its answer, each next one twice as long, at most
+// 4 s; an attempt told that nobody listens is made again 100 ms later.
+func askAgain[T any](ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+	wait := time.Second
+	for {
+		actx, cancel := context.WithTimeout(ctx, wait)
+		v, err := read(actx)
+		cancel()
+		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsio.ErrTimeout)
+		nobody := errors.Is(err, natsio.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+		if err == nil || ctx.Err() != nil || !unanswered && !nobody {
+			return v, err
+		}
+		if nobody {
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return v, err
+			}
+		}
+		wait = min(2*wait, 4*time.Second)
+	}
 }
 
 // checkVersion refuses a server older than MinServerVersion.
@@ -270,7 +302,8 @@ func parseVersion(v string) ([3]int, bool) {
 // ensure makes bucket b if it is missing and checks its configuration.
 func (s *Store) ensure(ctx context.Context, b *kvStream, o Options, description string) (streamInfo, error) {
 	const op = "open"
-	si, err := s.infoOf(ctx, b, false)
+	info := func(ctx context.Context) (streamInfo, error) { return s.infoOf(ctx, b, false) }
+	si, err := askAgain(ctx, info)
 	if isAPIError(err, errCodeStreamNotFound) {
 		if o.NoCreate {
 			return si, kit.Errorf(op, "%w: bucket %q does not exist (and the store was told not to make it)", ErrBucketConfig, b.bucket)
@@ -278,7 +311,7 @@ func (s *Store) ensure(ctx context.Context, b *kvStream, o Options, description 
 		if err := s.create(ctx, b, o, description); err != nil {
 			return si, err
 		}
-		si, err = s.infoOf(ctx, b, false)
+		si, err = askAgain(ctx, info)
 	}
 	if err != nil {
 		return si, kit.Errorf(op, "bucket %q: %w", b.bucket, err)
