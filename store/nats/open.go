@@ -231,8 +231,9 @@ func New(ctx context.Context, nc *natsio.Conn, o Options) (*Store, error) {
 	return s, nil
 }
 
-// askAgain runs an idempotent JetStream API read while a store opens, and
-// asks again while attempts go unanswered, until ctx ends. A clustered
+// askAgain runs an idempotent JetStream API read while a store opens a
+// bucket (the leases' at Open, the queues' at its first use), and asks
+// again while attempts go unanswered, until ctx ends. A clustered
 // server may leave a request unanswered, or answer that nobody listens
 // (the group of a stream just made by another handle is still electing its
 // leader): asked once with the whole of Open's time, one such request
