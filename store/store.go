@@ -427,9 +427,19 @@ type UnqueuedAcquirer interface {
 	// AcquireUnqueued is Acquire with one more condition, checked in the
 	// same atomic step as the grant: while name's queue holds a live place
 	// (of any holder) it grants nothing, changes nothing, and returns an
-	// error matching ErrQueued. Its other answers are Acquire's. A store
-	// (or a wrapper around one) that cannot check the queue in that step
-	// returns ErrQueued without sending anything, and its caller queues.
+	// error matching ErrQueued. Its other answers are Acquire's.
+	//
+	// A store whose queue is apart from its leases (NATS: another stream)
+	// may instead check in a read sent after the call began and before a
+	// grant that is conditional on the lease being as that call's own read
+	// found it, provided the read is as of its moment (every place whose
+	// Enqueue returned before it is in it). A place that queued before the
+	// call is then never overtaken; one written while the call runs may
+	// be, once, as a waiter that came at the same moment may be.
+	//
+	// A store (or a wrapper around one) that can check the queue in
+	// neither way returns ErrQueued without sending anything, and its
+	// caller queues.
 	AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (Record, error)
 }
 

@@ -84,7 +84,9 @@ func TestFairRunEtcd(t *testing.T) {
 // (=queue.NAME.=.HOLDER) in the queues' bucket beside the lease's
 // (lhnats.QueueBucket, made by the first waiter): the places are the live
 // values among those keys, in the order of the tickets they carry (a
-// ticket of 0 is the value's own revision).
+// ticket of 0 is the value's own revision). a, which found the lease free
+// with nobody queued, took it without writing a place (AcquireUnqueued,
+// on this R1 bucket): the queues' stream stored nothing until b queued.
 func TestFairRunNATS(t *testing.T) {
 	host, js := embeddedJetStream(t)
 	fairRun(t, "nats://"+host+"/lh-fair", timingArgs, func() []string {
@@ -126,7 +128,21 @@ func TestFairRunNATS(t *testing.T) {
 			out = append(out, p.holder)
 		}
 		return out
-	}, nil)
+	}, func() int {
+		// Every message the queues' stream ever stored: a place's write is
+		// one (its revisions start at the bucket's first sequence).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, "KV_"+lhnats.QueueBucket("lh-fair"))
+		if err != nil {
+			return 0 // not made yet: nobody queued
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(info.State.LastSeq + 1 - max(info.Config.FirstSeq, 1))
+	})
 }
 
 // TestFairRunKubernetes: the same on Kubernetes, whose queue is a Lease

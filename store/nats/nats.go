@@ -363,9 +363,24 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err := s.life.Check(ctx); err != nil {
 		return store.Record{}, kit.Wrap(op, err)
 	}
+	return s.acquire(ctx, op, name, holder, ttl, metadata, nil)
+}
+
+// acquire is Acquire after its checks. A gate, if given, is waited for
+// after the lease's first read and before its first write; an error from
+// it ends the call with nothing written (AcquireUnqueued's look at the
+// queue, sent at the same time as that read).
+func (s *Store) acquire(ctx context.Context, op, name, holder string, ttl time.Duration, metadata string, gate func() error) (store.Record, error) {
 	key := keyOf(name)
 	for range maxAcquireConflicts {
 		e, found, err := s.last(ctx, key)
+		if gate != nil {
+			gerr := gate()
+			gate = nil
+			if gerr != nil {
+				return store.Record{}, gerr
+			}
+		}
 		if err != nil {
 			return store.Record{}, s.fail(op, err)
 		}

@@ -129,6 +129,61 @@ func (s *Store) openQueue(ctx context.Context, create bool) (*kvStream, error) {
 	return q, nil
 }
 
+// AcquireUnqueued implements store.UnqueuedAcquirer: Acquire, refusing
+// with store.ErrQueued while name's queue holds a live place. The queues
+// are a stream apart from the leases, so the look at the queue and the
+// grant are two steps, not one: a listing of the queue, sent together with
+// Acquire's read of the lease (one round trip, as before), and Acquire's
+// compare-and-set, sent only if the listing shows no live place. The
+// listing comes after the call began, so a place whose Enqueue returned
+// before it is seen and never overtaken; a place written while the call
+// runs may be, once, as by a waiter that came at the same moment (the
+// contract's note on stores whose queue is apart).
+//
+// That holds only where the listing is as of now: on an R1 queues' bucket,
+// whose only server answers it. A follower of an R3 or R5 bucket may answer
+// from behind, and an empty queue's answer does not say up to where, so
+// there AcquireUnqueued sends nothing and answers store.ErrQueued: the
+// caller queues, as it would without this method. So does a handle whose
+// queues' bucket cannot be opened.
+func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
+		return store.Record{}, err
+	}
+	op := "acquire " + name
+	if err := s.life.Check(ctx); err != nil {
+		return store.Record{}, kit.Wrap(op, err)
+	}
+	q, err := s.queueStream(ctx)
+	if err != nil {
+		return store.Record{}, kit.Errorf(op, "%w: the queue could not be read: %v", store.ErrQueued, err)
+	}
+	if q.replicas > 1 {
+		return store.Record{}, kit.Errorf(op, "%w: the queues' bucket %q has %d replicas, whose listing a follower may answer from behind; not asked", store.ErrQueued, q.bucket, q.replicas)
+	}
+	type listing struct {
+		places []entry
+		err    error
+	}
+	listed := make(chan listing, 1)
+	go func() {
+		places, _, err := s.listQueueIn(ctx, q, name)
+		listed <- listing{places, err}
+	}()
+	return s.acquire(ctx, op, name, holder, ttl, metadata, func() error {
+		l := <-listed
+		if l.err != nil {
+			return kit.Errorf(op, "%w: the queue's listing failed: %v", store.ErrQueued, l.err)
+		}
+		for _, e := range l.places {
+			if e.kind == kindValue && !e.foreign {
+				return kit.Errorf(op, "%w: %s's place is queued", store.ErrQueued, e.v.Holder)
+			}
+		}
+		return nil
+	})
+}
+
 // leaveSignalTTL is how long a name's leave signal stays (the server's
 // shortest TTL): it is there to be delivered to the watches, once.
 const leaveSignalTTL = time.Second

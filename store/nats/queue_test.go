@@ -144,6 +144,29 @@ func TestQueueMessages(t *testing.T) {
 	if err := st.Dequeue(ctx, "warm", "me"); err != nil {
 		t.Fatal(err)
 	}
+	// AcquireUnqueued of a free lease with nobody queued: the queue's
+	// listing and the lease's read, sent together, then the write.
+	var rec store.Record
+	if n := sent("acquire on an empty queue", func() (err error) {
+		rec, err = st.AcquireUnqueued(ctx, "free", "me", time.Minute, "")
+		return err
+	}); n != 3 {
+		t.Errorf("AcquireUnqueued of a free lease with nobody queued sent %d messages, want 3 (the listing, the read, the write)", n)
+	}
+	if err := st.Release(ctx, rec.Term); err != nil {
+		t.Fatal(err)
+	}
+	// With a place queued through another handle it writes nothing.
+	before := st.nc.Stats().OutMsgs
+	if rec, err := st.AcquireUnqueued(ctx, "job", "me", time.Minute, ""); !errors.Is(err, store.ErrQueued) {
+		t.Fatalf("AcquireUnqueued with another handle's place queued: %+v, %v; want ErrQueued", rec, err)
+	}
+	if n := st.nc.Stats().OutMsgs - before; n != 2 {
+		t.Errorf("AcquireUnqueued refused for a place queued sent %d messages, want 2 (the listing, the read)", n)
+	}
+	if rec, err := other.Get(ctx, "job"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after AcquireUnqueued was refused, Get: %+v, %v; want nothing granted", rec, err)
+	}
 	for _, c := range []struct {
 		what string
 		call func() error
@@ -304,6 +327,15 @@ func TestQueueClusterR3(t *testing.T) {
 	// of how far that follower had got.
 	if places, upTo, err := handles[0].listQueue(ctx, "job-0"); err != nil || len(places) != 0 || upTo != 0 {
 		t.Fatalf("listing of an empty queue on R3: %v up to %d, %v; want none, up to 0 (unknown)", places, upTo, err)
+	}
+	// AcquireUnqueued cannot know such a listing is as of now: it sends
+	// nothing and answers ErrQueued, so its caller queues.
+	before := handles[0].nc.Stats().OutMsgs
+	if rec, err := handles[0].AcquireUnqueued(ctx, "job-0", "node-0", time.Minute, ""); !errors.Is(err, store.ErrQueued) {
+		t.Fatalf("AcquireUnqueued on R3: %+v, %v; want ErrQueued", rec, err)
+	}
+	if n := handles[0].nc.Stats().OutMsgs - before; n != 0 {
+		t.Fatalf("AcquireUnqueued on R3 sent %d messages, want none", n)
 	}
 	for round := range 10 {
 		name := fmt.Sprintf("job-%d", round)
