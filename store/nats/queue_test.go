@@ -337,6 +337,13 @@ func TestQueueClusterR3(t *testing.T) {
 	if n := handles[0].nc.Stats().OutMsgs - before; n != 0 {
 		t.Fatalf("AcquireUnqueued on R3 sent %d messages, want none", n)
 	}
+	// The listing made the queues' bucket. Until its group has elected a
+	// leader, a write finds nobody to store it and fails after the
+	// client's two retries, half a second (seen once in 16 runs here, the
+	// first Enqueue of the rounds below failing with "no response from
+	// stream"; the core then tries the lease without the queue). This test
+	// is about the order, so it waits for the leader.
+	c.streamLeader("KV_" + QueueBucket(bucket))
 	for round := range 10 {
 		name := fmt.Sprintf("job-%d", round)
 		ahead := make([]int, len(handles))
