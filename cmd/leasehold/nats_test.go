@@ -13,6 +13,7 @@ import (
 	natsio "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leasehold/leasehold/internal/faultproxy"
 	lhnats "github.com/leasehold/leasehold/store/nats"
 )
 
@@ -66,6 +67,38 @@ func TestHandOffWokenNATS(t *testing.T) {
 // to the new leader is forwarded, and it releases: status shows the lease
 // free with the last token.
 func TestTwoRunsNATS(t *testing.T) { twoRuns(t, "nats://"+embeddedNATS(t)+"/lh-cli-e2e") }
+
+// TestRunNATSOpenAsksAgain: `leasehold run` opens its bucket with the
+// store's Open (through OpenURL), which asks again when a stream-info read
+// goes unanswered, as a clustered server may leave one right after a bucket
+// is made (store/nats: TestOpenAsksAgainWhenUnanswered). Here a proxy drops
+// the first two such requests for the run's bucket: the run still takes
+// the lease, runs its command and exits 0. The control is the proxy's
+// count: it saw and dropped both.
+func TestRunNATSOpenAsksAgain(t *testing.T) {
+	host := embeddedNATS(t)
+	const bucket = "lh-ask-again"
+	// The bucket, made by a status, as a running deployment has it.
+	if code, out, errOut := leasehold(t, nil, "status", "--store", "nats://"+host+"/"+bucket); code != 0 {
+		t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	p, err := faultproxy.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	d := faultproxy.NewNATSDropper("$JS.API.STREAM.INFO.KV_"+bucket, 2)
+	p.FilterClient(d.Filter)
+	args := append([]string{"run", "--store", "nats://" + p.Addr() + "/" + bucket, "--lease", "job"}, timingArgs...)
+	args = append(args, "--", "sh", "-c", `echo "ran with token $LEASEHOLD_TOKEN"`)
+	code, out, errOut := leasehold(t, nil, args...)
+	if code != 0 || !strings.Contains(out, "ran with token ") {
+		t.Fatalf("run with two stream-info requests unanswered: exit %d (dropped %d)\n%s%s", code, d.Dropped(), out, errOut)
+	}
+	if n := d.Dropped(); n != 2 {
+		t.Fatalf("the proxy dropped %d stream-info requests, want 2", n)
+	}
+}
 
 // TestMigrateNATS: `leasehold migrate` on NATS makes the fair queues'
 // bucket beside the lease bucket, even with create=false (the explicit

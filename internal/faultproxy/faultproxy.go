@@ -46,7 +46,18 @@ type Proxy struct {
 	resetConn int
 	// hello rewrites each connection's first message (RewriteHello).
 	hello func(client io.Reader) ([]byte, error)
+	// filter copies each connection's client bytes on (FilterClient);
+	// filtered numbers the connections it was given.
+	filter   ClientFilter
+	filtered int
 }
+
+// ClientFilter copies what a client sends on connection conn (numbered
+// from 1, in the order the proxy served them) from src to dst, changed as
+// it likes: it may count, drop or rewrite the protocol's messages. It
+// returns when src ends or dst fails. Blackholes and latency apply to what
+// it writes.
+type ClientFilter func(conn int, dst io.Writer, src io.Reader) error
 
 // New listens on a free port of 127.0.0.1 and forwards to target
 // (host:port).
@@ -125,6 +136,16 @@ func (p *Proxy) RewriteHello(f func(client io.Reader) ([]byte, error)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.hello = f
+}
+
+// FilterClient has f carry the client's side of every connection served
+// from now on (after RewriteHello's first message, if set): the tests that
+// count a store's requests, or leave some unanswered, read its protocol
+// there.
+func (p *Proxy) FilterClient(f ClientFilter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.filter = f
 }
 
 // Refuse makes the proxy reset new connections (on) or forward them (off).
@@ -274,9 +295,28 @@ func (p *Proxy) serve(client net.Conn) {
 			return
 		}
 	}
+	var fromClient io.Reader = client
+	p.mu.Lock()
+	filter := p.filter
+	p.filtered++
+	conn := p.filtered
+	p.mu.Unlock()
+	if filter != nil {
+		// The filter writes into a pipe that the pump reads, so that
+		// blackholes and latency apply to its output. It ends when the
+		// client's side is closed (below), or its pipe is.
+		pr, pw := io.Pipe()
+		defer pr.Close()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			pw.CloseWithError(filter(conn, pw, client))
+		}()
+		fromClient = pr
+	}
 	done := make(chan struct{}, 2)
 	stop := make(chan struct{})
-	go func() { p.pump(server, client, stop); done <- struct{}{} }()
+	go func() { p.pump(server, fromClient, stop); done <- struct{}{} }()
 	go func() { p.pump(client, server, stop); done <- struct{}{} }()
 	<-done // one side ended: end both
 	close(stop)

@@ -3,6 +3,7 @@ package faultproxy
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -179,5 +180,67 @@ func TestRewriteHello(t *testing.T) {
 	p.RewriteHello(func(r io.Reader) ([]byte, error) { return nil, errors.New("not a hello") })
 	if line, err := through(t, p, "abcde rest\n"); err == nil {
 		t.Fatalf("a refused hello: read %q, want the connection closed", line)
+	}
+}
+
+// TestFilterClient: a client filter carries what clients send, connection
+// by connection (numbered in order), and may drop or rewrite it; what it
+// writes still passes the proxy's faults (a blackhole holds it); a
+// filter's error closes the connection.
+func TestFilterClient(t *testing.T) {
+	p, c, r := proxied(t)
+	// Control: without a filter the line passes as it is.
+	if line, err := roundTrip(t, c, r, "drop me", 5*time.Second); err != nil || line != "drop me\n" {
+		t.Fatalf("without a filter: %q, %v", line, err)
+	}
+	p.FilterClient(func(conn int, dst io.Writer, src io.Reader) error {
+		lines := bufio.NewReader(src)
+		for {
+			line, err := lines.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			switch {
+			case line == "drop me\n":
+				continue
+			case line == "fail\n":
+				return errors.New("a line the filter refuses")
+			}
+			if _, err := fmt.Fprintf(dst, "%d:%s", conn, line); err != nil {
+				return err
+			}
+		}
+	})
+	// The connection made before the filter keeps its plain copy.
+	if line, err := roundTrip(t, c, r, "old", 5*time.Second); err != nil || line != "old\n" {
+		t.Fatalf("a connection from before the filter: %q, %v", line, err)
+	}
+	// The proxy has served one connection; the next ones are 2 and 3.
+	for _, conn := range []int{2, 3} {
+		if line, err := through(t, p, "drop me\nkeep\n"); err != nil || line != fmt.Sprintf("%d:keep\n", conn) {
+			t.Fatalf("connection %d through the filter: %q, %v; want the first line dropped and the second numbered", conn, line, err)
+		}
+	}
+	// A blackhole holds what the filter wrote.
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	r2 := bufio.NewReader(c2)
+	if line, err := roundTrip(t, c2, r2, "before", 5*time.Second); err != nil || line != "4:before\n" {
+		t.Fatalf("before the blackhole: %q, %v", line, err)
+	}
+	p.Blackhole()
+	if line, err := roundTrip(t, c2, r2, "held", 300*time.Millisecond); err == nil {
+		t.Fatalf("in a blackhole, the filter's output came back: %q", line)
+	}
+	p.Heal()
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := r2.ReadString('\n'); err != nil || line != "4:held\n" {
+		t.Fatalf("after the blackhole healed: %q, %v; want the held line", line, err)
+	}
+	if line, err := through(t, p, "fail\n"); err == nil {
+		t.Fatalf("after the filter's error: read %q, want the connection closed", line)
 	}
 }

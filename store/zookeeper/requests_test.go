@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -16,85 +15,48 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leasehold/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/store"
 )
 
-// opCounter is a TCP proxy in front of a server that counts the requests
-// clients send through it, by ZooKeeper opcode. A ZooKeeper request is a
-// frame (a 4-byte big-endian length, then the body) whose body begins with
-// the request header: xid and opcode, 32 bits each; the first frame of a
-// connection is the connect request, which has no header.
+// opCounter is a TCP proxy in front of a server (internal/faultproxy) that
+// counts the requests clients send through it, by ZooKeeper opcode. A
+// ZooKeeper request is a frame (a 4-byte big-endian length, then the body)
+// whose body begins with the request header: xid and opcode, 32 bits each;
+// the first frame of a connection is the connect request, which has no
+// header.
 type opCounter struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	n      map[int]map[int32]int // by connection, then opcode
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	p  *faultproxy.Proxy
+	mu sync.Mutex
+	n  map[int]map[int32]int // by connection, then opcode
 }
 
 func newOpCounter(t *testing.T, target string) *opCounter {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultproxy.New(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &opCounter{ln: ln, target: target, n: map[int]map[int32]int{}}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		for {
-			cl, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				c.serve(cl)
-			}()
-		}
-	}()
+	c := &opCounter{p: p, n: map[int]map[int32]int{}}
+	p.FilterClient(c.count)
 	t.Cleanup(c.close)
 	return c
 }
 
-func (c *opCounter) addr() string { return c.ln.Addr().String() }
+func (c *opCounter) addr() string { return c.p.Addr() }
 
-func (c *opCounter) close() {
-	c.ln.Close()
-	c.mu.Lock()
-	for _, k := range c.conns {
-		k.Close()
-	}
-	c.mu.Unlock()
-	c.wg.Wait()
-}
+func (c *opCounter) close() { c.p.Close() }
 
-func (c *opCounter) serve(cl net.Conn) {
-	srv, err := net.Dial("tcp", c.target)
-	if err != nil {
-		cl.Close()
-		return
-	}
-	c.mu.Lock()
-	c.conns = append(c.conns, cl, srv)
-	id := len(c.conns)
-	c.mu.Unlock()
-	defer cl.Close()
-	defer srv.Close()
-	go func() {
-		io.Copy(cl, srv) //nolint:errcheck // ends with either side
-		cl.Close()
-	}()
+// count passes connection id's requests on, counting them.
+func (c *opCounter) count(id int, dst io.Writer, src io.Reader) error {
 	var head [4]byte
 	for first := true; ; first = false {
-		if _, err := io.ReadFull(cl, head[:]); err != nil {
-			return
+		if _, err := io.ReadFull(src, head[:]); err != nil {
+			return err
 		}
 		body := make([]byte, binary.BigEndian.Uint32(head[:]))
-		if _, err := io.ReadFull(cl, body); err != nil {
-			return
+		if _, err := io.ReadFull(src, body); err != nil {
+			return err
 		}
 		if !first && len(body) >= 8 {
 			op := int32(binary.BigEndian.Uint32(body[4:8]))
@@ -105,8 +67,8 @@ func (c *opCounter) serve(cl net.Conn) {
 			c.n[id][op]++
 			c.mu.Unlock()
 		}
-		if _, err := srv.Write(append(head[:], body...)); err != nil {
-			return
+		if _, err := dst.Write(append(head[:], body...)); err != nil {
+			return err
 		}
 	}
 }
