@@ -356,14 +356,24 @@ const maxAcquireConflicts = 64
 // compare-and-set against the key's last revision. The new term's token is
 // the revision the server gives the write.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
+	op, err := s.checkAcquire(ctx, name, holder, ttl, metadata)
+	if err != nil {
 		return store.Record{}, err
 	}
-	op := "acquire " + name
-	if err := s.life.Check(ctx); err != nil {
-		return store.Record{}, kit.Wrap(op, err)
-	}
 	return s.acquire(ctx, op, name, holder, ttl, metadata, nil)
+}
+
+// checkAcquire checks an acquire's arguments and the handle, and names
+// the operation for its errors.
+func (s *Store) checkAcquire(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (op string, err error) {
+	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
+		return "", err
+	}
+	op = "acquire " + name
+	if err := s.life.Check(ctx); err != nil {
+		return "", kit.Wrap(op, err)
+	}
+	return op, nil
 }
 
 // acquire is Acquire after its checks. A gate, if given, is waited for

@@ -147,12 +147,9 @@ func (s *Store) openQueue(ctx context.Context, create bool) (*kvStream, error) {
 // caller queues, as it would without this method. So does a handle whose
 // queues' bucket cannot be opened.
 func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl time.Duration, metadata string) (store.Record, error) {
-	if err := kit.CheckAcquire(name, holder, ttl, metadata); err != nil {
+	op, err := s.checkAcquire(ctx, name, holder, ttl, metadata)
+	if err != nil {
 		return store.Record{}, err
-	}
-	op := "acquire " + name
-	if err := s.life.Check(ctx); err != nil {
-		return store.Record{}, kit.Wrap(op, err)
 	}
 	q, err := s.queueStream(ctx)
 	if err != nil {
