@@ -331,3 +331,79 @@ func testQueueAcquireUnqueued(s *suite) {
 		s.t.Fatalf("Get: %v", err)
 	}
 }
+
+// testQueueUnqueuedNeverPassesAnEarlierPlace: the bound the contract
+// (store.UnqueuedAcquirer) sets even for a store whose queue is apart from
+// its leases: AcquireUnqueued may pass a place written while it runs, but
+// never grants while a place whose Enqueue returned before the call is
+// still there. Each round, through two handles: a place is written while
+// the lease is asked for, each call on its own goroutine, and a grant is
+// checked against the Enqueue's return (on this process's clock); then,
+// the place written, the ask is refused (ErrQueued); the place is removed
+// while the lease is asked for again; then, the place gone, the ask is
+// granted. Every grant is released.
+func testQueueUnqueuedNeverPassesAnEarlierPlace(s *suite) {
+	waiter := s.queuer()
+	st := s.store()
+	taker, ok := st.(store.UnqueuedAcquirer)
+	if !ok {
+		s.t.Skip("store has no UnqueuedAcquirer capability: every fair acquisition writes a place")
+	}
+	ctx, ttl := s.ctx(), s.longTTL()
+	ask := func() (store.Record, time.Time, time.Time, error) {
+		called := time.Now()
+		rec, err := taker.AcquireUnqueued(ctx, "job", "t", ttl, "")
+		returned := time.Now()
+		if err == nil {
+			if rerr := st.Release(ctx, rec.Term); rerr != nil {
+				s.t.Fatalf("Release: %v", rerr)
+			}
+		} else if !errors.Is(err, store.ErrQueued) {
+			s.t.Fatalf("AcquireUnqueued: %v", err)
+		}
+		return rec, called, returned, err
+	}
+	if _, _, _, err := ask(); err != nil {
+		if err := waiter.Dequeue(ctx, "job", "w"); err != nil {
+			s.t.Fatal(err)
+		}
+		s.t.Skipf("this handle answers ErrQueued with nobody queued (the contract allows it of a store that cannot check the queue): %v", err)
+	}
+	// alongside runs call on a goroutine of its own while the lease is
+	// asked for, and returns when both have; queued is when call returned.
+	alongside := func(call func() error) (rec store.Record, called, returned, queued time.Time, err error) {
+		done := make(chan error, 1)
+		go func() {
+			err := call()
+			queued = time.Now()
+			done <- err
+		}()
+		rec, called, returned, err = ask()
+		if cerr := <-done; cerr != nil {
+			s.t.Fatal(cerr)
+		}
+		return rec, called, returned, queued, err
+	}
+	const rounds = 50
+	passed := 0
+	for round := range rounds {
+		rec, called, returned, queued, err := alongside(func() error {
+			_, err := waiter.Enqueue(ctx, "job", "w", ttl)
+			return err
+		})
+		if err == nil {
+			passed++
+			if queued.Before(called) {
+				s.t.Fatalf("round %d: AcquireUnqueued called %v after the place's Enqueue returned, and granted (token %d, returned %v later)", round, called.Sub(queued), rec.Token, returned.Sub(called))
+			}
+		}
+		if rec, _, _, err := ask(); err == nil {
+			s.t.Fatalf("round %d: with the place written, AcquireUnqueued granted %+v; want ErrQueued", round, rec)
+		}
+		alongside(func() error { return waiter.Dequeue(ctx, "job", "w") })
+		if _, _, _, err := ask(); err != nil {
+			s.t.Fatalf("round %d: with the place gone, AcquireUnqueued: %v; want a grant", round, err)
+		}
+	}
+	s.t.Logf("%d of %d asks made while a place was being written were granted", passed, rounds)
+}

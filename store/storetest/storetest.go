@@ -115,6 +115,7 @@ func Run(t *testing.T, h Harness) {
 		{"QueueWatch", testQueueWatch},
 		{"QueueInvalid", testQueueInvalid},
 		{"QueueAcquireUnqueued", testQueueAcquireUnqueued},
+		{"QueueUnqueuedNeverPassesAnEarlierPlace", testQueueUnqueuedNeverPassesAnEarlierPlace},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
