@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasehold/leasehold/internal/faultproxy"
+	"github.com/leasehold/leasehold/internal/freeport"
 	lhnats "github.com/leasehold/leasehold/store/nats"
 )
 
@@ -21,12 +21,9 @@ import (
 // process and returns its client address.
 func embeddedNATS(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	// Below the kernel's ephemeral range (freeport): a port taken from a
+	// listener on port 0 and closed can be handed to another process first.
+	port := freeport.ForTest(t)
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, HTTPPort: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)

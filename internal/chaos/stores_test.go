@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/internal/freeport"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
@@ -67,13 +70,11 @@ func startRedis(t *testing.T) *redisServer {
 	if err != nil {
 		testenv.Missing(t, "redis-server", "install redis-server (apt-get install redis-server)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &redisServer{t: t, bin: bin, dir: t.TempDir(), port: port}
+	// A port below the kernel's ephemeral range (freeport): one taken from
+	// a listener on port 0 and closed was once handed by the kernel to
+	// another test process's HTTP server before redis-server bound it, and
+	// the run talked to that server ("can't parse map reply: HTTP/1.1 400").
+	r := &redisServer{t: t, bin: bin, dir: t.TempDir(), port: freeport.ForTest(t)}
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +94,23 @@ func (r *redisServer) Start(ctx context.Context) error {
 	}
 	r.exited = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(r.cmd, r.exited)
-	// Poll until it accepts connections, with a deadline.
+	// Poll until it answers a PING as Redis does, with a deadline: +PONG,
+	// or an error such as -LOADING while it reads its append-only file
+	// after a restart (it then runs, as a restarted server does; clients
+	// see the error until it is done). A port that accepts but answers
+	// otherwise is another process's, and said so.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.port), time.Second)
 		if err == nil {
+			answer, perr := ping(c)
 			c.Close()
-			return nil
+			if perr == nil && (strings.HasPrefix(answer, "+") || strings.HasPrefix(answer, "-")) {
+				return nil
+			}
+			if perr == nil {
+				return fmt.Errorf("port %d answered a PING with %q, not as Redis does: another process listens there; see %s", r.port, answer, filepath.Join(r.dir, "redis.log"))
+			}
 		}
 		select {
 		case <-r.exited:
@@ -111,6 +122,16 @@ func (r *redisServer) Start(ctx context.Context) error {
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval
 	}
+}
+
+// ping sends a Redis PING on c and returns the first line of the answer.
+func ping(c net.Conn) (string, error) {
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
 }
 
 func (r *redisServer) Stop(context.Context) error {

@@ -8,6 +8,13 @@
 // server's bind (or while the server is down for a restart) can take it, and
 // the server then fails to bind. Ports below that range are never handed out
 // by the kernel; only a process asking for one by number can hold it.
+//
+// go test runs several test processes at once, each picking at random in
+// that range. So that two never pick the same port (one's server down for a
+// restart, say, while the other picks), a process that hands a port out
+// holds an exclusive lock on a file named after it, in
+// $TMPDIR/leasehold-freeport, until it exits; another process skips a port
+// whose file is locked.
 package freeport
 
 import (
@@ -46,7 +53,7 @@ func Pick(n int) ([]int, error) {
 			return nil, fmt.Errorf("freeport: no free port in [%d, %d) after %d tries", lowest, high, tries)
 		}
 		p := lowest + rand.IntN(high-lowest)
-		if handed[p] || !free(p) {
+		if handed[p] || !free(p) || !claim(p) {
 			continue
 		}
 		handed[p] = true
