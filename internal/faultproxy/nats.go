@@ -11,9 +11,13 @@ import (
 // NATSDropper is a client filter (FilterClient: its Filter method) for the
 // NATS client protocol: it drops the first n messages a client publishes to
 // subjects that begin with a prefix, as a clustered server leaves a
-// request unanswered, and passes everything else as it is.
+// request unanswered, or diverts them to a subject nobody listens on, so
+// that the server answers that nobody does (no responders), as it does for
+// a write to a stream whose group has no leader. Everything else passes as
+// it is.
 type NATSDropper struct {
 	prefix  string
+	divert  bool
 	left    atomic.Int32
 	dropped atomic.Int32
 }
@@ -26,7 +30,18 @@ func NewNATSDropper(prefix string, n int32) *NATSDropper {
 	return d
 }
 
-// Dropped is how many publishes were dropped so far.
+// NewNATSDiverter diverts the first n publishes to subjects beginning with
+// prefix to a subject nobody listens on; Dropped counts them.
+func NewNATSDiverter(prefix string, n int32) *NATSDropper {
+	d := NewNATSDropper(prefix, n)
+	d.divert = true
+	return d
+}
+
+// divertedSubject is the subject a diverted publish goes to.
+const divertedSubject = "_faultproxy.nobody"
+
+// Dropped is how many publishes were dropped (or diverted) so far.
 func (d *NATSDropper) Dropped() int { return int(d.dropped.Load()) }
 
 // Filter copies the client's protocol one operation at a time, leaving out
@@ -52,7 +67,11 @@ func (d *NATSDropper) Filter(_ int, dst io.Writer, src io.Reader) error {
 			}
 			if strings.HasPrefix(f[1], d.prefix) && d.left.Add(-1) >= 0 {
 				d.dropped.Add(1)
-				continue
+				if !d.divert {
+					continue
+				}
+				f[1] = divertedSubject
+				out = []byte(strings.Join(f, " ") + "\r\n")
 			}
 			out = append(out, body...)
 		}

@@ -54,3 +54,35 @@ func TestOpenAsksAgainWhenUnanswered(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWriteAsksAgainWhenNobodyStoresIt: a write that no server stored (the
+// server answers that nobody listens, as it does while a new stream's group,
+// or one whose leader died, elects its leader) is sent again until one is
+// stored, within the call's context. Here a proxy diverts the first three
+// writes of the bucket to a subject nobody listens on, one more than the
+// client's own two retries: Acquire is granted, and the proxy diverted all
+// three (the control: with the client's default retries, Acquire fails with
+// "nats: no response from stream").
+func TestWriteAsksAgainWhenNobodyStoresIt(t *testing.T) {
+	srv := shared(t)
+	bucket := uniqueBucket("write-again")
+	p, err := faultproxy.New(strings.TrimPrefix(srv.url(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	d := faultproxy.NewNATSDiverter("$KV."+bucket+".", 3)
+	p.FilterClient(d.Filter)
+	st := openStore(t, "nats://"+p.Addr(), bucket)
+	ctx := testCtx(t, 10*time.Second)
+	rec, err := st.Acquire(ctx, "job", "a", 5*time.Second, "")
+	if err != nil {
+		t.Fatalf("acquire with three writes unstored: %v (diverted %d)", err, d.Dropped())
+	}
+	if n := d.Dropped(); n != 3 {
+		t.Fatalf("the proxy diverted %d writes, want 3", n)
+	}
+	if err := st.Release(ctx, rec.Term); err != nil {
+		t.Fatal(err)
+	}
+}

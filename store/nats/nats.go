@@ -312,7 +312,14 @@ const anyRev = ^uint64(0)
 func (s *Store) sendIn(ctx context.Context, b *kvStream, m *natsio.Msg, expect uint64) (uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	var opts []jetstream.PublishOpt
+	// A write that no server stored (no responders: the stream's group has
+	// no leader yet, right after the bucket was made or while a new leader
+	// is elected) is sent again every writeRetryWait until ctx ends: it was
+	// not stored, so sending it again cannot store it twice. The client's
+	// default, two more tries 250 ms apart, gave up during such elections.
+	deadline, _ := ctx.Deadline()
+	tries := int(time.Until(deadline)/writeRetryWait) + 1 // ctx ends the last one
+	opts := []jetstream.PublishOpt{jetstream.WithRetryWait(writeRetryWait), jetstream.WithRetryAttempts(tries)}
 	if expect != anyRev {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expect))
 	}
@@ -325,6 +332,10 @@ func (s *Store) sendIn(ctx context.Context, b *kvStream, m *natsio.Msg, expect u
 	}
 	return ack.Sequence, nil
 }
+
+// writeRetryWait is the wait before a write that no server stored is sent
+// again.
+const writeRetryWait = 100 * time.Millisecond
 
 // isConflict reports whether a publish was refused because the key's last
 // revision was not the one expected (codes 10071, and 10164 on replicated
