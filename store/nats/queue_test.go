@@ -338,11 +338,12 @@ func TestQueueClusterR3(t *testing.T) {
 		t.Fatalf("AcquireUnqueued on R3 sent %d messages, want none", n)
 	}
 	// The listing made the queues' bucket. Until its group has elected a
-	// leader, a write finds nobody to store it and fails after the
-	// client's two retries, half a second (seen once in 16 runs here, the
-	// first Enqueue of the rounds below failing with "no response from
-	// stream"; the core then tries the lease without the queue). This test
-	// is about the order, so it waits for the leader.
+	// leader, a write finds nobody to store it: the client gave up after
+	// its two retries, half a second (seen once in 16 runs here, the first
+	// Enqueue of the rounds below failing with "no response from stream"),
+	// and the store now sends it again until its context ends
+	// (TestWriteAsksAgainWhenNobodyStoresIt). This test is about the
+	// order, so it waits for the leader all the same.
 	c.streamLeader("KV_" + QueueBucket(bucket))
 	for round := range 10 {
 		name := fmt.Sprintf("job-%d", round)
