@@ -8,20 +8,18 @@ import (
 	"github.com/leasehold/leasehold/internal/faultproxy"
 )
 
-// startDropProxy passes a NATS client's connections to a server
-// (internal/faultproxy) and drops the first n messages the client
-// publishes to subjects that start with prefix. It returns the proxy's
-// URL and the dropper, which counts the drops.
-func startDropProxy(t *testing.T, target, prefix string, n int32) (string, *faultproxy.NATSDropper) {
+// proxyThrough passes a NATS client's connections to a server through d
+// (internal/faultproxy), which drops or diverts some of the client's
+// publishes, and returns the proxy's URL.
+func proxyThrough(t *testing.T, target string, d *faultproxy.NATSDropper) string {
 	t.Helper()
 	p, err := faultproxy.New(strings.TrimPrefix(target, "nats://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	d := faultproxy.NewNATSDropper(prefix, n)
 	p.FilterClient(d.Filter)
-	return "nats://" + p.Addr(), d
+	return "nats://" + p.Addr()
 }
 
 // TestOpenAsksAgainWhenUnanswered: a JetStream API read that Open sends and
@@ -36,7 +34,8 @@ func TestOpenAsksAgainWhenUnanswered(t *testing.T) {
 	srv := shared(t)
 	bucket := uniqueBucket("ask-again")
 	openStore(t, srv.url(), bucket) // makes the bucket
-	url, d := startDropProxy(t, srv.url(), "$JS.API.STREAM.INFO.KV_"+bucket, 2)
+	d := faultproxy.NewNATSDropper("$JS.API.STREAM.INFO.KV_"+bucket, 2)
+	url := proxyThrough(t, srv.url(), d)
 	st, err := Open(testCtx(t, 15*time.Second), Config{Servers: []string{url}, Options: Options{Bucket: bucket}})
 	if err != nil {
 		t.Fatalf("open with two stream-info requests unanswered: %v (dropped %d)", err, d.Dropped())
@@ -66,14 +65,8 @@ func TestOpenAsksAgainWhenUnanswered(t *testing.T) {
 func TestWriteAsksAgainWhenNobodyStoresIt(t *testing.T) {
 	srv := shared(t)
 	bucket := uniqueBucket("write-again")
-	p, err := faultproxy.New(strings.TrimPrefix(srv.url(), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
 	d := faultproxy.NewNATSDiverter("$KV."+bucket+".", 3)
-	p.FilterClient(d.Filter)
-	st := openStore(t, "nats://"+p.Addr(), bucket)
+	st := openStore(t, proxyThrough(t, srv.url(), d), bucket)
 	ctx := testCtx(t, 10*time.Second)
 	rec, err := st.Acquire(ctx, "job", "a", 5*time.Second, "")
 	if err != nil {

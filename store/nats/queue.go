@@ -173,7 +173,7 @@ func (s *Store) AcquireUnqueued(ctx context.Context, name, holder string, ttl ti
 			return kit.Errorf(op, "%w: the queue's listing failed: %v", store.ErrQueued, l.err)
 		}
 		for _, e := range l.places {
-			if e.kind == kindValue && !e.foreign {
+			if livePlace(e) {
 				return kit.Errorf(op, "%w: %s's place is queued", store.ErrQueued, e.v.Holder)
 			}
 		}
@@ -338,11 +338,16 @@ func (s *Store) countAhead(ctx context.Context, q *kvStream, op, name, holder st
 	return 0, kit.Errorf(op, "the server that answered %d listings of the queue had not stored revision %d, which this handle saw (its place's write is %d)", listTries, seen, rev)
 }
 
+// livePlace reports whether e, the last message of a place key, is a
+// leasehold place still queued (not a marker of one that left, nor a value
+// leasehold did not write).
+func livePlace(e entry) bool { return e.kind == kindValue && !e.foreign }
+
 // ahead counts the live places other than holder's with a ticket below ticket.
 func ahead(places []entry, holder string, ticket uint64) int {
 	n := 0
 	for _, e := range places {
-		if e.kind == kindValue && !e.foreign && e.v.Holder != holder && uint64(e.token()) < ticket {
+		if livePlace(e) && e.v.Holder != holder && uint64(e.token()) < ticket {
 			n++
 		}
 	}
