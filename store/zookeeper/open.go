@@ -74,8 +74,9 @@ type Store struct {
 	byTerm  map[store.Term]*entry // granted terms
 	held    map[string]int        // granted terms by name: how many
 	watches map[string]*watchLoop
-	// placeWatches are the queue places this handle watches (queue.go).
-	placeWatches map[string]bool
+	// placeWatches are the nodes just below queue places that this handle
+	// watches, by path, and the place each is below (queue.go).
+	placeWatches map[string]*placeWait
 	// places are the waiters' places this handle wrote (queue.go).
 	places map[placeKey]*place
 	// free holds the names this handle saw go free last (see markFree): the

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"context"
 	"errors"
 	"path"
 	"slices"
@@ -28,9 +29,10 @@ func placeNode(t *testing.T, c *zk.Conn, st *Store, name string) string {
 
 // TestPlaceBecomesTerm: a fair waiter's place is a contender node in the
 // lease's path. Behind a live term its Acquire is refused (the control of
-// the grant's condition); once the term's node is gone, the Acquire through
-// the handle that wrote the place makes it the term with one listing and
-// no write, with the node's czxid as the token and the place's metadata.
+// the grant's condition); once the handle saw the term's node, the only one
+// below the place, deleted, the Acquire through it makes the place the term
+// with no request at all, with the node's czxid as the token and the
+// place's metadata (TestPlaceLowestOnlyWhenNothingIsBelow has the controls).
 // Dequeue after that sends nothing and leaves the term; the control: the
 // holder's Dequeue through another handle deletes the node, and the term
 // is gone.
@@ -63,16 +65,18 @@ func TestPlaceBecomesTerm(t *testing.T) {
 	if rec, err := w.Acquire(ctx, "job", "waiter", ttl, "meta-w"); !errors.Is(err, store.ErrHeld) || rec.Token != first.Token {
 		t.Fatalf("the place's Acquire behind a live term: %+v, %v; want ErrHeld with the term (token %d)", rec, err, first.Token)
 	}
+	lowest := placeLowestSignal(t)
 	if err := h.Release(ctx, first.Term); err != nil {
 		t.Fatal(err)
 	}
+	waitSignal(ctx, t, lowest, "the place found the lowest")
 	oc.take()
 	got, err := w.Acquire(ctx, "job", "waiter", ttl, "meta-w")
 	if err != nil {
 		t.Fatalf("the place's Acquire once the term went: %v", err)
 	}
-	if reqs := oc.take(); reqs != "getChildren2 1" {
-		t.Fatalf("the place's grant: requests %q, want one listing and nothing else", reqs)
+	if reqs := oc.take(); reqs != "" {
+		t.Fatalf("the place's grant: requests %q, want none (the deletion was seen)", reqs)
 	}
 	if got.Token != st.Czxid || got.Token <= first.Token || got.Metadata != "meta-w" || got.Remaining < ttl/2 {
 		t.Fatalf("the place's grant: %+v; want the place's czxid %d (above %d) as the token, its metadata, most of %v left", got, st.Czxid, first.Token, ttl)
@@ -100,6 +104,103 @@ func TestPlaceBecomesTerm(t *testing.T) {
 	}
 	if _, err := w.Renew(ctx, got.Term, ttl); !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("control: Renew after another handle's Dequeue: %v, want ErrNotHeld", err)
+	}
+}
+
+// placeLowestSignal returns a channel that receives the path of each node
+// whose deletion made a place the lowest (testHookPlaceLowest).
+func placeLowestSignal(t *testing.T) <-chan string {
+	ch := make(chan string, 16)
+	testHookPlaceLowest = func(p string) { ch <- p }
+	t.Cleanup(func() { testHookPlaceLowest = nil })
+	return ch
+}
+
+func waitSignal(ctx context.Context, t *testing.T, ch <-chan string, what string) string {
+	t.Helper()
+	select {
+	case p := <-ch:
+		return p
+	case <-ctx.Done():
+		t.Fatalf("%s: not within the test's time", what)
+		return ""
+	}
+}
+
+// TestPlaceLowestOnlyWhenNothingIsBelow: a place becomes the term with no
+// request only after the deletion of the one contender below it. Behind a
+// term and another place, the deletion of that place leaves the term below:
+// the Acquire lists and is refused with the term's record. A change of the
+// data of the node below is no deletion: refused again. Once the term's
+// node goes, nothing is below: the grant sends nothing. (With the "only
+// contender below" condition dropped by hand, the first refusal fails:
+// the place is granted with the term still live.)
+func TestPlaceLowestOnlyWhenNothingIsBelow(t *testing.T) {
+	oc := newOpCounter(t, shared(t).Addr())
+	root := uniqueRoot("place-lowest")
+	h, b := openStore(t, root), openStore(t, root)
+	w := openStore(t, root, oc.addr())
+	c := rawConn(t)
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 15 * time.Second
+	lowest := placeLowestSignal(t)
+
+	term, err := h.Acquire(ctx, "job", "holder", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ahead, err := b.Enqueue(ctx, "job", "b", ttl); err != nil || ahead != 0 {
+		t.Fatalf("b's Enqueue: %d ahead, %v; want 0", ahead, err)
+	}
+	if ahead, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil || ahead != 1 {
+		t.Fatalf("the waiter's Enqueue: %d ahead, %v; want 1 (b's place)", ahead, err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wake, err := w.Watch(wctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainWake(wake)
+	if err := b.Dequeue(ctx, "job", "b"); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(ctx, t, wake, "the waiter's watch after b's place went")
+	oc.take()
+	if rec, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) || rec.Term != term.Term {
+		t.Fatalf("the waiter's Acquire with the term below its place: %+v, %v; want ErrHeld with %v", rec, err, term.Term)
+	}
+	if reqs := oc.take(); !strings.Contains(reqs, "getChildren2") {
+		t.Fatalf("the refused Acquire: requests %q, want a listing", reqs)
+	}
+
+	// The term's node changes, and stays: no deletion.
+	drainWake(wake)
+	if _, err := c.Set(h.Path("job")+"/"+termNode(t, c, h, term.Term), []byte("changed by hand"), -1); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(ctx, t, wake, "the waiter's watch after the term's node changed")
+	if rec, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) || rec.Token != term.Token {
+		t.Fatalf("the waiter's Acquire after the term's node changed: %+v, %v; want ErrHeld with token %d", rec, err, term.Token)
+	}
+
+	if err := h.Release(ctx, term.Term); err != nil {
+		t.Fatal(err)
+	}
+	waitSignal(ctx, t, lowest, "the place found the lowest")
+	oc.take()
+	got, err := w.Acquire(ctx, "job", "waiter", ttl, "")
+	if err != nil {
+		t.Fatalf("the waiter's Acquire once nothing is below: %v", err)
+	}
+	if reqs := oc.take(); reqs != "" {
+		t.Fatalf("the grant: requests %q, want none", reqs)
+	}
+	if got.Token <= term.Token {
+		t.Fatalf("the grant's token %d, want above the term's %d", got.Token, term.Token)
+	}
+	if rec, err := b.Get(ctx, "job"); err != nil || rec.Term != got.Term {
+		t.Fatalf("Get through another handle: %+v, %v; want %v", rec, err, got.Term)
 	}
 }
 
@@ -262,5 +363,41 @@ func TestTransferBehindPlace(t *testing.T) {
 	}
 	if got.Token <= a.Token {
 		t.Fatalf("the place's token %d, want above %d", got.Token, a.Token)
+	}
+}
+
+// termNode returns the contender node of st's lease whose czxid is term's
+// token.
+func termNode(t *testing.T, c *zk.Conn, st *Store, term store.Term) string {
+	t.Helper()
+	for _, n := range contenderNames(t, c, st.Path(term.Name)) {
+		if _, stat, err := c.Get(st.Path(term.Name) + "/" + n); err == nil && stat.Czxid == term.Token {
+			return n
+		}
+	}
+	t.Fatalf("no node of %v in %s", term, st.Path(term.Name))
+	return ""
+}
+
+// drainWake empties a watch channel of wake-ups already sent.
+func drainWake(ch <-chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+func waitWake(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case _, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s: the watch ended", what)
+		}
+	case <-ctx.Done():
+		t.Fatalf("%s: no wake-up within the test's time", what)
 	}
 }

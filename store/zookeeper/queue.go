@@ -31,10 +31,13 @@ var (
 //
 // A place that is the lowest contender becomes its holder's term, through
 // the handle that wrote it, with no write: the node, its czxid (the token)
-// and its session are the term's. The Acquire lists the contenders (one
-// read, as zk.Lock's waiter does once its predecessor is gone) and finds
-// the place lowest; a node that is lowest stays lowest while it exists
-// (sequences only rise). The term lives until the session's last request
+// and its session are the term's. A node that is lowest stays lowest while
+// it exists (sequences only rise, so no contender created later ranks
+// below it). The handle watches the node just below a waiter's place; when
+// that node was the only contender below the place at the last listing and
+// its deletion arrives, the place is the lowest, and its Acquire sends
+// nothing. Otherwise the Acquire lists the contenders (one read, as
+// zk.Lock's waiter does after every wake-up) to rank it. The term lives until the session's last request
 // the leader answered (the place's create, a sync sent on a refresh or
 // before the grant, any renewal on that session) plus the ttl, the session
 // timeout, and the handle ends it then unless a renewal moved it. Its
@@ -59,6 +62,10 @@ type place struct {
 	ttl       time.Duration
 	meta      string // the metadata written in the node
 	taken     bool   // an Acquire through this handle made it the holder's term (guarded by Store.mu)
+	// lowest: the deletion of the only contender below the place was seen
+	// (guarded by Store.mu). Sequences only rise, so nothing can be below
+	// it again: its Acquire needs no listing (see grantPlace).
+	lowest bool
 }
 
 // placeKey names a waiter's place: its lease name and holder.
@@ -200,7 +207,7 @@ func (s *Store) enqueue(ctx context.Context, sess *session, name, holder string,
 			if at == 0 {
 				return 0, nil
 			}
-			s.watchPlace(sess, name, p+"/"+all[at-1].name)
+			s.watchPlace(sess, name, p+"/"+all[at-1].name, pl, at == 1)
 			return at - 1, nil // the lowest holds
 		}
 		if pl != nil {
@@ -354,7 +361,8 @@ func (s *Store) syncSession(ctx context.Context, sess *session, p string) error 
 
 // grantPlace is Acquire for a holder whose place this handle wrote in
 // sess: once the place is the lowest contender, it becomes the term, with
-// no write (see the top of this file). ok is false when the place cannot be
+// no write (see the top of this file), and with no read either if its
+// watch saw the only contender below it deleted (place.lowest). ok is false when the place cannot be
 // granted so (none, gone, taken, in another session, or written with other
 // metadata or ttl than this Acquire's): Acquire then goes its usual way,
 // which replaces the holder's nodes, the place too, with a new node. While
@@ -370,7 +378,10 @@ func (s *Store) grantPlace(ctx context.Context, sess *session, name, holder stri
 		return store.Record{}, nil, false
 	}
 	p := s.Path(name)
-	for attempt := 0; ; attempt++ {
+	s.mu.Lock()
+	lowest := pl.lowest
+	s.mu.Unlock()
+	for attempt := 0; !lowest; attempt++ {
 		if attempt == maxAcquireAttempts {
 			return store.Record{}, errors.New("the lease's contenders kept changing"), true
 		}
@@ -408,7 +419,7 @@ func (s *Store) grantPlace(ctx context.Context, sess *session, name, holder stri
 		if at == 0 {
 			break
 		}
-		s.watchPlace(sess, name, p+"/"+all[at-1].name)
+		s.watchPlace(sess, name, p+"/"+all[at-1].name, pl, at == 1)
 		rec, err := s.describeHead(ctx, sess.conn, name, all[0])
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // the lowest went meanwhile: look again
@@ -450,41 +461,70 @@ func (s *Store) grantPlace(ctx context.Context, sess *session, name, holder stri
 	return store.Record{Term: e.term(), Remaining: time.Until(e.deadline), TTL: ttl, Metadata: metadata}, nil, true
 }
 
+// placeWait is a watch on the node just below a waiter's place.
+type placeWait struct {
+	pl *place
+	// only: the node is the only contender below pl (at the last listing).
+	only bool
+}
+
 // watchPlace wakes this handle's watchers of name when the node p (the one
-// just below a waiter's place) goes: one ZooKeeper watch per node and
-// handle.
-func (s *Store) watchPlace(sess *session, name, p string) {
+// just below a waiter's place pl) goes: one ZooKeeper watch per node and
+// handle. If p was the only contender below pl, its deletion makes pl the
+// lowest (see place.lowest).
+func (s *Store) watchPlace(sess *session, name, p string, pl *place, only bool) {
 	s.mu.Lock()
 	if s.placeWatches == nil {
-		s.placeWatches = map[string]bool{}
+		s.placeWatches = map[string]*placeWait{}
 	}
-	if s.placeWatches[p] || s.life.Closed() {
+	if w := s.placeWatches[p]; w != nil || s.life.Closed() {
+		if w != nil {
+			w.pl, w.only = pl, only // the latest listing's word
+		}
 		s.mu.Unlock()
 		return
 	}
-	s.placeWatches[p] = true
+	s.placeWatches[p] = &placeWait{pl: pl, only: only}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
-		defer func() {
+		// done ends the watch; gone says p was seen deleted. The place
+		// is marked before the watchers wake, so that their Acquire
+		// finds it.
+		done := func(gone bool) {
 			s.mu.Lock()
+			w := s.placeWatches[p]
+			lowest := gone && w.only && w.pl != nil
+			if lowest {
+				w.pl.lowest = true
+			}
 			delete(s.placeWatches, p)
 			s.mu.Unlock()
-		}()
+			if lowest && testHookPlaceLowest != nil {
+				testHookPlaceLowest(p)
+			}
+			s.hub.Notify(name)
+		}
 		ok, _, ch, err := sess.conn.ExistsW(p)
 		if err != nil || !ok {
-			s.hub.Notify(name) // gone already, or unknown: look again
+			done(err == nil) // gone already, or unknown: look again
 			return
 		}
 		select {
-		case <-ch: // deleted, or the connection's watches ended
+		case ev := <-ch: // deleted, or the connection's watches ended
+			done(ev.Type == zk.EventNodeDeleted)
 		case <-s.life.Done():
-			return
+			s.mu.Lock()
+			delete(s.placeWatches, p)
+			s.mu.Unlock()
 		}
-		s.hub.Notify(name)
 	}()
 }
+
+// testHookPlaceLowest, if set (by tests), runs when a place is found the
+// lowest by the deletion of the node p below it, before its watchers wake.
+var testHookPlaceLowest func(p string)
 
 // Dequeue implements store.Queuer: it deletes holder's place. After this
 // handle's Acquire made the place the holder's term there is nothing to
