@@ -206,7 +206,11 @@ func (c *contender) acquire(ctx context.Context) (_ store.Record, _ time.Time, e
 				// to the back (the next Enqueue writes a new place), or a
 				// waiter that can reach the queue but cannot take the
 				// lease would keep everyone from it. (An ended ctx
-				// leaves the queue on the way out.)
+				// leaves the queue on the way out.) An acquire with no
+				// answer may have been granted: that term is given back
+				// first, or the waiters now ahead would find the lease
+				// held by nobody's turn until it expired.
+				c.giveBackUnknown(ctx)
 				c.leaveQueue(ctx)
 			}
 		}

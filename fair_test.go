@@ -559,11 +559,26 @@ func TestFairPlaceCarriesMetadata(t *testing.T) {
 // for ever, or the waiters behind it, who do not try while a place is
 // ahead, never lead either. It goes to the back after each failed try, so
 // the next waiter leads within a few retry periods of the lease falling
-// free. The control is the same run with the node's acquires answered: it
-// keeps its turn and leads first.
+// free. The same when its one acquire was granted and the answer lost: it
+// gives back the term it may hold before it goes to the back (without
+// that, the next waiter leads only once that term expired: control by
+// hand). The control is the same run with the node's acquires answered:
+// it keeps its turn and leads first.
 func TestFairWaiterWhoseAcquiresFailYieldsItsTurn(t *testing.T) {
-	for _, broken := range []bool{true, false} {
-		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		broken bool
+		fault  faultstore.Fault
+	}{
+		{"broken=true", true, faultstore.Fault{Mode: faultstore.Fail}},
+		// Its first acquire is granted and the answer lost: the term it
+		// may hold is given back as it goes to the back, or c would wait
+		// for that term to expire, a lease duration.
+		{"lost-reply", true, faultstore.Fault{Mode: faultstore.LoseReply, Times: 1}},
+		{"broken=false", false, faultstore.Fault{}},
+	} {
+		broken := tc.broken
+		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFixture()
 				timings := leasehold.DefaultTimings()
@@ -594,11 +609,15 @@ func TestFairWaiterWhoseAcquiresFailYieldsItsTurn(t *testing.T) {
 				}
 				elect(f.faulty(), "a") // leads
 				bStore := f.faulty()
-				if broken {
-					bStore.Inject(faultstore.Fault{Mode: faultstore.Fail}, faultstore.OpAcquire)
+				if broken && tc.fault.Times == 0 {
+					bStore.Inject(tc.fault, faultstore.OpAcquire)
 				}
 				elect(bStore, "b") // first in the queue
 				elect(f.faulty(), "c")
+				if tc.fault.Times > 0 {
+					// b's next acquire is its try once the lease is free.
+					bStore.Inject(tc.fault, faultstore.OpAcquire)
+				}
 				release <- struct{}{} // a's work returns: the lease falls free
 				freed := time.Now()
 				time.Sleep(10 * timings.LeaseDuration)
