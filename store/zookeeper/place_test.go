@@ -65,19 +65,7 @@ func TestPlaceBecomesTerm(t *testing.T) {
 	if rec, err := w.Acquire(ctx, "job", "waiter", ttl, "meta-w"); !errors.Is(err, store.ErrHeld) || rec.Token != first.Token {
 		t.Fatalf("the place's Acquire behind a live term: %+v, %v; want ErrHeld with the term (token %d)", rec, err, first.Token)
 	}
-	lowest := placeLowestSignal(t)
-	if err := h.Release(ctx, first.Term); err != nil {
-		t.Fatal(err)
-	}
-	waitSignal(ctx, t, lowest, "the place found the lowest")
-	oc.take()
-	got, err := w.Acquire(ctx, "job", "waiter", ttl, "meta-w")
-	if err != nil {
-		t.Fatalf("the place's Acquire once the term went: %v", err)
-	}
-	if reqs := oc.take(); reqs != "" {
-		t.Fatalf("the place's grant: requests %q, want none (the deletion was seen)", reqs)
-	}
+	got := grantAfterRelease(ctx, t, h, w, oc, placeLowestSignal(t), first.Term, "meta-w")
 	if got.Token != st.Czxid || got.Token <= first.Token || got.Metadata != "meta-w" || got.Remaining < ttl/2 {
 		t.Fatalf("the place's grant: %+v; want the place's czxid %d (above %d) as the token, its metadata, most of %v left", got, st.Czxid, first.Token, ttl)
 	}
@@ -184,18 +172,7 @@ func TestPlaceLowestOnlyWhenNothingIsBelow(t *testing.T) {
 		t.Fatalf("the waiter's Acquire after the term's node changed: %+v, %v; want ErrHeld with token %d", rec, err, term.Token)
 	}
 
-	if err := h.Release(ctx, term.Term); err != nil {
-		t.Fatal(err)
-	}
-	waitSignal(ctx, t, lowest, "the place found the lowest")
-	oc.take()
-	got, err := w.Acquire(ctx, "job", "waiter", ttl, "")
-	if err != nil {
-		t.Fatalf("the waiter's Acquire once nothing is below: %v", err)
-	}
-	if reqs := oc.take(); reqs != "" {
-		t.Fatalf("the grant: requests %q, want none", reqs)
-	}
+	got := grantAfterRelease(ctx, t, h, w, oc, lowest, term.Term, "")
 	if got.Token <= term.Token {
 		t.Fatalf("the grant's token %d, want above the term's %d", got.Token, term.Token)
 	}
@@ -364,6 +341,26 @@ func TestTransferBehindPlace(t *testing.T) {
 	if got.Token <= a.Token {
 		t.Fatalf("the place's token %d, want above %d", got.Token, a.Token)
 	}
+}
+
+// grantAfterRelease releases term through h, waits until w's place is
+// found the lowest by the deletion, and asks w for the lease as "waiter"
+// (15 s, metadata): granted with no request through oc.
+func grantAfterRelease(ctx context.Context, t *testing.T, h, w *Store, oc *opCounter, lowest <-chan string, term store.Term, metadata string) store.Record {
+	t.Helper()
+	if err := h.Release(ctx, term); err != nil {
+		t.Fatal(err)
+	}
+	waitSignal(ctx, t, lowest, "the place found the lowest")
+	oc.take()
+	got, err := w.Acquire(ctx, term.Name, "waiter", 15*time.Second, metadata)
+	if err != nil {
+		t.Fatalf("the place's Acquire once nothing is below: %v", err)
+	}
+	if reqs := oc.take(); reqs != "" {
+		t.Fatalf("the place's grant: requests %q, want none (the deletion was seen)", reqs)
+	}
+	return got
 }
 
 // termNode returns the contender node of st's lease whose czxid is term's
