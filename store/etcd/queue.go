@@ -413,6 +413,24 @@ func (v queueView) ahead(rev int64) int {
 	return n
 }
 
+// aheadOf is v.ahead(rev), less the lowest contender when it is a place this
+// handle has made its holder's term: the transaction that records the term
+// deletes the place's marker after the grant (recordPlace), and until it
+// lands the key still reads as a place, though it holds.
+func (s *Store) aheadOf(name string, v queueView, rev int64) int {
+	n := v.ahead(rev)
+	if n == 0 {
+		return 0
+	}
+	low := v.contenders[0].create
+	if p, isPlace := v.places[low]; isPlace {
+		if _, held := s.recall(store.Term{Name: name, Holder: p.holder, Token: low}); held {
+			n--
+		}
+	}
+	return n
+}
+
 // queueOps read what queueView sorts.
 func (s *Store) queueOps(name string) []etcdapi.Op {
 	return []etcdapi.Op{contendersOp(s.lockPrefix(name)), etcdapi.GetPrefix(s.markerPrefix(name))}
@@ -488,7 +506,7 @@ func (s *Store) enqueue(ctx context.Context, name, holder string, secs int64) (i
 				return 0, fmt.Errorf("keep-alive of the place's lease: %w", err)
 			}
 			s.keepPlace(id, p)
-			return v.ahead(p.rev), nil
+			return s.aheadOf(name, v, p.rev), nil
 		}
 		n, done, err := s.newPlace(ctx, name, holder, secs)
 		if err != nil || done {
@@ -531,7 +549,7 @@ func (s *Store) refreshPlace(ctx context.Context, name string, p place) (n int, 
 		q.written = p.written
 		s.keepPlace(placeID{name, p.holder}, q)
 	}
-	return v.ahead(p.rev), true, nil
+	return s.aheadOf(name, v, p.rev), true, nil
 }
 
 // newPlace writes holder's place at the back of name's queue. done is false
@@ -609,7 +627,7 @@ func (s *Store) newPlace(ctx context.Context, name, holder string, secs int64) (
 	v := s.queueView(name, resp.Responses[2].Kvs, resp.Responses[3].Kvs)
 	p.first = len(v.contenders) > 0 && v.contenders[0].create == p.rev
 	s.keepPlace(placeID{name, holder}, p)
-	return v.ahead(p.rev), true, nil
+	return s.aheadOf(name, v, p.rev), true, nil
 }
 
 // Dequeue implements store.Queuer. It deletes the holder's place key and
