@@ -37,17 +37,18 @@ var (
 // that node was the only contender below the place at the last listing and
 // its deletion arrives, the place is the lowest, and its Acquire sends
 // nothing. Otherwise the Acquire lists the contenders (one read, as
-// zk.Lock's waiter does after every wake-up) to rank it. The term lives until the session's last request
-// the leader answered (the place's create, a sync sent on a refresh or
-// before the grant, any renewal on that session) plus the ttl, the session
-// timeout, and the handle ends it then unless a renewal moved it. Its
+// zk.Lock's waiter does after every wake-up) to rank it. The term lives
+// until the session's last request the leader answered (the place's
+// create, a sync sent on a refresh or before the grant, any renewal on
+// that session) plus the ttl, the session timeout, and the handle ends it
+// then unless a renewal moved it. Its
 // token is above every token granted for the name before: each earlier
 // term was a node below the place, and was created before it.
 //
 // As in ZooKeeper's lock recipe, the lowest contender holds: Get shows a
 // lowest place as the holder, and Enqueue counts it as the holder, not as
 // a place ahead, so the waiter right behind it is told it is first and,
-// once the lowest goes, its Acquire is the listing alone.
+// once it sees the lowest go, its Acquire sends nothing.
 
 // place is a waiter's place node that this handle wrote, or found.
 type place struct {
@@ -362,8 +363,8 @@ func (s *Store) syncSession(ctx context.Context, sess *session, p string) error 
 // grantPlace is Acquire for a holder whose place this handle wrote in
 // sess: once the place is the lowest contender, it becomes the term, with
 // no write (see the top of this file), and with no read either if its
-// watch saw the only contender below it deleted (place.lowest). ok is false when the place cannot be
-// granted so (none, gone, taken, in another session, or written with other
+// watch saw the only contender below it deleted (place.lowest). ok is
+// false when the place cannot be granted so (none, gone, taken, in another session, or written with other
 // metadata or ttl than this Acquire's): Acquire then goes its usual way,
 // which replaces the holder's nodes, the place too, with a new node. While
 // a contender is below the place, the answer is ErrHeld with the lowest
