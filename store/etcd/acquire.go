@@ -87,11 +87,12 @@ var errPlaceFirst = errors.New("the place is first")
 // term's TTL) can carry the term: a read-only transaction (etcd serves it
 // from its linearizable read path, no raft write) checks that the place is
 // still there, still a place, and the lowest key under the name, as etcd's
-// Mutex takes the lock once its key is lowest. In etcd's terms the place
-// already holds: every other contender waits for its key to go. The term's
-// token is the place key's create revision, its etcd lease the place's,
-// whose last keep-alive (sent alongside the read if the lease has lost more
-// than freshSlack of its TTL) bounds the grant's Remaining.
+// Mutex takes the lock once its key is lowest; no read is sent when this
+// handle's watch has shown it so already (watchgrant.go). In etcd's terms
+// the place already holds: every other contender waits for its key to go.
+// The term's token is the place key's create revision, its etcd lease the
+// place's, whose last keep-alive (sent alongside the read if the lease has
+// lost more than freshSlack of its TTL) bounds the grant's Remaining.
 //
 // The term is then recorded by a transaction sent in the background
 // (recordPlace): it deletes the marker, writes the name's record (holder,
@@ -128,7 +129,14 @@ func (s *Store) grantPlace(ctx context.Context, name, holder string, ttl time.Du
 			kaDone <- keepAliveResult{ttl: ttl, clean: clean, err: err}
 		}()
 	}
-	resp, err := s.cli.Txn(rctx(ctx), s.placeCmps(name, p), nil, nil)
+	// The watch may have shown the place lowest already (watchgrant.go):
+	// then nothing is read.
+	succeeded := s.provenLowest(id, p.rev)
+	if !succeeded {
+		var resp *etcdapi.TxnResponse
+		resp, err = s.cli.Txn(rctx(ctx), s.placeCmps(name, p), nil, nil)
+		succeeded = err == nil && resp.Succeeded
+	}
 	if kaDone != nil {
 		r := <-kaDone
 		if !r.clean {
@@ -147,7 +155,7 @@ func (s *Store) grantPlace(ctx context.Context, name, holder string, ttl time.Du
 		return store.Record{}, false, err
 	}
 	remaining := time.Until(aliveUntil)
-	if !resp.Succeeded || remaining < ttl/2 {
+	if !succeeded || remaining < ttl/2 {
 		return store.Record{}, false, nil
 	}
 	term := store.Term{Name: name, Holder: holder, Token: p.rev}
@@ -418,6 +426,11 @@ func (s *Store) acquire(ctx context.Context, name, holder string, ttl time.Durat
 			refused = true
 			if _, place := v.places[lowest.create]; place && unqueued {
 				return store.Record{}, fmt.Errorf("leasehold/etcd: acquire %q: %w", name, store.ErrQueued)
+			}
+			if queued && p.written {
+				// Behind the holder in the queue: the watch may show the
+				// place lowest from this read on (watchgrant.go).
+				s.followBelow(name, id, p, resp.Revision, v)
 			}
 			r, err := s.describe(ctx, name, lowest, rec, v)
 			if err != nil {

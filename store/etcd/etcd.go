@@ -83,6 +83,12 @@ type Store struct {
 	// handle's next place, by TTL in whole seconds (queue.go).
 	placeLeases map[etcdapi.LeaseID]*placeLease
 	placePool   map[int64][]etcdapi.LeaseID
+
+	// watches are this handle's live watches, by name, and proofs what
+	// they show of the places this handle wrote (watchgrant.go).
+	watchMu sync.Mutex
+	watches map[string][]*nameWatch
+	proofs  map[placeID]*placeProof
 }
 
 type termInfo struct {

@@ -449,15 +449,15 @@ func (r *requestLog) KeepAliveOnce(ctx context.Context, id etcdapi.LeaseID) (int
 	return r.Client.KeepAliveOnce(ctx, id)
 }
 
-// TestFairHandoffIsOneRead: a fair Lock waiting in etcd's queue right
-// behind the holder takes the lock, once the holder releases, with the
-// watch event and one read: the first request its handle sends after the
-// release is a read-only transaction, and it is granted before it sends
-// any other (the term's record follows). As etcd's Election waits for its
-// predecessor's delete and reads once. Control, by hand: with the grant
-// made by the transaction that writes the record (grantPlace off), the
-// first request is a write.
-func TestFairHandoffIsOneRead(t *testing.T) {
+// TestFairHandoffSendsNothing: a fair Lock waiting in etcd's queue right
+// behind the holder takes the lock, once the holder releases, on its watch's
+// event alone: its handle sends no request between the release and the
+// grant (the term's record, a write, follows). etcd's Election waits for its
+// predecessor's delete and then reads once. Controls, by hand: with the
+// watch's proof ignored (provenLowest always false), the first request is a
+// read-only transaction; with the grant made by the transaction that writes
+// the record (grantPlace off), it is a write sent before the grant.
+func TestFairHandoffSendsNothing(t *testing.T) {
 	m := shared(t)
 	prefix := uniquePrefix("qread")
 	holderSt := openStore(t, prefix, m.clientURL)
@@ -504,19 +504,169 @@ func TestFairHandoffIsOneRead(t *testing.T) {
 	if l == nil {
 		return
 	}
-	after := reqs.since(mark)
-	beforeWrite := after
-	for i, r := range after {
-		if r == "txn-write" {
-			beforeWrite = after[:i]
-			break
-		}
-	}
-	if len(beforeWrite) != 1 || beforeWrite[0] != "txn-read" {
-		t.Fatalf("the waiter's requests from the release to its grant (and its record's write after): %v; want one read-only transaction before any other", after)
+	if after := reqs.since(mark); len(after) > 0 && after[0] != "txn-write" {
+		t.Fatalf("the waiter's requests from the release to its grant (and its record's write after): %v; want none before the record's write", after)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestQueueLowestOnlyWhenNothingIsBelow: the watch shows a waiter's place
+// lowest only when it saw every contender key that was below the place
+// deleted, and no change to the place's own key. Behind a term and another
+// waiter's place, the deletion of that place leaves the term below: the
+// waiter's Acquire reads and is refused. A put of the term's key (not a
+// delete) is refused too. Once the term is released, the grant sends
+// nothing. On a second name, a put of the waiter's own place key between
+// the refusal and the release makes the grant read first. Controls, by
+// hand: with the whole below set dropped at the first deletion, it fails at
+// the first refusal; with any event taken for a deletion, at the put of the
+// term's key; with the place's own key not looked at, at the second name.
+func TestQueueLowestOnlyWhenNothingIsBelow(t *testing.T) {
+	m := shared(t)
+	prefix := uniquePrefix("qlowest")
+	h, b := openStore(t, prefix, m.clientURL), openStore(t, prefix, m.clientURL)
+	base := openStore(t, prefix, m.clientURL)
+	reqs := &requestLog{Client: base.cli}
+	w, err := NewOnAPI(reqs, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	cli := h.Client()
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 10 * time.Second
+	reads := func(rs []string) bool {
+		for _, r := range rs {
+			if r == "txn-read" || r == "range" {
+				return true
+			}
+		}
+		return false
+	}
+
+	term, err := h.Acquire(ctx, "job", "holder", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.Enqueue(ctx, "job", "b", ttl); err != nil || n != 0 {
+		t.Fatalf("b's Enqueue: %d ahead, %v; want 0", n, err)
+	}
+	if n, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil || n != 1 {
+		t.Fatalf("the waiter's Enqueue: %d ahead, %v; want 1 (b's place)", n, err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wake, err := w.Watch(wctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("the waiter's Acquire behind the term and b: %v; want ErrHeld", err)
+	}
+	drainWake(wake)
+	if err := b.Dequeue(ctx, "job", "b"); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(ctx, t, wake, "the waiter's watch after b's place went")
+	mark := reqs.len()
+	if rec, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) || rec.Term != term.Term {
+		t.Fatalf("the waiter's Acquire with the term below its place: %+v, %v; want ErrHeld with %v", rec, err, term.Term)
+	}
+	if rs := reqs.since(mark); !reads(rs) {
+		t.Fatalf("the refused Acquire's requests %v; want a read", rs)
+	}
+
+	// The term's key is put again on its lease (not deleted).
+	kv, err := cli.Get(ctx, h.ContenderPrefix("job")+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil || len(kv.Kvs) == 0 || kv.Kvs[0].CreateRevision != term.Token {
+		t.Fatalf("the contender keys: %v, %v; want the term's first", kv, err)
+	}
+	drainWake(wake)
+	if _, err := cli.Put(ctx, string(kv.Kvs[0].Key), string(kv.Kvs[0].Value), clientv3.WithLease(clientv3.LeaseID(kv.Kvs[0].Lease))); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(ctx, t, wake, "the waiter's watch after the term's key was put")
+	if rec, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) || rec.Token != term.Token {
+		t.Fatalf("the waiter's Acquire after the term's key was put: %+v, %v; want ErrHeld with token %d", rec, err, term.Token)
+	}
+
+	drainWake(wake)
+	if err := h.Release(ctx, term.Term); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(ctx, t, wake, "the waiter's watch after the release")
+	mark = reqs.len()
+	got, err := w.Acquire(ctx, "job", "waiter", ttl, "")
+	if err != nil || got.Token <= term.Token {
+		t.Fatalf("the waiter's Acquire after the release: %+v, %v; want a grant above token %d", got, err, term.Token)
+	}
+	if rs := reqs.since(mark); len(rs) > 0 && rs[0] != "txn-write" {
+		t.Fatalf("the grant's requests %v; want none before its record's write", rs)
+	}
+	if rec, err := b.Get(ctx, "job"); err != nil || rec.Term != got.Term {
+		t.Fatalf("Get through another handle: %+v, %v; want %v", rec, err, got.Term)
+	}
+
+	// A change of the place's own key: the proof is gone, and the grant reads.
+	term2, err := h.Acquire(ctx, "job2", "holder", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.Enqueue(ctx, "job2", "waiter", ttl); err != nil || n != 0 {
+		t.Fatalf("the waiter's Enqueue on job2: %d ahead, %v; want 0", n, err)
+	}
+	wake2, err := w.Watch(wctx, "job2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Acquire(ctx, "job2", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("the waiter's Acquire on job2: %v; want ErrHeld", err)
+	}
+	kv, err = cli.Get(ctx, h.ContenderPrefix("job2")+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil || len(kv.Kvs) != 2 || string(kv.Kvs[1].Value) != "waiter" {
+		t.Fatalf("job2's contender keys: %v, %v; want the term's and the waiter's place", kv, err)
+	}
+	place := kv.Kvs[1]
+	drainWake(wake2)
+	if _, err := cli.Put(ctx, string(place.Key), string(place.Value), clientv3.WithLease(clientv3.LeaseID(place.Lease))); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(ctx, t, wake2, "the waiter's watch after its place's key was put")
+	drainWake(wake2)
+	if err := h.Release(ctx, term2.Term); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(ctx, t, wake2, "the waiter's watch after job2's release")
+	mark = reqs.len()
+	got2, err := w.Acquire(ctx, "job2", "waiter", ttl, "")
+	if err != nil || got2.Token != place.CreateRevision {
+		t.Fatalf("the waiter's Acquire on job2: %+v, %v; want its place's token %d", got2, err, place.CreateRevision)
+	}
+	if rs := reqs.since(mark); len(rs) == 0 || rs[0] != "txn-read" {
+		t.Fatalf("the grant's requests after its place's key changed: %v; want a read first", rs)
+	}
+}
+
+// drainWake empties a watch's wake channel.
+func drainWake(ch <-chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
+}
+
+// waitWake waits for a watch's wake.
+func waitWake(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case _, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s: the watch closed", what)
+		}
+	case <-ctx.Done():
+		t.Fatalf("%s: no wake", what)
 	}
 }
 

@@ -36,15 +36,17 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	timer := time.NewTimer(watchCreateTimeout)
 	defer timer.Stop()
 	type result struct {
-		ch  <-chan etcdapi.WatchEvent
-		err error
+		ch   <-chan etcdapi.WatchEvent
+		from int64
+		err  error
 	}
 	created := make(chan result, 1)
 	go func() {
-		ch, err := s.cli.Watch(rctx(wctx), pfx)
-		created <- result{ch, err}
+		ch, from, err := s.cli.Watch(rctx(wctx), pfx)
+		created <- result{ch, from, err}
 	}()
 	var wch <-chan etcdapi.WatchEvent
+	var from int64
 	select {
 	case r := <-created:
 		if r.err != nil {
@@ -54,7 +56,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 			}
 			return nil, fmt.Errorf("leasehold/etcd: watch %q: %w", name, r.err)
 		}
-		wch = r.ch
+		wch, from = r.ch, r.from
 	case <-timer.C:
 	case <-s.life.Done():
 	}
@@ -67,9 +69,11 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, fmt.Errorf("leasehold/etcd: watch %q: not created within %v", name, watchCreateTimeout)
 	}
 	out := make(chan struct{}, 1)
+	w := s.addWatch(name, pfx, from)
 	s.spawn(func() {
 		defer close(out)
 		defer cancel()
+		defer s.endWatch(name, w)
 		for {
 			select {
 			case <-s.life.Done():
@@ -78,8 +82,11 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 				if !ok || wr.Canceled || wr.Err != nil {
 					return
 				}
-				for _, key := range wr.Keys {
-					if isContender(pfx, key) {
+				// What the events prove of a place is known before the
+				// watcher wakes, so that its Acquire finds it.
+				s.followEvents(w, wr.Events)
+				for _, ev := range wr.Events {
+					if isContender(pfx, ev.Key) {
 						select {
 						case out <- struct{}{}:
 						default:

@@ -176,9 +176,16 @@ type KeepAliveStream interface {
 
 // WatchEvent is one watch response's gist.
 type WatchEvent struct {
-	Keys     [][]byte // the keys of its events
+	Events   []Event // its changes, in the order of their revisions
 	Canceled bool
 	Err      error
+}
+
+// Event is one change a watch reports.
+type Event struct {
+	Key      []byte
+	Delete   bool  // the key was deleted (else put)
+	Revision int64 // the revision of the change (the key's mod revision)
 }
 
 // Client is what the store asks of etcd.
@@ -199,9 +206,11 @@ type Client interface {
 	// error leaves open whether etcd got it.
 	KeepAliveOnce(ctx context.Context, id LeaseID) (int64, error)
 	// Watch watches the keys under prefix from the revision after the
-	// server's current one, and returns once the server created the watch;
-	// the channel closes when ctx ends or the watch breaks.
-	Watch(ctx context.Context, prefix string) (<-chan WatchEvent, error)
+	// server's current one, and returns once the server created the watch.
+	// Every change after revision from is reported, in order, with no gap
+	// (a change at or before from may be reported too), until the channel
+	// closes: when ctx ends or the watch breaks.
+	Watch(ctx context.Context, prefix string) (_ <-chan WatchEvent, from int64, _ error)
 	Close() error
 }
 

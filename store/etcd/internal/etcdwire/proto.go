@@ -299,31 +299,51 @@ func decodeInts(b []byte, errField protowire.Number) (map[protowire.Number]int64
 	return out, s, err
 }
 
-// watchEvent reads a WatchResponse into the store's gist of it.
-func decodeWatch(b []byte) (created, canceled bool, compactRev int64, reason string, keys [][]byte, err error) {
-	err = fields(b, func(num protowire.Number, v uint64, bs []byte) error {
+// watchResponse is a decoded WatchResponse.
+type watchResponse struct {
+	revision          int64 // its header's
+	created, canceled bool
+	compactRev        int64
+	reason            string
+	events            []etcdapi.Event
+}
+
+// decodeWatch reads a WatchResponse.
+func decodeWatch(b []byte) (watchResponse, error) {
+	var w watchResponse
+	err := fields(b, func(num protowire.Number, v uint64, bs []byte) error {
 		switch num {
+		case 1:
+			rev, err := headerRevision(bs)
+			w.revision = rev
+			return err
 		case 3:
-			created = v != 0
+			w.created = v != 0
 		case 4:
-			canceled = v != 0
+			w.canceled = v != 0
 		case 5:
-			compactRev = int64(v)
+			w.compactRev = int64(v)
 		case 6:
-			reason = string(bs)
-		case 11: // Event: kv = 2
-			return fields(bs, func(num protowire.Number, _ uint64, m []byte) error {
-				if num == 2 {
+			w.reason = string(bs)
+		case 11: // mvccpb.Event: type = 1 (PUT 0, DELETE 1), kv = 2
+			var ev etcdapi.Event
+			err := fields(bs, func(num protowire.Number, v uint64, m []byte) error {
+				switch num {
+				case 1:
+					ev.Delete = v == 1
+				case 2:
 					kv, err := decodeKV(m)
 					if err != nil {
 						return err
 					}
-					keys = append(keys, kv.Key)
+					ev.Key, ev.Revision = kv.Key, kv.ModRevision
 				}
 				return nil
 			})
+			w.events = append(w.events, ev)
+			return err
 		}
 		return nil
 	})
-	return
+	return w, err
 }

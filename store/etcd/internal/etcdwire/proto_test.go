@@ -112,9 +112,15 @@ func TestDecodeWrittenByEtcd(t *testing.T) {
 	}
 	wr, _ := proto.Marshal(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: 3}, WatchId: 1, Created: true,
 		Events: []*mvccpb.Event{{Type: mvccpb.DELETE, Kv: kv}}})
-	created, canceled, _, _, keys, err := decodeWatch(wr)
-	if err != nil || !created || canceled || len(keys) != 1 || string(keys[0]) != "p/a" {
-		t.Errorf("watch: created %v canceled %v keys %q err %v", created, canceled, keys, err)
+	w, err := decodeWatch(wr)
+	if err != nil || !w.created || w.canceled || w.revision != 3 || len(w.events) != 1 {
+		t.Errorf("watch: %+v, err %v", w, err)
+	} else if ev := w.events[0]; string(ev.Key) != "p/a" || !ev.Delete || ev.Revision != kv.ModRevision {
+		t.Errorf("watch event %+v; want a delete of p/a at revision %d", ev, kv.ModRevision)
+	}
+	put, _ := proto.Marshal(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: 4}, Events: []*mvccpb.Event{{Type: mvccpb.PUT, Kv: kv}}})
+	if w, err := decodeWatch(put); err != nil || len(w.events) != 1 || w.events[0].Delete {
+		t.Errorf("watch of a put: %+v, err %v; want one event, not a delete", w, err)
 	}
 	// The negative control: a truncated message is an error, not a guess.
 	if _, err := decodeTxn(b[:len(b)-3]); err == nil {

@@ -268,7 +268,7 @@ func (k keepAliveStream) CloseSend() error { return k.s.closeSend() }
 
 // Watch implements etcdapi.Client. If the stream cannot reach the endpoint in
 // use, it is opened on the next one, until ctx ends.
-func (c *Client) Watch(ctx context.Context, prefix string) (<-chan etcdapi.WatchEvent, error) {
+func (c *Client) Watch(ctx context.Context, prefix string) (<-chan etcdapi.WatchEvent, int64, error) {
 	var create []byte
 	create = appendBytesField(create, 1, prefix)
 	create = appendBytesField(create, 2, etcdapi.PrefixEnd(prefix))
@@ -276,26 +276,26 @@ func (c *Client) Watch(ctx context.Context, prefix string) (<-chan etcdapi.Watch
 	for attempt := 0; ; attempt++ {
 		s, err := c.openStream(ctx, "etcdserverpb.Watch/Watch")
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		ch, err := c.watchOn(s, req)
+		ch, from, err := c.watchOn(s, req)
 		if err == nil {
-			return ch, nil
+			return ch, from, nil
 		}
 		s.close()
 		<-s.done // Do has returned (close cancelled it)
 		if ctx.Err() != nil {
-			return nil, ctxError(ctx, err)
+			return nil, 0, ctxError(ctx, err)
 		}
 		if c.user != "" && attempt == 0 && errors.Is(err, etcdapi.ErrInvalidAuthToken) {
 			// The token expired: get a new one and watch again at once.
 			if aerr := c.renewToken(ctx, s.token); aerr != nil {
-				return nil, aerr
+				return nil, 0, aerr
 			}
 			continue
 		}
 		if s.err == nil || etcdapi.CodeOf(s.err) != etcdapi.Unavailable {
-			return nil, err
+			return nil, 0, err
 		}
 		// The endpoint could not be reached: try again (on the next
 		// endpoint if the connection failed).
@@ -303,29 +303,33 @@ func (c *Client) Watch(ctx context.Context, prefix string) (<-chan etcdapi.Watch
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctxError(ctx, err)
+			return nil, 0, ctxError(ctx, err)
 		case <-t.C:
 		}
 	}
 }
 
-func (c *Client) watchOn(s *stream, req []byte) (<-chan etcdapi.WatchEvent, error) {
+// watchOn creates the watch req on stream s. The created answer's header
+// revision is taken after etcd registered the watch, so every change after
+// it is sent.
+func (c *Client) watchOn(s *stream, req []byte) (<-chan etcdapi.WatchEvent, int64, error) {
 	if err := s.send(req); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	m, err := s.recv()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	created, canceled, _, reason, _, err := decodeWatch(m)
+	w, err := decodeWatch(m)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if canceled || !created {
+	if w.canceled || !w.created {
+		reason := w.reason
 		if reason == "" {
 			reason = "etcdwire: watch not created"
 		}
-		return nil, etcdapi.ErrorFromText(reason)
+		return nil, 0, etcdapi.ErrorFromText(reason)
 	}
 	out := make(chan etcdapi.WatchEvent, 16)
 	go func() {
@@ -342,14 +346,15 @@ func (c *Client) watchOn(s *stream, req []byte) (<-chan etcdapi.WatchEvent, erro
 				}
 				return
 			}
-			_, canceled, compact, reason, keys, err := decodeWatch(m)
-			ev := etcdapi.WatchEvent{Keys: keys, Canceled: canceled, Err: err}
+			r, err := decodeWatch(m)
+			canceled := r.canceled
+			ev := etcdapi.WatchEvent{Events: r.events, Canceled: canceled, Err: err}
 			if canceled && err == nil {
 				switch {
-				case compact != 0:
+				case r.compactRev != 0:
 					ev.Err = etcdapi.ErrCompacted
-				case reason != "":
-					ev.Err = etcdapi.ErrorFromText(reason)
+				case r.reason != "":
+					ev.Err = etcdapi.ErrorFromText(r.reason)
 				}
 			}
 			select {
@@ -362,5 +367,5 @@ func (c *Client) watchOn(s *stream, req []byte) (<-chan etcdapi.WatchEvent, erro
 			}
 		}
 	}()
-	return out, nil
+	return out, w.revision, nil
 }

@@ -244,18 +244,19 @@ func (k kaStream) CloseSend() error { return k.s.CloseSend() }
 
 // Watch watches from the revision after the server's current one; if the
 // client switches members, clientv3 resumes the watch from the revision after
-// the last one seen.
-func (a *adapter) Watch(ctx context.Context, prefix string) (<-chan etcdapi.WatchEvent, error) {
+// the last one seen (from the created answer's revision before any event), so
+// no change after from is missed.
+func (a *adapter) Watch(ctx context.Context, prefix string) (<-chan etcdapi.WatchEvent, int64, error) {
 	wch := a.cli.Watch(a.ctx(ctx), prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	wr, ok := <-wch
 	if !ok || wr.Err() != nil || !wr.Created {
 		if ok && wr.Err() != nil {
-			return nil, convert(wr.Err())
+			return nil, 0, convert(wr.Err())
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
-		return nil, errors.New("watch closed before it was created")
+		return nil, 0, errors.New("watch closed before it was created")
 	}
 	out := make(chan etcdapi.WatchEvent, 16)
 	go func() {
@@ -263,7 +264,7 @@ func (a *adapter) Watch(ctx context.Context, prefix string) (<-chan etcdapi.Watc
 		for wr := range wch {
 			ev := etcdapi.WatchEvent{Canceled: wr.Canceled, Err: convert(wr.Err())}
 			for _, e := range wr.Events {
-				ev.Keys = append(ev.Keys, e.Kv.Key)
+				ev.Events = append(ev.Events, etcdapi.Event{Key: e.Kv.Key, Delete: e.Type == mvccpb.DELETE, Revision: e.Kv.ModRevision})
 			}
 			select {
 			case out <- ev:
@@ -272,7 +273,7 @@ func (a *adapter) Watch(ctx context.Context, prefix string) (<-chan etcdapi.Watc
 			}
 		}
 	}()
-	return out, nil
+	return out, wr.Header.Revision, nil
 }
 
 // Close closes the client if it is the adapter's own.
