@@ -649,6 +649,69 @@ func TestQueueLowestOnlyWhenNothingIsBelow(t *testing.T) {
 	}
 }
 
+// TestQueueProvenPlaceDeletedBeforeGrant pins the case SAFETY.md accepts for
+// the grant on the watch's event: a place the watch has shown lowest is
+// deleted by hand after the watch's last event (here: after the watch
+// ended), another holder takes the lease, and the waiter's Acquire still
+// grants the place's term, with a token below that holder's. Its first
+// renewal reads the key and finds it gone (ErrNotHeld), so the holder stops
+// trusting it then, and a fence that has seen the newer token refuses it.
+func TestQueueProvenPlaceDeletedBeforeGrant(t *testing.T) {
+	m := shared(t)
+	prefix := uniquePrefix("qgone")
+	h, w, x := openStore(t, prefix, m.clientURL), openStore(t, prefix, m.clientURL), openStore(t, prefix, m.clientURL)
+	cli := h.Client()
+	ctx := testCtx(t, 30*time.Second)
+	ttl := 10 * time.Second
+	term, err := h.Acquire(ctx, "job", "holder", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil || n != 0 {
+		t.Fatalf("the waiter's Enqueue: %d ahead, %v; want 0", n, err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wake, err := w.Watch(wctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("the waiter's Acquire behind the term: %v; want ErrHeld", err)
+	}
+	kv, err := cli.Get(ctx, h.ContenderPrefix("job")+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil || len(kv.Kvs) != 2 || string(kv.Kvs[1].Value) != "waiter" {
+		t.Fatalf("the contender keys: %v, %v; want the term's and the waiter's place", kv, err)
+	}
+	place := kv.Kvs[1]
+	drainWake(wake)
+	if err := h.Release(ctx, term.Term); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(ctx, t, wake, "the waiter's watch after the release")
+	cancel()
+	for range wake {
+	} // the watch has ended: it sees no more
+
+	if _, err := cli.Delete(ctx, string(place.Key)); err != nil {
+		t.Fatal(err)
+	}
+	other, err := x.Acquire(ctx, "job", "x", ttl, "")
+	if err != nil {
+		t.Fatalf("x's Acquire once the place was deleted: %v", err)
+	}
+	got, err := w.Acquire(ctx, "job", "waiter", ttl, "")
+	if err != nil || got.Token != place.CreateRevision || got.Token >= other.Token {
+		t.Fatalf("the waiter's Acquire after its proven place was deleted: %+v, %v; want the place's token %d, below x's %d (the accepted case)", got, err, place.CreateRevision, other.Token)
+	}
+	if _, err := w.Renew(ctx, got.Term, ttl); !errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("Renew of the term whose place was deleted: %v; want ErrNotHeld", err)
+	}
+	if rec, err := x.Get(ctx, "job"); err != nil || rec.Term != other.Term {
+		t.Fatalf("Get: %+v, %v; want x's term %v", rec, err, other.Term)
+	}
+}
+
 // drainWake empties a watch's wake channel.
 func drainWake(ch <-chan struct{}) {
 	select {

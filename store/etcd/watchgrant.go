@@ -12,8 +12,8 @@ import (
 // out when this handle's watch of the name has already shown it: a refused
 // Acquire read, at revision at, the contender keys below the place (below);
 // a watch that reports every change after a revision no later than at
-// (nameWatch.from) then saw each of them deleted, and no change to the place's
-// own key. Keys created after at rank after the place (a create revision only
+// (nameWatch.from), and had applied none after at (nameWatch.seen), then saw
+// each of them deleted, and no change to the place's own key. Keys created after at rank after the place (a create revision only
 // rises), so the place is the lowest key from that deletion on, with the key,
 // create revision and holder the read saw (a place becomes a term through
 // another handle only by a put of its key, and leaves the queue only by a
@@ -27,7 +27,11 @@ import (
 type nameWatch struct {
 	pfx string
 	// from: every change after this revision reaches the watch, in order.
-	from   int64
+	from int64
+	// seen: the revision of the last change the watch has applied to its
+	// proofs. A proof from a read at an earlier revision would miss the
+	// changes in between, so it is not followed by this watch.
+	seen   int64
 	proofs map[placeID]*placeProof
 }
 
@@ -87,7 +91,8 @@ func (s *Store) endWatch(name string, w *nameWatch) {
 // followBelow starts the proof that holder's place p (written by this
 // handle) becomes the lowest key of name: v is a read at revision at that
 // found other contender keys below it. It is followed by the latest live
-// watch of name that reports every change after at, if any.
+// watch of name that reports every change after at and has applied none
+// yet, if any.
 func (s *Store) followBelow(name string, id placeID, p place, at int64, v queueView) {
 	below := map[string]bool{}
 	for _, c := range v.contenders {
@@ -101,7 +106,7 @@ func (s *Store) followBelow(name string, id placeID, p place, at int64, v queueV
 	ws := s.watches[name]
 	var w *nameWatch
 	for i := len(ws) - 1; i >= 0; i-- {
-		if ws[i].from <= at {
+		if ws[i].from <= at && ws[i].seen <= at {
 			w = ws[i]
 			break
 		}
@@ -136,6 +141,9 @@ func (s *Store) unfollowLocked(id placeID) {
 func (s *Store) followEvents(w *nameWatch, evs []etcdapi.Event) {
 	var proven []string
 	s.watchMu.Lock()
+	for _, ev := range evs {
+		w.seen = max(w.seen, ev.Revision)
+	}
 	for id, pr := range w.proofs {
 		for _, ev := range evs {
 			if ev.Revision <= pr.at {
