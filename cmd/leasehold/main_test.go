@@ -387,7 +387,10 @@ func consecutive(storeURL string) bool {
 // its command, whose exit code run returns, after releasing the lease.
 func twoRuns(t *testing.T, storeURL string) {
 	dir := t.TempDir()
-	args := append([]string{"--store", storeURL, "--lease", "e2e"}, timingArgs...)
+	// A term grace of 500 ms (the default here is 200): under CI's load the
+	// command once took longer than 200 ms to exit after the forwarded
+	// SIGTERM, and was killed as one that ignores it.
+	args := append([]string{"--store", storeURL, "--lease", "e2e", "--term-grace", "500ms"}, timingArgs...)
 	a := startRun(t, dir, "a", nil, args...)
 	waitUntil(t, 20*time.Second, "a's command to start", func() bool { return len(a.record().starts) > 0 })
 	b := startRun(t, dir, "b", []string{"E2E_TERM_EXIT=5"}, args...)
@@ -470,7 +473,10 @@ func twoRuns(t *testing.T, storeURL string) {
 func TestFrozenRunChildKilledBeforeSafeUntil(t *testing.T) {
 	dir := t.TempDir()
 	url := sqliteURL(t)
-	args := append([]string{"--store", url, "--lease", "frozen", "--term-grace", "200ms", "--kill-margin", "100ms"}, timingArgs...)
+	// A kill margin of 300 ms (of the 800 ms between the renewal and
+	// safeUntil): under CI's load (the chaos package runs beside this one on
+	// two cores) the watchdog's SIGKILL once landed 100 ms late.
+	args := append([]string{"--store", url, "--lease", "frozen", "--term-grace", "200ms", "--kill-margin", "300ms"}, timingArgs...)
 	a := startRun(t, dir, "a", []string{"E2E_IGNORE_TERM=1"}, args...)
 	waitUntil(t, 20*time.Second, "a's command to tick", func() bool { return len(a.record().ticks) >= 3 })
 	b := startRun(t, dir, "b", nil, args...)
