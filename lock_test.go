@@ -393,6 +393,69 @@ func TestLockYieldsTheWatchLag(t *testing.T) {
 	}
 }
 
+// A Lock that yields after a contended release first reads the lease: when
+// a waiter has taken it already, there is nothing to yield to, and the
+// Lock waits on the watch like any waiter. Here b releases a contended
+// term, a (waiting) takes the lease, b calls Acquire at once, and a
+// releases 5 ms later: b takes over then, not when its 30 ms yield (the
+// store's watch lag) ends. The control is TestLockYieldsTheWatchLag, where
+// the lease is free during the yield and b waits all of it; with the read
+// taken out by hand, this test fails (b waited 30ms).
+func TestLockYieldEndsWhenTheLeaseIsHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture()
+		open := func() store.Store {
+			return faultstore.New(laggingStore{memstore.Open(f.backend), 30 * time.Millisecond})
+		}
+		a := newLock(t, open(), "node-a", nil)
+		b := newLock(t, open(), "node-b", nil)
+		ctx := context.Background()
+		first, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquire := func(l *leasehold.Lock) <-chan *leasehold.Lease {
+			got := make(chan *leasehold.Lease, 1)
+			go func() {
+				h, err := l.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- h
+			}()
+			synctest.Wait()
+			return got
+		}
+		bGot := acquire(b) // finds a's term: contended
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		bTerm := <-bGot
+		aGot := acquire(a) // waits on b's term
+		if err := bTerm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		aTerm := <-aGot
+		if aTerm == nil {
+			t.FailNow()
+		}
+		start := time.Now()
+		bGot = acquire(b)
+		time.Sleep(5 * time.Millisecond)
+		if err := aTerm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again := <-bGot
+		if again == nil {
+			t.FailNow()
+		}
+		if waited := time.Since(start); waited != 5*time.Millisecond {
+			t.Fatalf("b, yielding after its contended release while a held the lease, took it %v after calling Acquire; want 5ms, at a's release", waited)
+		}
+		again.Release(ctx)
+	})
+}
+
 // An Acquire that runs out of time while the store keeps failing says why
 // in its error (here a table that does not exist), and still matches the
 // context's error. The control: an Acquire that ran out of time waiting on
