@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -553,18 +554,9 @@ func TestQueueLowestOnlyWhenNothingIsBelow(t *testing.T) {
 	if n, err := b.Enqueue(ctx, "job", "b", ttl); err != nil || n != 0 {
 		t.Fatalf("b's Enqueue: %d ahead, %v; want 0", n, err)
 	}
-	if n, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil || n != 1 {
-		t.Fatalf("the waiter's Enqueue: %d ahead, %v; want 1 (b's place)", n, err)
-	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wake, err := w.Watch(wctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
-		t.Fatalf("the waiter's Acquire behind the term and b: %v; want ErrHeld", err)
-	}
+	wake := waitBehind(wctx, t, w, "job", "waiter", ttl, 1)
 	drainWake(wake)
 	if err := b.Dequeue(ctx, "job", "b"); err != nil {
 		t.Fatal(err)
@@ -579,12 +571,12 @@ func TestQueueLowestOnlyWhenNothingIsBelow(t *testing.T) {
 	}
 
 	// The term's key is put again on its lease (not deleted).
-	kv, err := cli.Get(ctx, h.ContenderPrefix("job")+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil || len(kv.Kvs) == 0 || kv.Kvs[0].CreateRevision != term.Token {
-		t.Fatalf("the contender keys: %v, %v; want the term's first", kv, err)
+	kvs := contenderKeys(ctx, t, h, "job")
+	if kvs[0].CreateRevision != term.Token {
+		t.Fatalf("the contender keys: %v; want the term's first", kvs)
 	}
 	drainWake(wake)
-	if _, err := cli.Put(ctx, string(kv.Kvs[0].Key), string(kv.Kvs[0].Value), clientv3.WithLease(clientv3.LeaseID(kv.Kvs[0].Lease))); err != nil {
+	if _, err := cli.Put(ctx, string(kvs[0].Key), string(kvs[0].Value), clientv3.WithLease(clientv3.LeaseID(kvs[0].Lease))); err != nil {
 		t.Fatal(err)
 	}
 	waitWake(ctx, t, wake, "the waiter's watch after the term's key was put")
@@ -614,21 +606,12 @@ func TestQueueLowestOnlyWhenNothingIsBelow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := w.Enqueue(ctx, "job2", "waiter", ttl); err != nil || n != 0 {
-		t.Fatalf("the waiter's Enqueue on job2: %d ahead, %v; want 0", n, err)
+	wake2 := waitBehind(wctx, t, w, "job2", "waiter", ttl, 0)
+	kvs = contenderKeys(ctx, t, h, "job2")
+	if len(kvs) != 2 || string(kvs[1].Value) != "waiter" {
+		t.Fatalf("job2's contender keys: %v; want the term's and the waiter's place", kvs)
 	}
-	wake2, err := w.Watch(wctx, "job2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Acquire(ctx, "job2", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
-		t.Fatalf("the waiter's Acquire on job2: %v; want ErrHeld", err)
-	}
-	kv, err = cli.Get(ctx, h.ContenderPrefix("job2")+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil || len(kv.Kvs) != 2 || string(kv.Kvs[1].Value) != "waiter" {
-		t.Fatalf("job2's contender keys: %v, %v; want the term's and the waiter's place", kv, err)
-	}
-	place := kv.Kvs[1]
+	place := kvs[1]
 	drainWake(wake2)
 	if _, err := cli.Put(ctx, string(place.Key), string(place.Value), clientv3.WithLease(clientv3.LeaseID(place.Lease))); err != nil {
 		t.Fatal(err)
@@ -667,23 +650,14 @@ func TestQueueProvenPlaceDeletedBeforeGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := w.Enqueue(ctx, "job", "waiter", ttl); err != nil || n != 0 {
-		t.Fatalf("the waiter's Enqueue: %d ahead, %v; want 0", n, err)
-	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wake, err := w.Watch(wctx, "job")
-	if err != nil {
-		t.Fatal(err)
+	wake := waitBehind(wctx, t, w, "job", "waiter", ttl, 0)
+	kvs := contenderKeys(ctx, t, h, "job")
+	if len(kvs) != 2 || string(kvs[1].Value) != "waiter" {
+		t.Fatalf("the contender keys: %v; want the term's and the waiter's place", kvs)
 	}
-	if _, err := w.Acquire(ctx, "job", "waiter", ttl, ""); !errors.Is(err, store.ErrHeld) {
-		t.Fatalf("the waiter's Acquire behind the term: %v; want ErrHeld", err)
-	}
-	kv, err := cli.Get(ctx, h.ContenderPrefix("job")+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil || len(kv.Kvs) != 2 || string(kv.Kvs[1].Value) != "waiter" {
-		t.Fatalf("the contender keys: %v, %v; want the term's and the waiter's place", kv, err)
-	}
-	place := kv.Kvs[1]
+	place := kvs[1]
 	drainWake(wake)
 	if err := h.Release(ctx, term.Term); err != nil {
 		t.Fatal(err)
@@ -710,6 +684,35 @@ func TestQueueProvenPlaceDeletedBeforeGrant(t *testing.T) {
 	if rec, err := x.Get(ctx, "job"); err != nil || rec.Term != other.Term {
 		t.Fatalf("Get: %+v, %v; want x's term %v", rec, err, other.Term)
 	}
+}
+
+// waitBehind queues holder on w for name (ahead: the places it must find
+// ahead), opens w's watch of name (ended with ctx), and has the holder's
+// Acquire refused once after it, as a fair waiter settles: the watch then
+// follows the place (watchgrant.go). It returns the watch's wake channel.
+func waitBehind(ctx context.Context, t *testing.T, w *Store, name, holder string, ttl time.Duration, ahead int) <-chan struct{} {
+	t.Helper()
+	if n, err := w.Enqueue(ctx, name, holder, ttl); err != nil || n != ahead {
+		t.Fatalf("%s's Enqueue on %s: %d ahead, %v; want %d", holder, name, n, err, ahead)
+	}
+	wake, err := w.Watch(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Acquire(ctx, name, holder, ttl, ""); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("%s's Acquire on %s behind the term: %v; want ErrHeld", holder, name, err)
+	}
+	return wake
+}
+
+// contenderKeys reads name's contender keys, lowest first.
+func contenderKeys(ctx context.Context, t *testing.T, st *Store, name string) []*mvccpb.KeyValue {
+	t.Helper()
+	resp, err := st.Client().Get(ctx, st.ContenderPrefix(name)+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("%s's contender keys: %v, %v; want some", name, resp, err)
+	}
+	return resp.Kvs
 }
 
 // drainWake empties a watch's wake channel.
