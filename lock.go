@@ -34,6 +34,9 @@ type Lock struct {
 	// that release get there first (see released).
 	yieldMu    sync.Mutex
 	yieldUntil time.Time
+	// yieldForLag: the store's watch lag set the yield's length, so
+	// waitYield reads the lease first (see there).
+	yieldForLag bool
 	// contendedAt: when a released term of this Lock was last won against
 	// another holder (zero: never). With Config.Fair: when an Acquire of
 	// this Lock last found the lease held or others queued.
@@ -96,9 +99,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // is contended (a term of this Lock was won against another holder within
 // the last LeaseDuration), Acquire first waits max(2 × the release's
 // latency, 1 ms, the store's watch lag), at most RetryPeriod, so the waiters
-// woken by that release get there first (see released), unless a read
-// shows the lease held already (by one of them, most often); this applies
-// to every goroutine sharing the Lock. With Config.Fair, Acquire waits its turn
+// woken by that release get there first (see released); a yield as long as
+// the watch lag ends early when a read shows the lease held already (by one
+// of them, most often). This applies to every goroutine sharing the Lock. With Config.Fair, Acquire waits its turn
 // in the store's queue instead, and never yields. On a store with
 // store.UnqueuedAcquirer, a fair Acquire first asks for the lease on the
 // condition that nobody is queued, unless an Acquire of this Lock found it
@@ -177,6 +180,7 @@ func (l *Lock) released(wonAgainst bool, releaseLatency time.Duration) {
 		return
 	}
 	d := max(2*releaseLatency, minYield, l.watchLag)
+	l.yieldForLag = l.watchLag > max(2*releaseLatency, minYield)
 	d = min(d, l.hold.timings.RetryPeriod)
 	l.yieldUntil = now.Add(d)
 }
@@ -189,23 +193,29 @@ func (l *Lock) released(wonAgainst bool, releaseLatency time.Duration) {
 // (starved); 1 ms gave 10 % and at most 79 turns; 5 ms 16 % and 78.
 const minYield = time.Millisecond
 
-// waitYield waits until yieldUntil, or returns ctx's error. It first reads
-// the lease: if a holder has it already (most often a waiter that the
-// release woke), there is nothing left to yield to. An attempt now is
-// refused as theirs would be, and waits on the watch for the next release
-// like any waiter; the yield would only delay this Lock's turn after that
-// release (measured on MySQL, whose watch lag makes the yield 37.5 ms: a
-// Lock that called Acquire right after releasing took over a release 2–50
-// ms later only once its yield ended, in half the samples). A read that
-// fails, or answers later than the yield ends, changes nothing.
+// waitYield waits until yieldUntil, or returns ctx's error. When the
+// store's watch lag set the yield (a poller: MySQL's 37.5 ms by default),
+// it first reads the lease: if a holder has it already (most often a
+// waiter that the release woke), the waiters have learned of the release,
+// and an attempt now is refused as theirs would be and waits on the watch
+// for the next release like any waiter; the yield would only delay this
+// Lock's turn after that release (measured on MySQL: a Lock that called
+// Acquire right after releasing took over a release 2–50 ms later only
+// once its yield ended, in half the samples). A read that fails, or
+// answers later than the yield ends, changes nothing. A yield of about a
+// release's round trip (a watch that pushes) is kept whole: ending it
+// early only lets the releaser join the next race sooner, which on Redis
+// with 8 contenders in a loop doubled the longest wait for a turn, once
+// past a fair lottery's bound.
 func (l *Lock) waitYield(ctx context.Context) error {
 	l.yieldMu.Lock()
 	d := l.yieldUntil.Sub(l.hold.clock.Now())
+	forLag := l.yieldForLag
 	l.yieldMu.Unlock()
 	if d <= 0 {
 		return nil
 	}
-	if l.heldByAnyone(ctx, d) {
+	if forLag && l.heldByAnyone(ctx, d) {
 		return nil
 	}
 	if d = l.yieldLeft(); d <= 0 {

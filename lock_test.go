@@ -393,67 +393,79 @@ func TestLockYieldsTheWatchLag(t *testing.T) {
 	}
 }
 
-// A Lock that yields after a contended release first reads the lease: when
-// a waiter has taken it already, there is nothing to yield to, and the
-// Lock waits on the watch like any waiter. Here b releases a contended
-// term, a (waiting) takes the lease, b calls Acquire at once, and a
-// releases 5 ms later: b takes over then, not when its 30 ms yield (the
-// store's watch lag) ends. The control is TestLockYieldsTheWatchLag, where
-// the lease is free during the yield and b waits all of it; with the read
-// taken out by hand, this test fails (b waited 30ms).
+// A Lock that yields the store's watch lag after a contended release first
+// reads the lease: when a waiter has taken it already, there is nothing to
+// yield to, and the Lock waits on the watch like any waiter. Here b
+// releases a contended term, a (waiting) takes the lease, b calls Acquire
+// at once, and a releases 5 ms later: b takes over then, not when its 30 ms
+// yield (the watch lag) ends. A yield of about a release's round trip (no
+// watch lag: 1 ms here) is kept whole: a releases after 0.5 ms, and b
+// takes over at 1 ms. The control for the lease being free during the
+// yield is TestLockYieldsTheWatchLag, where b waits all of it. By hand: with
+// the read taken out, the first case fails (30ms); with it made for every
+// yield, the second (500µs).
 func TestLockYieldEndsWhenTheLeaseIsHeld(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFixture()
-		open := func() store.Store {
-			return faultstore.New(laggingStore{memstore.Open(f.backend), 30 * time.Millisecond})
-		}
-		a := newLock(t, open(), "node-a", nil)
-		b := newLock(t, open(), "node-b", nil)
-		ctx := context.Background()
-		first, err := a.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acquire := func(l *leasehold.Lock) <-chan *leasehold.Lease {
-			got := make(chan *leasehold.Lease, 1)
-			go func() {
-				h, err := l.Acquire(ctx)
-				if err != nil {
-					t.Error(err)
+	for _, tc := range []struct {
+		lag, releaseAfter, want time.Duration
+	}{
+		{30 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond},
+		{0, 500 * time.Microsecond, time.Millisecond},
+	} {
+		t.Run(tc.lag.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture()
+				open := func() store.Store {
+					return faultstore.New(laggingStore{memstore.Open(f.backend), tc.lag})
 				}
-				got <- h
-			}()
-			synctest.Wait()
-			return got
-		}
-		bGot := acquire(b) // finds a's term: contended
-		if err := first.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		bTerm := <-bGot
-		aGot := acquire(a) // waits on b's term
-		if err := bTerm.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		aTerm := <-aGot
-		if aTerm == nil {
-			t.FailNow()
-		}
-		start := time.Now()
-		bGot = acquire(b)
-		time.Sleep(5 * time.Millisecond)
-		if err := aTerm.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		again := <-bGot
-		if again == nil {
-			t.FailNow()
-		}
-		if waited := time.Since(start); waited != 5*time.Millisecond {
-			t.Fatalf("b, yielding after its contended release while a held the lease, took it %v after calling Acquire; want 5ms, at a's release", waited)
-		}
-		again.Release(ctx)
-	})
+				a := newLock(t, open(), "node-a", nil)
+				b := newLock(t, open(), "node-b", nil)
+				ctx := context.Background()
+				first, err := a.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				acquire := func(l *leasehold.Lock) <-chan *leasehold.Lease {
+					got := make(chan *leasehold.Lease, 1)
+					go func() {
+						h, err := l.Acquire(ctx)
+						if err != nil {
+							t.Error(err)
+						}
+						got <- h
+					}()
+					synctest.Wait()
+					return got
+				}
+				bGot := acquire(b) // finds a's term: contended
+				if err := first.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				bTerm := <-bGot
+				aGot := acquire(a) // waits on b's term
+				if err := bTerm.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				aTerm := <-aGot
+				if aTerm == nil {
+					t.FailNow()
+				}
+				start := time.Now()
+				bGot = acquire(b)
+				time.Sleep(tc.releaseAfter)
+				if err := aTerm.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				again := <-bGot
+				if again == nil {
+					t.FailNow()
+				}
+				if waited := time.Since(start); waited != tc.want {
+					t.Fatalf("b, yielding after its contended release (watch lag %v) while a held the lease, took it %v after calling Acquire; a released after %v; want %v", tc.lag, waited, tc.releaseAfter, tc.want)
+				}
+				again.Release(ctx)
+			})
+		})
+	}
 }
 
 // An Acquire that runs out of time while the store keeps failing says why
