@@ -357,6 +357,18 @@ type laggingStore struct {
 
 func (s laggingStore) WatchLag() time.Duration { return s.lag }
 
+// laggingLocks returns Locks node-a and node-b, each on a store handle of
+// one memstore backend whose watch says it lags lag (behind a faultstore,
+// which must pass the lag through). Call it inside a synctest bubble.
+func laggingLocks(t *testing.T, lag time.Duration) (a, b *leasehold.Lock) {
+	t.Helper()
+	f := newFixture()
+	open := func() store.Store {
+		return faultstore.New(laggingStore{memstore.Open(f.backend), lag})
+	}
+	return newLock(t, open(), "node-a", nil), newLock(t, open(), "node-b", nil)
+}
+
 // On a store whose watch lags (a poller), a Lock yields at least the lag
 // after a contended release: waiters in other processes learn of the
 // release only at their next poll. The yield stays capped at RetryPeriod.
@@ -371,12 +383,7 @@ func TestLockYieldsTheWatchLag(t *testing.T) {
 	} {
 		t.Run(tc.lag.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := newFixture()
-				open := func() store.Store {
-					return faultstore.New(laggingStore{memstore.Open(f.backend), tc.lag})
-				}
-				a := newLock(t, open(), "node-a", nil)
-				b := newLock(t, open(), "node-b", nil)
+				a, b := laggingLocks(t, tc.lag)
 				ctx := context.Background()
 				releaseContendedTerm(t, a, b)
 				released := time.Now()
@@ -413,12 +420,7 @@ func TestLockYieldEndsWhenTheLeaseIsHeld(t *testing.T) {
 	} {
 		t.Run(tc.lag.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := newFixture()
-				open := func() store.Store {
-					return faultstore.New(laggingStore{memstore.Open(f.backend), tc.lag})
-				}
-				a := newLock(t, open(), "node-a", nil)
-				b := newLock(t, open(), "node-b", nil)
+				a, b := laggingLocks(t, tc.lag)
 				ctx := context.Background()
 				first, err := a.Acquire(ctx)
 				if err != nil {
