@@ -101,8 +101,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // latency, 1 ms, the store's watch lag), at most RetryPeriod, so the waiters
 // woken by that release get there first (see released); a yield as long as
 // the watch lag ends early when a read shows the lease held already (by one
-// of them, most often). This applies to every goroutine sharing the Lock. With Config.Fair, Acquire waits its turn
-// in the store's queue instead, and never yields. On a store with
+// of them, most often). This applies to every goroutine sharing the Lock.
+// With Config.Fair, Acquire waits its turn in the store's queue instead,
+// and never yields. On a store with
 // store.UnqueuedAcquirer, a fair Acquire first asks for the lease on the
 // condition that nobody is queued, unless an Acquire of this Lock found it
 // held or others queued within the last LeaseDuration: a lease nobody else
