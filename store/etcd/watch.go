@@ -69,7 +69,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, fmt.Errorf("leasehold/etcd: watch %q: not created within %v", name, watchCreateTimeout)
 	}
 	out := make(chan struct{}, 1)
-	w := s.addWatch(name, pfx, from)
+	w := s.addWatch(name, from)
 	s.spawn(func() {
 		defer close(out)
 		defer cancel()

@@ -25,7 +25,6 @@ import (
 
 // nameWatch is one of this handle's watches of a name's contender keys.
 type nameWatch struct {
-	pfx string
 	// from: every change after this revision reaches the watch, in order.
 	from int64
 	// seen: the revision of the last change the watch has applied to its
@@ -51,8 +50,8 @@ type placeProof struct {
 }
 
 // addWatch registers a watch of name, created at revision from.
-func (s *Store) addWatch(name, pfx string, from int64) *nameWatch {
-	w := &nameWatch{pfx: pfx, from: from, proofs: map[placeID]*placeProof{}}
+func (s *Store) addWatch(name string, from int64) *nameWatch {
+	w := &nameWatch{from: from, proofs: map[placeID]*placeProof{}}
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
 	if s.watches == nil {
@@ -139,8 +138,8 @@ func (s *Store) unfollowLocked(id placeID) {
 
 // followEvents applies a watch response's events to the proofs w follows.
 func (s *Store) followEvents(w *nameWatch, evs []etcdapi.Event) {
-	var proven []string
 	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
 	for _, ev := range evs {
 		w.seen = max(w.seen, ev.Revision)
 	}
@@ -160,17 +159,8 @@ func (s *Store) followEvents(w *nameWatch, evs []etcdapi.Event) {
 			}
 			if ev.Delete && pr.below[key] {
 				delete(pr.below, key)
-				if len(pr.below) == 0 && !pr.lowest {
-					pr.lowest = true
-					proven = append(proven, pr.key)
-				}
+				pr.lowest = len(pr.below) == 0
 			}
-		}
-	}
-	s.watchMu.Unlock()
-	if testHookPlaceLowest != nil {
-		for _, key := range proven {
-			testHookPlaceLowest(key)
 		}
 	}
 }
@@ -188,7 +178,3 @@ func (s *Store) provenLowest(id placeID, rev int64) bool {
 	s.unfollowLocked(id)
 	return true
 }
-
-// testHookPlaceLowest, if set (by tests), runs when a watch shows a place
-// (its key) the lowest, before the watcher wakes.
-var testHookPlaceLowest func(key string)

@@ -48,7 +48,7 @@ func TestPlaceProofRules(t *testing.T) {
 		{what: "pending when the watch ended", from: 18, evs: []etcdapi.Event{del("a", 21)}, end: true},
 	} {
 		s := &Store{}
-		w := s.addWatch(name, pfx, c.from)
+		w := s.addWatch(name, c.from)
 		s.followEvents(w, c.before)
 		s.followBelow(name, id, pl, 20, v)
 		s.followEvents(w, c.evs)
