@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"sort"
 	"time"
 )
@@ -102,4 +103,34 @@ func fmtRatio(v float64) string {
 		return fmt.Sprintf("%.1fx", v)
 	}
 	return fmt.Sprintf("%.2fx", v)
+}
+
+// bootstrapResamples is how many times ratioInterval resamples.
+const bootstrapResamples = 2000
+
+// ratioInterval is a 95 % percentile-bootstrap interval of median(num) /
+// median(den): each sample set is drawn again with replacement, at its own
+// size, bootstrapResamples times. The generator is seeded with seed, so a
+// report drawn again from the same JSON (-from) prints the same interval.
+// It says how far the ratio of two p50s could move if the run were made
+// again on the same machine; with few samples (5 rounds of cycles) it is
+// coarse. NaN if either set is empty.
+func ratioInterval(num, den []float64, seed uint64) (lo, hi float64) {
+	if len(num) == 0 || len(den) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	rng := mrand.New(mrand.NewPCG(seed, 0x6c65617365686f6c)) // "leasehol"
+	a := make([]float64, len(num))
+	b := make([]float64, len(den))
+	ratios := make([]float64, bootstrapResamples)
+	for i := range ratios {
+		for j := range a {
+			a[j] = num[rng.IntN(len(num))]
+		}
+		for j := range b {
+			b[j] = den[rng.IntN(len(den))]
+		}
+		ratios[i] = median(a) / median(b)
+	}
+	return quantile(ratios, 0.025), quantile(ratios, 0.975)
 }
