@@ -101,7 +101,7 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := options{}
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for every library, interleaved")
-	fs.IntVar(&o.handoffs, "handoffs", 4, "hand-offs per library per round, for each of the two release timings")
+	fs.IntVar(&o.handoffs, "handoffs", 8, "hand-offs per library per round, for each of the two release timings (8: 40 samples a row in 5 rounds, few enough checks left within the run's spread)")
 	fs.DurationVar(&o.long, "long", 150*time.Millisecond, "release this long after the waiter started (the 'long after' case)")
 	fs.DurationVar(&o.earlyMax, "early", 50*time.Millisecond, "release at a random point this soon after the waiter started (the 'right after' case)")
 	fs.DurationVar(&o.handoffTTL, "ttl", 15*time.Second, "lease of the hand-off, cycles and contention scenarios (leasehold's default)")
