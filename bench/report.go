@@ -89,31 +89,27 @@ type target struct {
 	spread string
 }
 
-// ratioTarget is a check of the ratio of two p50s against a limit:
-// median(num)/median(den) <= limit, or >= limit when atLeast.
+// ratioTarget is a check of the ratio of two p50s, median(num) /
+// median(den), against limit; the check's own comparison decides met.
 type ratioTarget struct {
 	num, den []float64
 	limit    float64
-	atLeast  bool
 	what     string // the ratio's name in the report, e.g. "leasehold / floor"
 }
 
-// met reports whether the p50s meet the limit, and, when the ratio's 95 %
-// bootstrap interval holds the limit, says so. seedText seeds the bootstrap
-// (the target's text), so the same samples always give the same interval.
-func (rt ratioTarget) check(seedText string) (met bool, spread string) {
-	ratio := median(rt.num) / median(rt.den)
-	met = ratio <= rt.limit
-	if rt.atLeast {
-		met = ratio >= rt.limit
-	}
+// spread says, when the ratio's 95 % bootstrap interval holds the limit,
+// that the check is within the run's spread; "" otherwise. seedText seeds
+// the bootstrap (the target's text), so the same samples always give the
+// same interval.
+func (rt ratioTarget) spread(seedText string) string {
 	h := fnv.New64a()
 	h.Write([]byte(seedText))
 	lo, hi := ratioInterval(rt.num, rt.den, h.Sum64())
 	if lo <= rt.limit && rt.limit <= hi {
-		spread = fmt.Sprintf("within the run's spread: %s %s, 95 %% interval %s-%s holds the target %s", rt.what, fmtRatio(ratio), fmtRatio(lo), fmtRatio(hi), fmtRatio(rt.limit))
+		ratio := median(rt.num) / median(rt.den)
+		return fmt.Sprintf("within the run's spread: %s %s, 95 %% interval %s-%s holds the target %s", rt.what, fmtRatio(ratio), fmtRatio(lo), fmtRatio(hi), fmtRatio(rt.limit))
 	}
-	return met, spread
+	return ""
 }
 
 func report(w io.Writer, r *Results, o options) {
@@ -121,10 +117,9 @@ func report(w io.Writer, r *Results, o options) {
 	addT := func(met bool, format string, args ...any) {
 		targets = append(targets, target{met: met, text: fmt.Sprintf(format, args...)})
 	}
-	addR := func(rt ratioTarget, format string, args ...any) {
+	addR := func(met bool, rt ratioTarget, format string, args ...any) {
 		text := fmt.Sprintf(format, args...)
-		met, spread := rt.check(text)
-		targets = append(targets, target{met: met, text: text, spread: spread})
+		targets = append(targets, target{met: met, text: text, spread: rt.spread(text)})
 	}
 	fmt.Fprintf(w, "leasehold side-by-side benchmark, started %s\n", r.Started)
 	fmt.Fprintf(w, "command: %s\n", r.Command)
@@ -198,7 +193,7 @@ func report(w io.Writer, r *Results, o options) {
 				what = "hand-off p50 with the release right after the waiter started"
 			}
 			if fl, ok := floorP50[s]; ok {
-				addR(ratioTarget{num: r.get(sc, k), den: r.get(scHandoff, s+"/"+floorName), limit: 1.5, what: "leasehold / floor"},
+				addR(p50 <= 1.5*fl, ratioTarget{num: r.get(sc, k), den: r.get(scHandoff, s+"/"+floorName), limit: 1.5, what: "leasehold / floor"},
 					"%s %s: %s %s ms <= 1.5 x the store's floor %s ms = %s ms", s, n, what, fmtMs(p50), fmtMs(fl), fmtMs(1.5*fl))
 			}
 			for _, pk := range keys {
@@ -207,7 +202,7 @@ func report(w io.Writer, r *Results, o options) {
 					continue
 				}
 				pp := median(r.get(sc, pk))
-				addR(ratioTarget{num: r.get(sc, pk), den: r.get(sc, k), limit: 1, atLeast: true, what: pn + " / leasehold"},
+				addR(p50 < pp, ratioTarget{num: r.get(sc, pk), den: r.get(sc, k), limit: 1, what: pn + " / leasehold"},
 					"%s %s: %s %s ms ahead of %s's %s ms (%s)", s, n, what, fmtMs(p50), pn, fmtMs(pp), fmtRatio(pp/p50))
 			}
 		}
@@ -286,7 +281,7 @@ func report(w io.Writer, r *Results, o options) {
 				}
 			}
 			if bestName != "" {
-				addR(ratioTarget{num: r.get(scCycles, k), den: r.get(scCycles, bestKey), limit: 1, atLeast: true, what: "leasehold / " + bestName},
+				addR(lh >= best, ratioTarget{num: r.get(scCycles, k), den: r.get(scCycles, bestKey), limit: 1, what: "leasehold / " + bestName},
 					"%s %s: single-client cycles/s %s >= best peer's (%s) %s", s, n, fmtRate(lh), bestName, fmtRate(best))
 			}
 		}
@@ -397,19 +392,19 @@ func report(w io.Writer, r *Results, o options) {
 		tw.Flush()
 		if u, f := r.get("fence", fwTx), r.get("fence", fwClaim); len(u) > 0 && len(f) > 0 {
 			ratio := median(f) / median(u)
-			addR(ratioTarget{num: f, den: u, limit: 1.15, what: "fenced / unfenced"}, "postgres: a fenced write (tx + Claim) p50 %s ms is %s the unfenced one's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
+			addR(ratio <= 1.15, ratioTarget{num: f, den: u, limit: 1.15, what: "fenced / unfenced"}, "postgres: a fenced write (tx + Claim) p50 %s ms is %s the unfenced one's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
 		}
 		if u, f := r.get("fence", fwTx), r.get("fence", fwPipelined); len(u) > 0 && len(f) > 0 {
 			ratio := median(f) / median(u)
-			addR(ratioTarget{num: f, den: u, limit: 1.15, what: "fenced / unfenced"}, "postgres: a fenced write (tx + QueueClaim, the recommended form in a transaction) p50 %s ms is %s the unfenced one's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
+			addR(ratio <= 1.15, ratioTarget{num: f, den: u, limit: 1.15, what: "fenced / unfenced"}, "postgres: a fenced write (tx + QueueClaim, the recommended form in a transaction) p50 %s ms is %s the unfenced one's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
 		}
 		if u, f := r.get("fence", fwAuto), r.get("fence", fwBatch); len(u) > 0 && len(f) > 0 {
 			ratio := median(f) / median(u)
-			addR(ratioTarget{num: f, den: u, limit: 1.15, what: "fenced / unfenced"}, "postgres: a fenced write (one batch: QueueClaim + write, the recommended form for a lone write) p50 %s ms is %s the unfenced autocommit write's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
+			addR(ratio <= 1.15, ratioTarget{num: f, den: u, limit: 1.15, what: "fenced / unfenced"}, "postgres: a fenced write (one batch: QueueClaim + write, the recommended form for a lone write) p50 %s ms is %s the unfenced autocommit write's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
 		}
 		if u, f := r.get("fence", fwAuto), r.get("fence", fwDirect); len(u) > 0 && len(f) > 0 {
 			ratio := median(f) / median(u)
-			addR(ratioTarget{num: f, den: u, limit: 1.15, what: "fenced / unfenced"}, "postgres: a fenced write (direct form) p50 %s ms is %s the unfenced one's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
+			addR(ratio <= 1.15, ratioTarget{num: f, den: u, limit: 1.15, what: "fenced / unfenced"}, "postgres: a fenced write (direct form) p50 %s ms is %s the unfenced one's %s ms (target <= 1.15x)", fmtMs(median(f)), fmtRatio(ratio), fmtMs(median(u)))
 		}
 	}
 
