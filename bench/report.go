@@ -41,7 +41,12 @@ func sortKeys(ks []string) {
 		if libRank(ni) != libRank(nj) {
 			return libRank(ni) < libRank(nj)
 		}
-		return ni < nj
+		if ni != nj {
+			return ni < nj
+		}
+		// The same library on two stores storeOrder ranks alike (mysql,
+		// nats, zookeeper): by store, so the order never follows the input's.
+		return si < sj
 	})
 }
 

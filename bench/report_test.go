@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	mrand "math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -78,5 +79,23 @@ func TestReportCountsSpread(t *testing.T) {
 	}
 	if marked != 1 {
 		t.Errorf("%d checks marked within the run's spread, want 1:\n%s", marked, text)
+	}
+}
+
+// TestSortKeysOrdersEveryKey: rows come out in one order whatever order
+// they went in, stores that storeOrder does not name included (their
+// libraries share names: mysql/leasehold, nats/leasehold, ...).
+func TestSortKeysOrdersEveryKey(t *testing.T) {
+	keys := []string{"zookeeper/leasehold", "mysql/leasehold", "nats/leasehold", "redis/leasehold",
+		"mysql/" + floorName, "nats/" + floorName, "zookeeper/zk.Lock", "mysql/GET_LOCK", "postgres/leasehold"}
+	want := append([]string(nil), keys...)
+	sortKeys(want)
+	for i := range 50 {
+		got := append([]string(nil), keys...)
+		mrand.Shuffle(len(got), func(a, b int) { got[a], got[b] = got[b], got[a] })
+		sortKeys(got)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("shuffle %d sorted to %v, another to %v", i, got, want)
+		}
 	}
 }
