@@ -107,7 +107,7 @@ func TestHistoryTrimIsBounded(t *testing.T) {
 
 // TestMigrateToSchema3: a schema 2 database (no trimmed column, triggers
 // marked schema 2) is not current; Migrate adds the column and installs the
-// schema 3 triggers, whose trim works there. A later schema than this
+// triggers of this version (schema 4), whose trim works there. A later schema than this
 // version's counts as current and is left as it is (a process of this
 // version during a rolling upgrade does not put its triggers back over a
 // newer version's), compared as a number; a comment that names no version
@@ -151,8 +151,8 @@ func TestMigrateToSchema3(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !isCurrent() || marked() != "leasehold schema 3" {
-		t.Fatalf("after Migrate: current %v, marked %q; want current, schema 3", isCurrent(), marked())
+	if !isCurrent() || marked() != "leasehold schema 4" {
+		t.Fatalf("after Migrate: current %v, marked %q; want current, schema 4", isCurrent(), marked())
 	}
 	grantTo(t, schema, "job", 1088)
 	var kept int64
@@ -169,8 +169,8 @@ func TestMigrateToSchema3(t *testing.T) {
 		comment string
 		current bool
 	}{
-		{"leasehold schema 4", true},
-		{"leasehold schema 10", true}, // a number, not a string: "10" < "3"
+		{"leasehold schema 5", true},
+		{"leasehold schema 10", true}, // a number, not a string: "10" < "4"
 		{"leasehold schema 1", false},
 		{"written by hand", false},
 		{"", false},
@@ -182,7 +182,7 @@ func TestMigrateToSchema3(t *testing.T) {
 		if err := st.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
-		want := "leasehold schema 3"
+		want := "leasehold schema 4"
 		if c.current {
 			want = c.comment // left as it is
 		}

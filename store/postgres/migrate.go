@@ -43,7 +43,8 @@ const migrateLockKey int64 = 0x6c65617365686f6c // "leasehol"
 //     table; until then the store sends the statements themselves.
 //
 // A table migrated by an earlier version (schema 1, without the guard;
-// schema 2, whose history trim was not bounded below) is upgraded by running
+// schema 2, whose history trim was not bounded below; schema 3, whose
+// trigger computed its NOTIFY channel on every call) is upgraded by running
 // Migrate again; so is one whose triggers were dropped or disabled. One
 // migrated by a later version is left as it is.
 //
@@ -195,7 +196,7 @@ func (s *Store) migrate(ctx context.Context, q querier) error {
 	epochs := ident(nsp, s.table+"_epochs")
 	guard := ident(nsp, s.table+"_guard")
 	r = strings.NewReplacer("{{t}}", ident(nsp, s.table), "{{h}}", hist, "{{f}}", fn, "{{w}}", epochs, "{{g}}", guard,
-		"{{i}}", pgx.Identifier{s.table + "_hidx"}.Sanitize())
+		"{{i}}", pgx.Identifier{s.table + "_hidx"}.Sanitize(), "{{ch}}", "'"+channelFor(nsp, s.table)+"'")
 	var hasHist bool
 	if _, err := queryOne(ctx, q, `SELECT to_regclass($1) IS NOT NULL`, []any{hist}, &hasHist); err != nil {
 		return err

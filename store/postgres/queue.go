@@ -40,8 +40,9 @@ var (
 // lease table's NOTIFY with the name as payload, in the same transaction, so
 // the listener of every Store wakes the watchers of the name.
 
-// channelSQL is the lease table's NOTIFY channel, computed as the trigger
-// does from the table's resolved schema and name; $tbl is the quoted table.
+// channelSQL is the lease table's NOTIFY channel, computed on the server as
+// channelFor computes it (the trigger function names it as a literal) from
+// the table's resolved schema and name; $tbl is the quoted table.
 const channelSQL = `SELECT 'leasehold_' || substr(md5(n.nspname || '.' || c.relname), 1, 16)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($tbl)`
 
