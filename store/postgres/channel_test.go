@@ -12,9 +12,9 @@ import (
 	"github.com/leasehold/leasehold/store/postgres"
 )
 
-// channelOf computes a lease table's NOTIFY channel on the server, as the
-// documentation gives it to raw SQL clients: 'leasehold_' and the first 16
-// hex digits of md5('schema.table').
+// channelOf computes a lease table's NOTIFY channel on the server, apart
+// from the store's code, as the README gives it to raw SQL clients:
+// 'leasehold_' and the first 16 hex digits of md5('schema.table').
 func channelOf(t *testing.T, conn *pgx.Conn, schema, table string) string {
 	t.Helper()
 	var ch string
